@@ -1,0 +1,75 @@
+// Comp nodes: a device plus an ordered work queue.
+//
+// Locators: "cpu0", "cpu1", ... each own a worker thread with a FIFO queue; "cpu0:1" is a
+// second queue (a second thread) on the same device; "cpu:default" runs work inline in the
+// thread that dispatches it. CUDA comp nodes ("cuda0", "cuda0:1") are streams.
+// CompNode is a small handle; comp nodes live for the whole process. Thread-safe.
+#pragma once
+
+#include "memory/allocator.h"
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+namespace braid {
+
+class CompNodeImpl;
+
+//! A handle to a process-wide comp node. Default-constructed handles are invalid.
+class CompNode {
+public:
+    CompNode() = default;
+
+    //! The comp node named by `locator`; created on first use. Throws ValueError for a
+    //! malformed locator.
+    static CompNode load(const std::string& locator);
+    //! "cpu:default": runs work in the dispatching thread.
+    static CompNode default_cpu() { return load("cpu:default"); }
+
+    bool valid() const { return m_impl != nullptr; }
+    //! The canonical locator, e.g. "cpu0", "cpu0:1", "cpu:default".
+    const std::string& locator() const;
+    Device device() const;
+    //! True for "cpu:default", whose work runs synchronously in the caller.
+    bool is_inline() const;
+    //! A small integer unique to this comp node in the process, stable for its lifetime;
+    //! ordered by (device kind, device index, stream).
+    uint64_t id() const;
+    //! The allocator for this comp node's device memory.
+    std::shared_ptr<Allocator> allocator() const;
+
+    //! Queues `task` behind everything already dispatched to this comp node. Exceptions
+    //! escaping `task` are logged and swallowed: callers report errors their own way.
+    void dispatch(std::function<void()> task) const;
+    //! Blocks until every task dispatched before this call has finished.
+    void sync() const;
+
+    bool operator==(const CompNode& rhs) const { return m_impl == rhs.m_impl; }
+    bool operator!=(const CompNode& rhs) const { return m_impl != rhs.m_impl; }
+    bool operator<(const CompNode& rhs) const { return id() < rhs.id(); }
+
+private:
+    explicit CompNode(CompNodeImpl* impl) : m_impl(impl) {}
+    CompNodeImpl* m_impl = nullptr;
+};
+
+//! A one-shot signal recorded on a comp node's queue: it fires when the queue reaches it.
+//! Used to order work across comp nodes and with the host. Thread-safe.
+class CompNodeEvent {
+public:
+    //! Arms the event and queues its firing on `cn` behind the work dispatched so far.
+    void record(CompNode cn);
+    //! Blocks the calling thread until the recorded event fired.
+    void host_wait() const;
+    //! Makes `cn` wait (in its queue) until the event fired; the caller does not block.
+    void device_wait(CompNode cn) const;
+    bool finished() const { return m_fired->load(std::memory_order_acquire) != 0; }
+
+private:
+    std::shared_ptr<std::atomic<uint32_t>> m_fired = std::make_shared<std::atomic<uint32_t>>(1);
+};
+
+} // namespace braid

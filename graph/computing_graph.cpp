@@ -1,0 +1,137 @@
+#include "graph/computing_graph.h"
+
+#include "base/error.h"
+#include "base/hash.h"
+#include "base/log.h"
+#include "graph/executable.h"
+#include "graph/symbol_var.h"
+
+#include <cstring>
+
+namespace braid {
+
+OutputSpec::OutputSpec(const SymbolVar& v) : var(v.node()) {}
+OutputSpec::OutputSpec(const SymbolVar& v, std::function<void(const Tensor&)> cb)
+    : var(v.node()), callback(std::move(cb)) {}
+
+std::shared_ptr<ComputingGraph> ComputingGraph::make(GraphOptions options) {
+    return std::shared_ptr<ComputingGraph>(new ComputingGraph(std::move(options)));
+}
+
+ComputingGraph::~ComputingGraph() = default;
+
+uint64_t ComputingGraph::dedup_hash(const OperatorNode& opr) const {
+    Hasher h;
+    h.add(std::string_view(opr.type_name()));
+    h.add_pod(opr.comp_node().id());
+    for (auto* in : opr.inputs()) h.add_pod(in->id());
+    opr.hash_params(h);
+    return h.digest();
+}
+
+OperatorNode* ComputingGraph::insert_opr(std::unique_ptr<OperatorNode> opr) {
+    for (auto* in : opr->inputs())
+        if (in->graph() != this)
+            BRAID_THROW(GraphError, "{}: input var \"{}\" belongs to another graph",
+                        opr->type_name(), in->name());
+    opr->m_graph = this;
+    CompNode cn = opr->m_config.comp_node;
+    if (!cn.valid())
+        cn = opr->inputs().empty() ? CompNode::load(m_options.default_comp_node)
+                                   : opr->inputs()[0]->comp_node();
+    opr->m_comp_node = cn;
+
+    uint64_t hash = 0;
+    if (opr->allow_dedup()) {
+        hash = dedup_hash(*opr);
+        auto range = m_dedup.equal_range(hash);
+        for (auto it = range.first; it != range.second; ++it) {
+            auto* old = it->second;
+            if (std::strcmp(old->type_name(), opr->type_name()) == 0 && old->comp_node() == cn &&
+                old->inputs() == opr->inputs() && old->outputs().size() == opr->outputs().size() &&
+                old->params_equal(*opr) &&
+                (opr->m_config.name.empty() || opr->m_config.name == old->name()))
+                return old;
+        }
+    }
+
+    opr->m_id = m_oprs.size();
+    opr->m_name = opr->m_config.name.empty() ? fmt::format("{}{}", opr->type_name(), opr->m_id)
+                                             : opr->m_config.name;
+    for (size_t i = 0; i < opr->m_outputs.size(); ++i) {
+        auto* var = opr->m_outputs[i];
+        var->m_id = m_next_var_id++;
+        const auto& suffix = opr->m_output_suffixes[i];
+        if (!suffix.empty())
+            var->set_name(opr->m_name + ":" + suffix);
+        else if (opr->m_outputs.size() == 1)
+            var->set_name(opr->m_name);
+        else
+            var->set_name(fmt::format("{}:{}", opr->m_name, i));
+        var->set_comp_node(cn);
+    }
+    opr->init_output_dtypes();
+    infer_opr(opr.get());
+    for (auto* in : opr->inputs()) in->add_reader(opr.get());
+    if (opr->allow_dedup()) m_dedup.emplace(hash, opr.get());
+    m_oprs.push_back(std::move(opr));
+    return m_oprs.back().get();
+}
+
+void ComputingGraph::infer_opr(OperatorNode* opr) {
+    const auto& inputs = opr->inputs();
+    size_t nin = inputs.size();
+    std::vector<const TensorShape*> shapes(nin);
+    std::vector<const Tensor*> values(nin);
+    bool all_values = true;
+    for (size_t i = 0; i < nin; ++i) {
+        shapes[i] = inputs[i]->shape_known() ? &inputs[i]->shape() : nullptr;
+        values[i] = inputs[i]->static_value();
+        all_values &= values[i] != nullptr;
+    }
+    InferCtx ctx(shapes.data(), values.data(), nin);
+    const auto& outputs = opr->outputs();
+    std::vector<TensorShape> out_shapes(outputs.size());
+    for (auto* out : outputs) out->clear_shape();
+    if (!opr->infer_output_shapes(ctx, out_shapes.data())) return; // dynamic
+    for (size_t k = 0; k < outputs.size(); ++k) outputs[k]->set_shape(out_shapes[k]);
+
+    auto vi = opr->value_inference();
+    if (vi == ValueInference::NONE) return;
+    for (auto& s : out_shapes)
+        if (s.total_nr_elems() > m_options.max_static_value_elems) return;
+    std::vector<Tensor> out_values(outputs.size());
+    if (vi == ValueInference::FROM_SHAPES) {
+        opr->infer_value(ctx, out_values.data());
+    } else {
+        if (!all_values) return;
+        // Constant folding: run the CPU kernel on the static values.
+        std::vector<Tensor*> out_ptrs;
+        for (size_t k = 0; k < outputs.size(); ++k) {
+            if (opr->output_mem(k) == OutputMem::PLANNED)
+                out_values[k] = Tensor(out_shapes[k], outputs[k]->dtype());
+            out_ptrs.push_back(&out_values[k]);
+        }
+        std::vector<Tensor> contiguous(nin);
+        for (size_t i = 0; i < nin; ++i) {
+            if (!opr->accepts_strided_inputs() && !values[i]->layout().is_contiguous()) {
+                contiguous[i] = values[i]->contiguous();
+                values[i] = &contiguous[i];
+            }
+        }
+        ExecCtx ectx(values.data(), nin, out_ptrs.data(), out_ptrs.size());
+        opr->execute(ectx);
+    }
+    for (size_t k = 0; k < outputs.size(); ++k)
+        if (!out_values[k].empty()) outputs[k]->set_static_value(std::move(out_values[k]));
+}
+
+void ComputingGraph::reinfer_all() {
+    for (auto& opr : m_oprs) infer_opr(opr.get());
+}
+
+std::unique_ptr<Executable> ComputingGraph::compile(const std::vector<OutputSpec>& outputs) {
+    return std::make_unique<Executable>(shared_from_this(), outputs);
+}
+
+} // namespace braid

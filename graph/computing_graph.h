@@ -1,0 +1,77 @@
+// ComputingGraph: owns operators and vars, deduplicates on insertion, infers shapes and
+// values statically, and compiles outputs into an Executable.
+#pragma once
+
+#include "graph/operator_node.h"
+
+#include <functional>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+namespace braid {
+
+class Executable;
+class SymbolVar;
+
+//! Graph-wide options.
+struct GraphOptions {
+    //! Comp node of operators that have no input and no explicit comp node.
+    std::string default_comp_node = "cpu0";
+    //! Plan vars into one arena per comp node; off: every var gets its own allocation.
+    bool enable_memory_plan = true;
+    //! Largest number of elements constant-folded at build time per var.
+    size_t max_static_value_elems = 4096;
+};
+
+//! What compile() should do with an output var: fetch it into a host tensor readable after
+//! wait() (no callback), or call `callback` on the comp node's thread once it is computed.
+struct OutputSpec {
+    VarNode* var;
+    std::function<void(const Tensor&)> callback;
+
+    OutputSpec(VarNode* v) : var(v) {}
+    OutputSpec(const SymbolVar& v);
+    OutputSpec(const SymbolVar& v, std::function<void(const Tensor&)> cb);
+};
+
+//! A dataflow graph of operators. Build it from one thread; compiled executables run
+//! asynchronously on the comp nodes.
+class ComputingGraph : public std::enable_shared_from_this<ComputingGraph> {
+public:
+    static std::shared_ptr<ComputingGraph> make(GraphOptions options = {});
+    ~ComputingGraph();
+
+    GraphOptions& options() { return m_options; }
+    const GraphOptions& options() const { return m_options; }
+
+    //! Inserts `opr` (built by an operator's make()): checks its inputs belong here,
+    //! returns an equal existing operator when deduplication finds one, otherwise infers
+    //! its dtypes, shapes and static values and keeps it.
+    OperatorNode* insert_opr(std::unique_ptr<OperatorNode> opr);
+
+    //! Operators in insertion (and thus topological) order.
+    const std::vector<std::unique_ptr<OperatorNode>>& operators() const { return m_oprs; }
+
+    //! Compiles the computation of `outputs` into an executable. Throws GraphError for an
+    //! empty list or vars of another graph.
+    std::unique_ptr<Executable> compile(const std::vector<OutputSpec>& outputs);
+
+    //! Re-runs shape and value inference for every operator (after an input's shape
+    //! changed). Vars whose shape cannot be inferred become dynamic.
+    void reinfer_all();
+
+    //! Runs one operator's dtype-independent shape and value inference.
+    void infer_opr(OperatorNode* opr);
+
+private:
+    explicit ComputingGraph(GraphOptions options) : m_options(std::move(options)) {}
+    uint64_t dedup_hash(const OperatorNode& opr) const;
+
+    GraphOptions m_options;
+    std::vector<std::unique_ptr<OperatorNode>> m_oprs;
+    std::unordered_multimap<uint64_t, OperatorNode*> m_dedup;
+    size_t m_next_var_id = 0;
+};
+
+} // namespace braid

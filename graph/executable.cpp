@@ -1,0 +1,370 @@
+#include "graph/executable.h"
+
+#include "base/error.h"
+#include "base/log.h"
+#include "graph/input_node.h"
+
+#include <algorithm>
+#include <map>
+
+namespace braid {
+
+//! One operator in a comp node's sequence, with everything its dispatch needs precomputed.
+struct Executable::Step {
+    OperatorNode* opr;
+    std::vector<size_t> input_idx, output_idx;
+    std::vector<const Tensor*> inputs;
+    std::vector<Tensor*> outputs;
+    //! (node index, steps that node must have finished) before this step may start.
+    std::vector<std::pair<size_t, uint32_t>> waits;
+    bool notify = false;        //!< a step on another comp node waits for this one
+    bool dynamic = false;       //!< some output shape is only known at execution
+    bool check_strided = false; //!< some input may arrive non-contiguous
+    std::vector<std::pair<size_t, std::function<void(const Tensor&)>>> callbacks;
+    std::vector<Tensor> contiguous_inputs; //!< scratch for inputs made contiguous
+};
+
+//! The sequence of one comp node and its progress in the current run.
+struct Executable::NodeSeq {
+    CompNode cn;
+    std::vector<Step> steps;
+    //! (generation << 32) | steps finished in that generation.
+    std::atomic<uint64_t> progress{0};
+};
+
+namespace {
+constexpr uint64_t FAILED_STEPS = 0xffffffffu;
+}
+
+Executable::Executable(std::shared_ptr<ComputingGraph> graph,
+                       const std::vector<OutputSpec>& outputs)
+    : m_graph(std::move(graph)), m_outputs(outputs) {
+    if (outputs.empty())
+        BRAID_THROW(GraphError, "compile() needs at least one output var; got an empty list");
+    for (auto& o : outputs) {
+        if (!o.var) BRAID_THROW(GraphError, "compile(): output var is null");
+        if (o.var->graph() != m_graph.get())
+            BRAID_THROW(GraphError, "compile(): output var \"{}\" belongs to another graph",
+                        o.var->name());
+    }
+    build_sequences(outputs);
+    prepare();
+}
+
+Executable::~Executable() {
+    if (m_state == State::RUNNING) {
+        try {
+            wait();
+        } catch (const std::exception& e) {
+            logger()->warn("executable destroyed with a failed run: {}", e.what());
+        }
+    }
+}
+
+size_t Executable::var_index(VarNode* var) const {
+    auto it = m_var_idx.find(var);
+    BRAID_ASSERT(it != m_var_idx.end(), "var {} not part of the executable", var->name());
+    return it->second;
+}
+
+void Executable::build_sequences(const std::vector<OutputSpec>& outputs) {
+    // Operators the outputs depend on, in insertion order (a topological order).
+    std::vector<OperatorNode*> stack;
+    std::unordered_map<OperatorNode*, bool> needed;
+    for (auto& o : outputs) stack.push_back(o.var->owner());
+    while (!stack.empty()) {
+        auto* opr = stack.back();
+        stack.pop_back();
+        if (needed[opr]) continue;
+        needed[opr] = true;
+        for (auto* in : opr->inputs()) stack.push_back(in->owner());
+    }
+    std::vector<OperatorNode*> order;
+    for (auto& opr : m_graph->operators())
+        if (needed.count(opr.get())) order.push_back(opr.get());
+
+    for (auto* opr : order) {
+        for (auto* out : opr->outputs()) {
+            m_var_idx[out] = m_vars.size();
+            m_vars.push_back(out);
+        }
+        if (auto* in = dynamic_cast<InputNode*>(opr)) m_inputs.push_back(in);
+    }
+    m_tensors.resize(m_vars.size());
+
+    // One sequence per comp node, in the order of first use.
+    std::map<CompNode, size_t> node_idx;
+    std::unordered_map<VarNode*, std::pair<size_t, uint32_t>> producer; // node, step index
+    for (auto* opr : order) {
+        auto [it, inserted] = node_idx.emplace(opr->comp_node(), m_nodes.size());
+        if (inserted) {
+            m_nodes.push_back(std::make_unique<NodeSeq>());
+            m_nodes.back()->cn = opr->comp_node();
+        }
+        size_t ni = it->second;
+        auto& seq = *m_nodes[ni];
+        Step step;
+        step.opr = opr;
+        std::map<size_t, uint32_t> waits;
+        for (auto* in : opr->inputs()) {
+            step.input_idx.push_back(var_index(in));
+            auto [pn, ps] = producer.at(in);
+            if (pn != ni) {
+                waits[pn] = std::max(waits[pn], ps + 1);
+                m_nodes[pn]->steps[ps].notify = true;
+            }
+            if (!opr->accepts_strided_inputs()) {
+                auto* src = in->owner();
+                size_t k = 0;
+                while (src->output(k) != in) ++k;
+                if (src->output_mem(k) != OutputMem::PLANNED) step.check_strided = true;
+            }
+        }
+        step.waits.assign(waits.begin(), waits.end());
+        for (auto* out : opr->outputs()) {
+            step.output_idx.push_back(var_index(out));
+            producer[out] = {ni, uint32_t(seq.steps.size())};
+        }
+        for (size_t i : step.input_idx) step.inputs.push_back(&m_tensors[i]);
+        for (size_t i : step.output_idx) step.outputs.push_back(&m_tensors[i]);
+        step.contiguous_inputs.resize(step.inputs.size());
+        seq.steps.push_back(std::move(step));
+    }
+
+    for (auto& o : outputs) {
+        size_t idx = var_index(o.var);
+        m_output_idx.push_back(idx);
+        if (o.callback) {
+            auto [ni, si] = producer.at(o.var);
+            m_nodes[ni]->steps[si].callbacks.emplace_back(idx, o.callback);
+        }
+    }
+}
+
+void Executable::prepare() {
+    for (auto& node : m_nodes)
+        for (auto& step : node->steps) {
+            step.dynamic = false;
+            for (auto* out : step.opr->outputs())
+                if (!out->shape_known()) step.dynamic = true;
+        }
+    m_planned_input_shapes.clear();
+    for (auto* in : m_inputs)
+        m_planned_input_shapes.push_back(in->output(0)->shape_known() ? in->output(0)->shape()
+                                                                      : TensorShape{});
+    allocate_memory();
+}
+
+void Executable::allocate_memory() {
+    for (size_t i = 0; i < m_vars.size(); ++i) {
+        auto* var = m_vars[i];
+        auto* opr = var->owner();
+        size_t k = 0;
+        while (opr->output(k) != var) ++k;
+        if (opr->output_mem(k) != OutputMem::PLANNED || !var->shape_known()) continue;
+        auto& t = m_tensors[i];
+        if (!t.empty() && t.shape() == var->shape() && t.dtype() == var->dtype()) continue;
+        t = Tensor(var->shape(), var->dtype(), var->comp_node().allocator());
+    }
+}
+
+Executable& Executable::feed(const std::string& name, Tensor value) {
+    for (auto* in : m_inputs)
+        if (in->input_name() == name) {
+            in->feed(std::move(value));
+            return *this;
+        }
+    std::string known;
+    for (auto* in : m_inputs) known += (known.empty() ? "" : ", ") + in->input_name();
+    BRAID_THROW(GraphError, "feed(): no input named \"{}\" in this executable (inputs: {})", name,
+                known.empty() ? "none" : known);
+}
+
+Executable& Executable::feed(const SymbolVar& input, Tensor value) {
+    for (auto* in : m_inputs)
+        if (in->output(0) == input.node()) {
+            in->feed(std::move(value));
+            return *this;
+        }
+    BRAID_THROW(GraphError, "feed(): var \"{}\" is not an input of this executable",
+                input.valid() ? input.name() : "null");
+}
+
+void Executable::execute() {
+    if (m_state == State::RUNNING) wait();
+    bool reshaped = false;
+    for (size_t i = 0; i < m_inputs.size(); ++i) {
+        auto* in = m_inputs[i];
+        if (in->fed().empty())
+            BRAID_THROW(GraphError, "input \"{}\" was never fed; call feed(\"{}\", tensor) first",
+                        in->input_name(), in->input_name());
+        if (in->fed().shape() != m_planned_input_shapes[i]) reshaped = true;
+    }
+    if (reshaped) {
+        m_graph->reinfer_all();
+        prepare();
+    }
+
+    uint64_t gen = ++m_generation;
+    m_failed.store(false);
+    m_error = nullptr;
+    m_state = State::RUNNING;
+    m_running_nodes.store(uint32_t(m_nodes.size()));
+    std::vector<NodeSeq*> inline_nodes;
+    for (auto& node : m_nodes) {
+        if (node->cn.is_inline()) {
+            inline_nodes.push_back(node.get());
+            continue;
+        }
+        NodeSeq* seq = node.get();
+        node->cn.dispatch([this, seq, gen] { run_node(*seq, gen); });
+    }
+    for (auto* seq : inline_nodes) run_node(*seq, gen);
+}
+
+bool Executable::wait_progress(NodeSeq& node, uint64_t target) {
+    for (;;) {
+        uint64_t v = node.progress.load(std::memory_order_acquire);
+        if (v >= target) return !m_failed.load(std::memory_order_acquire);
+        if (m_failed.load(std::memory_order_acquire)) return false;
+        node.progress.wait(v, std::memory_order_acquire);
+    }
+}
+
+void Executable::run_node(NodeSeq& seq, uint64_t gen) {
+    uint64_t base = gen << 32;
+    for (size_t i = 0; i < seq.steps.size(); ++i) {
+        auto& step = seq.steps[i];
+        bool ok = true;
+        for (auto [ni, count] : step.waits)
+            if (!wait_progress(*m_nodes[ni], base | count)) {
+                ok = false;
+                break;
+            }
+        if (!ok || m_failed.load(std::memory_order_relaxed)) break;
+        try {
+            run_step(step);
+        } catch (...) {
+            record_error(std::current_exception(), step.opr);
+            break;
+        }
+        seq.progress.store(base | (i + 1), std::memory_order_release);
+        if (step.notify) seq.progress.notify_all();
+    }
+    if (m_failed.load()) {
+        // Wake peers waiting on this node so they can stop too.
+        seq.progress.store(base | FAILED_STEPS, std::memory_order_release);
+        seq.progress.notify_all();
+    }
+    if (m_running_nodes.fetch_sub(1, std::memory_order_acq_rel) == 1) m_running_nodes.notify_all();
+}
+
+void Executable::run_step(Step& step) {
+    auto* opr = step.opr;
+    if (step.check_strided) {
+        for (size_t i = 0; i < step.inputs.size(); ++i) {
+            const Tensor& t = m_tensors[step.input_idx[i]];
+            if (t.layout().is_contiguous()) {
+                step.inputs[i] = &t;
+            } else {
+                step.contiguous_inputs[i] = t.contiguous();
+                step.inputs[i] = &step.contiguous_inputs[i];
+            }
+        }
+    }
+    if (step.dynamic) {
+        // Shapes known only now: infer them from the actual input tensors.
+        size_t nin = step.inputs.size();
+        std::vector<const TensorShape*> shapes(nin);
+        for (size_t i = 0; i < nin; ++i) shapes[i] = &step.inputs[i]->shape();
+        InferCtx ictx(shapes.data(), step.inputs.data(), nin);
+        std::vector<TensorShape> out_shapes(step.outputs.size());
+        bool ok = opr->infer_output_shapes(ictx, out_shapes.data());
+        BRAID_ASSERT(ok, "{}: shape inference failed with every input known", opr->describe());
+        for (size_t k = 0; k < step.outputs.size(); ++k)
+            if (opr->output_mem(k) == OutputMem::PLANNED) {
+                auto* out = opr->output(k);
+                Tensor& t = *step.outputs[k];
+                if (t.empty() || t.shape() != out_shapes[k] || t.dtype() != out->dtype())
+                    t = Tensor(out_shapes[k], out->dtype(), opr->comp_node().allocator());
+            }
+    }
+    ExecCtx ctx(step.inputs.data(), step.inputs.size(), step.outputs.data(), step.outputs.size());
+    opr->execute(ctx);
+    for (auto& [idx, cb] : step.callbacks) cb(m_tensors[idx]);
+}
+
+void Executable::record_error(std::exception_ptr err, OperatorNode* opr) {
+    {
+        std::lock_guard lk(m_error_mutex);
+        if (!m_error) m_error = err;
+    }
+    try {
+        std::rethrow_exception(err);
+    } catch (const std::exception& e) {
+        logger()->error("{} failed on {}: {}", opr->describe(), opr->comp_node().locator(),
+                        e.what());
+    } catch (...) {
+    }
+    m_failed.store(true, std::memory_order_release);
+    // Nodes waiting on any progress counter must notice the failure.
+    for (auto& node : m_nodes) node->progress.notify_all();
+}
+
+void Executable::wait() {
+    if (m_state != State::RUNNING) return;
+    for (;;) {
+        uint32_t v = m_running_nodes.load(std::memory_order_acquire);
+        if (v == 0) break;
+        m_running_nodes.wait(v, std::memory_order_acquire);
+    }
+    m_state = State::DONE;
+    if (m_error) {
+        auto err = m_error;
+        m_error = nullptr;
+        m_state = State::NEVER_RUN; // outputs of a failed run are not readable
+        std::rethrow_exception(err);
+    }
+}
+
+const Tensor& Executable::output(size_t i) const {
+    if (i >= m_outputs.size())
+        BRAID_THROW(GraphError, "output index {} out of range: the executable has {} outputs", i,
+                    m_outputs.size());
+    auto* var = m_outputs[i].var;
+    if (m_state == State::RUNNING)
+        BRAID_THROW(GraphError, "output \"{}\" read before wait(): the run is still in flight",
+                    var->name());
+    if (m_state == State::NEVER_RUN)
+        BRAID_THROW(GraphError, "output \"{}\" read before any successful execute() and wait()",
+                    var->name());
+    if (m_outputs[i].callback)
+        BRAID_THROW(GraphError, "output \"{}\" was compiled with a callback; it is not fetched",
+                    var->name());
+    return m_tensors[m_output_idx[i]];
+}
+
+const Tensor& Executable::output(const SymbolVar& var) const {
+    for (size_t i = 0; i < m_outputs.size(); ++i)
+        if (m_outputs[i].var == var.node()) return output(i);
+    BRAID_THROW(GraphError, "var \"{}\" is not an output of this executable",
+                var.valid() ? var.name() : "null");
+}
+
+std::vector<std::pair<CompNode, std::vector<OperatorNode*>>> Executable::sequences() const {
+    std::vector<std::pair<CompNode, std::vector<OperatorNode*>>> res;
+    for (auto& node : m_nodes) {
+        std::vector<OperatorNode*> oprs;
+        for (auto& s : node->steps) oprs.push_back(s.opr);
+        res.emplace_back(node->cn, std::move(oprs));
+    }
+    return res;
+}
+
+size_t Executable::nr_operators() const {
+    size_t n = 0;
+    for (auto& node : m_nodes) n += node->steps.size();
+    return n;
+}
+
+} // namespace braid

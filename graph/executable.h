@@ -1,0 +1,89 @@
+// Executable: a compiled graph. Holds the per-comp-node execution sequences and the
+// tensors of every var, and runs them asynchronously.
+//
+// execute() returns at once (kernels on "cpu:default" excepted, which run in the caller);
+// wait() joins and rethrows the first kernel error. An executable is driven from one thread.
+#pragma once
+
+#include "graph/computing_graph.h"
+#include "graph/symbol_var.h"
+
+#include <atomic>
+#include <exception>
+#include <mutex>
+
+namespace braid {
+
+class InputNode;
+
+//! A compiled computation. Not thread-safe: call execute()/wait()/feed() from one thread.
+class Executable {
+public:
+    Executable(std::shared_ptr<ComputingGraph> graph, const std::vector<OutputSpec>& outputs);
+    ~Executable();
+    Executable(const Executable&) = delete;
+    Executable& operator=(const Executable&) = delete;
+
+    //! Sets the value of the input operator named `name` for the next executions.
+    //! Throws GraphError for an unknown name and DTypeError for a wrong dtype.
+    Executable& feed(const std::string& name, Tensor value);
+    //! Same, naming the input by its var.
+    Executable& feed(const SymbolVar& input, Tensor value);
+
+    //! Starts one run. A run still in flight is waited for first. Throws GraphError when an
+    //! input was never fed. A changed input shape re-infers shapes and re-plans memory.
+    void execute();
+    //! Blocks until the run finished; rethrows the first error a kernel raised.
+    void wait();
+    //! execute() then wait().
+    void run() {
+        execute();
+        wait();
+    }
+
+    size_t nr_outputs() const { return m_outputs.size(); }
+    //! Output i's value. Valid after wait() until the next execute(); throws GraphError
+    //! when read before wait() or for an output compiled with a callback.
+    const Tensor& output(size_t i) const;
+    //! The same, naming the output by its var.
+    const Tensor& output(const SymbolVar& var) const;
+
+    //! Operators in execution order, per comp node.
+    std::vector<std::pair<CompNode, std::vector<OperatorNode*>>> sequences() const;
+    //! Number of operators executed per run.
+    size_t nr_operators() const;
+    ComputingGraph& graph() const { return *m_graph; }
+
+private:
+    struct Step;
+    struct NodeSeq;
+
+    void build_sequences(const std::vector<OutputSpec>& outputs);
+    void prepare();
+    void allocate_memory();
+    void run_node(NodeSeq& seq, uint64_t gen);
+    void run_step(Step& step);
+    bool wait_progress(NodeSeq& node, uint64_t target);
+    void record_error(std::exception_ptr err, OperatorNode* opr);
+    size_t var_index(VarNode* var) const;
+
+    std::shared_ptr<ComputingGraph> m_graph;
+    std::vector<VarNode*> m_vars; //!< every var the executable touches
+    std::unordered_map<VarNode*, size_t> m_var_idx;
+    std::vector<Tensor> m_tensors; //!< runtime tensor of m_vars[i]
+    std::vector<std::unique_ptr<NodeSeq>> m_nodes;
+    std::vector<InputNode*> m_inputs;
+    std::vector<TensorShape> m_planned_input_shapes;
+    std::vector<OutputSpec> m_outputs;
+    std::vector<size_t> m_output_idx;
+
+    enum class State { NEVER_RUN, RUNNING, DONE };
+    State m_state = State::NEVER_RUN;
+    uint64_t m_generation = 0;
+    std::atomic<uint32_t> m_running_nodes{0};
+    std::atomic<bool> m_failed{false};
+    std::mutex m_error_mutex;
+    std::exception_ptr m_error;
+};
+
+} // namespace braid

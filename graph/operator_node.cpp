@@ -1,0 +1,49 @@
+#include "graph/operator_node.h"
+
+#include "base/error.h"
+#include "graph/computing_graph.h"
+
+namespace braid {
+
+ComputingGraph* VarNode::graph() const {
+    return m_owner->graph();
+}
+
+const TensorShape& VarNode::shape() const {
+    if (!m_shape_known)
+        BRAID_THROW(GraphError,
+                    "var \"{}\" has a dynamic shape (known only at execution); its static shape "
+                    "was requested",
+                    m_name);
+    return m_shape;
+}
+
+std::string OperatorNode::describe() const {
+    auto params = param_string();
+    return params.empty() ? fmt::format("{} \"{}\"", type_name(), m_name)
+                          : fmt::format("{}({}) \"{}\"", type_name(), params, m_name);
+}
+
+void OperatorNode::init_output_dtypes() {
+    BRAID_ASSERT(!m_inputs.empty(), "{} has no input; it must set its output dtypes", type_name());
+    for (auto* out : m_outputs) out->set_dtype(m_inputs[0]->dtype());
+}
+
+VarNode* OperatorNode::grad(size_t wrt_idx, const VarNodeArray&) {
+    BRAID_THROW(GraphError, "{} is not differentiable (gradient w.r.t. input {} requested)",
+                describe(), wrt_idx);
+}
+
+void OperatorNode::add_input(VarNode* var) {
+    if (!var) BRAID_THROW(GraphError, "{}: input {} is a null var", type_name(), m_inputs.size());
+    m_inputs.push_back(var);
+}
+
+VarNode* OperatorNode::add_output(const std::string& suffix) {
+    m_output_storage.push_back(std::make_unique<VarNode>(this));
+    m_output_suffixes.push_back(suffix);
+    m_outputs.push_back(m_output_storage.back().get());
+    return m_outputs.back();
+}
+
+} // namespace braid

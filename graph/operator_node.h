@@ -1,0 +1,174 @@
+// OperatorNode: the base of every operator. Its lifecycle, in order:
+//
+//  1. construction: the operator's make() creates it with its params and inputs
+//     (add_input) and declares its outputs (add_output);
+//  2. dtype: init_output_dtypes() sets each output's dtype or throws DTypeError;
+//  3. shape inference: infer_output_shapes() computes output shapes from input shapes
+//     (and input values where shape_needs_value() says so), returns false when a
+//     dependency is not known yet, and throws ShapeError for incompatible inputs;
+//     static values follow through value_inference();
+//  4. memory hints: output_mem() says whether an output is planned memory, a read-only
+//     view of an input, or bound by the operator itself; inplace_input() names an input
+//     whose memory the output may take over when the input dies here;
+//  5. execute(): the kernel, run on the operator's comp node with the tensors in ExecCtx;
+//  6. gradient: grad() builds the input gradient from the output gradients (autodiff).
+//
+// A new operator is one file pair in operators/ plus one line in register_all_operators().
+#pragma once
+
+#include "graph/var_node.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace braid {
+
+class Hasher;
+
+//! Where an operator's output tensor comes from during execution.
+enum class OutputMem : uint8_t {
+    PLANNED,          //!< allocated by the executable's memory plan before the kernel runs
+    READONLY_FORWARD, //!< a view of input forward_input(); execute() assigns it
+    BOUND,            //!< the operator binds it in execute() (inputs, params, constants)
+};
+
+//! Name and comp node of an operator; unset fields are derived (comp node from the first
+//! input, else the graph's default; name from the type and an id).
+struct OperatorConfig {
+    std::string name;
+    CompNode comp_node;
+
+    OperatorConfig() = default;
+    OperatorConfig(const char* n) : name(n) {}
+    OperatorConfig(std::string n) : name(std::move(n)) {}
+    OperatorConfig(std::string n, CompNode cn) : name(std::move(n)), comp_node(cn) {}
+    static OperatorConfig on(CompNode cn) { return OperatorConfig("", cn); }
+};
+
+//! Shapes and (optionally) values of an operator's inputs during shape inference.
+class InferCtx {
+public:
+    InferCtx(const TensorShape* const* shapes, const Tensor* const* values, size_t n)
+        : m_shapes(shapes), m_values(values), m_n(n) {}
+    size_t nr_inputs() const { return m_n; }
+    //! Input i's shape, or nullptr when not known yet.
+    const TensorShape* shape(size_t i) const { return m_shapes[i]; }
+    //! Input i's value (host-readable), or nullptr when not known yet.
+    const Tensor* value(size_t i) const { return m_values[i]; }
+
+private:
+    const TensorShape* const* m_shapes;
+    const Tensor* const* m_values;
+    size_t m_n;
+};
+
+//! The tensors a kernel reads and writes. Outputs of kind PLANNED arrive allocated with
+//! their final shape; READONLY_FORWARD and BOUND outputs are assigned by the kernel.
+class ExecCtx {
+public:
+    ExecCtx(const Tensor* const* inputs, size_t nin, Tensor* const* outputs, size_t nout)
+        : m_inputs(inputs), m_outputs(outputs), m_nin(nin), m_nout(nout) {}
+    const Tensor& input(size_t i) const { return *m_inputs[i]; }
+    Tensor& output(size_t i) const { return *m_outputs[i]; }
+    size_t nr_inputs() const { return m_nin; }
+    size_t nr_outputs() const { return m_nout; }
+
+private:
+    const Tensor* const* m_inputs;
+    Tensor* const* m_outputs;
+    size_t m_nin, m_nout;
+};
+
+//! How an operator's output values may be known before execution.
+enum class ValueInference : uint8_t {
+    NONE,        //!< only at execution (inputs, parameters, communication)
+    FROM_VALUES, //!< by running the kernel on the inputs' static values (constant folding)
+    FROM_SHAPES, //!< from the inputs' shapes alone (GetVarShape); via infer_value()
+};
+
+//! Base class of every operator. Owned by its ComputingGraph; not thread-safe.
+class OperatorNode {
+public:
+    virtual ~OperatorNode() = default;
+
+    //! Stable type name, e.g. "Elemwise"; used in messages, hashing and serialization.
+    virtual const char* type_name() const = 0;
+    const std::string& name() const { return m_name; }
+    ComputingGraph* graph() const { return m_graph; }
+    CompNode comp_node() const { return m_comp_node; }
+    const VarNodeArray& inputs() const { return m_inputs; }
+    const VarNodeArray& outputs() const { return m_outputs; }
+    VarNode* input(size_t i) const { return m_inputs.at(i); }
+    VarNode* output(size_t i = 0) const { return m_outputs.at(i); }
+    //! Unique within the graph, increasing in insertion order.
+    size_t id() const { return m_id; }
+    //! A short description for messages: `Elemwise(ADD) "h1"`.
+    std::string describe() const;
+
+    // ---- 1. params and deduplication ----
+    //! Feeds every param that distinguishes two operators of this type into `h`.
+    virtual void hash_params(Hasher& h) const {}
+    //! True when `rhs` (same type) has equal params.
+    virtual bool params_equal(const OperatorNode& rhs) const { return true; }
+    //! False for operators that must never be merged with an equal-looking one
+    //! (side effects, communication, user-fed inputs).
+    virtual bool allow_dedup() const { return true; }
+    //! Short params text for messages, e.g. "ADD"; empty when none.
+    virtual std::string param_string() const { return {}; }
+
+    // ---- 2. dtype ----
+    //! Sets every output's dtype; default: all outputs take input 0's dtype.
+    virtual void init_output_dtypes();
+
+    // ---- 3. shape and value inference ----
+    //! Whether the shape rule needs input i's value (not only its shape).
+    virtual bool shape_needs_value(size_t input_idx) const { return false; }
+    //! Fills `out[k]` for every output; returns false when a needed input shape or value is
+    //! unknown; throws ShapeError when inputs are incompatible.
+    virtual bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const = 0;
+    virtual ValueInference value_inference() const { return ValueInference::FROM_VALUES; }
+    //! For FROM_SHAPES operators: the values of the outputs from the input shapes.
+    virtual void infer_value(const InferCtx& ctx, Tensor* out) const {}
+
+    // ---- 4. memory hints ----
+    virtual OutputMem output_mem(size_t output_idx) const { return OutputMem::PLANNED; }
+    //! For READONLY_FORWARD outputs: the input whose storage the output views.
+    virtual size_t forward_input(size_t output_idx) const { return 0; }
+    //! An input whose memory output `output_idx` may overwrite in place (same layout, the
+    //! input is not read afterwards); -1 when none.
+    virtual int inplace_input(size_t output_idx) const { return -1; }
+    //! Whether the kernel accepts non-contiguous inputs; otherwise it gets contiguous ones.
+    virtual bool accepts_strided_inputs() const { return false; }
+
+    // ---- 5. execution ----
+    virtual void execute(ExecCtx& ctx) = 0;
+
+    // ---- 6. gradient ----
+    //! The gradient of the loss w.r.t. input `wrt_idx`, given the gradient of each output
+    //! (nullptr for outputs the loss does not depend on). Returns nullptr when the input
+    //! gets no gradient. Default: throws GraphError saying the operator is not differentiable.
+    virtual VarNode* grad(size_t wrt_idx, const VarNodeArray& out_grads);
+
+protected:
+    explicit OperatorNode(const OperatorConfig& config) : m_config(config) {}
+    //! Registers an input; call in the constructor, in order.
+    void add_input(VarNode* var);
+    //! Declares an output; call in the constructor, in order. `suffix` names it within the
+    //! operator when there are several outputs.
+    VarNode* add_output(const std::string& suffix = "");
+
+private:
+    friend class ComputingGraph;
+    OperatorConfig m_config;
+    std::string m_name;
+    ComputingGraph* m_graph = nullptr;
+    CompNode m_comp_node;
+    size_t m_id = 0;
+    VarNodeArray m_inputs;
+    VarNodeArray m_outputs;
+    std::vector<std::unique_ptr<VarNode>> m_output_storage;
+    std::vector<std::string> m_output_suffixes;
+};
+
+} // namespace braid

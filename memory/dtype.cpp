@@ -1,0 +1,217 @@
+#include "memory/dtype.h"
+
+#include "base/error.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+namespace braid {
+
+size_t DType::size() const {
+    switch (m_enum) {
+    case DTypeEnum::FLOAT32:
+        return 4;
+    case DTypeEnum::FLOAT16:
+        return 2;
+    case DTypeEnum::BFLOAT16:
+        return 2;
+    case DTypeEnum::INT8:
+        return 1;
+    case DTypeEnum::UINT8:
+        return 1;
+    case DTypeEnum::INT32:
+        return 4;
+    case DTypeEnum::INT64:
+        return 8;
+    case DTypeEnum::BOOL:
+        return 1;
+    }
+    return 0;
+}
+
+const char* DType::name() const {
+    if (!m_valid) return "invalid";
+    switch (m_enum) {
+    case DTypeEnum::FLOAT32:
+        return "float32";
+    case DTypeEnum::FLOAT16:
+        return "float16";
+    case DTypeEnum::BFLOAT16:
+        return "bfloat16";
+    case DTypeEnum::INT8:
+        return "int8";
+    case DTypeEnum::UINT8:
+        return "uint8";
+    case DTypeEnum::INT32:
+        return "int32";
+    case DTypeEnum::INT64:
+        return "int64";
+    case DTypeEnum::BOOL:
+        return "bool";
+    }
+    return "invalid";
+}
+
+bool DType::is_float() const {
+    return m_valid && (m_enum == DTypeEnum::FLOAT32 || m_enum == DTypeEnum::FLOAT16 ||
+                       m_enum == DTypeEnum::BFLOAT16);
+}
+
+bool DType::is_integer() const {
+    return m_valid && (m_enum == DTypeEnum::INT8 || m_enum == DTypeEnum::UINT8 ||
+                       m_enum == DTypeEnum::INT32 || m_enum == DTypeEnum::INT64);
+}
+
+DType DType::from_name(const std::string& name) {
+    for (auto e : {DTypeEnum::FLOAT32, DTypeEnum::FLOAT16, DTypeEnum::BFLOAT16, DTypeEnum::INT8,
+                   DTypeEnum::UINT8, DTypeEnum::INT32, DTypeEnum::INT64, DTypeEnum::BOOL}) {
+        if (name == DType(e).name()) return e;
+    }
+    BRAID_THROW(DTypeError, "unknown dtype name \"{}\"", name);
+}
+
+float half_to_float(uint16_t h) {
+    uint32_t sign = uint32_t(h & 0x8000) << 16;
+    uint32_t exp = (h >> 10) & 0x1f;
+    uint32_t mant = h & 0x3ff;
+    uint32_t bits;
+    if (exp == 0) {
+        if (mant == 0) {
+            bits = sign;
+        } else { // subnormal: normalise
+            int e = -1;
+            do {
+                ++e;
+                mant <<= 1;
+            } while (!(mant & 0x400));
+            bits = sign | uint32_t(127 - 15 - e) << 23 | (mant & 0x3ff) << 13;
+        }
+    } else if (exp == 0x1f) {
+        bits = sign | 0x7f800000u | mant << 13;
+    } else {
+        bits = sign | (exp + 127 - 15) << 23 | mant << 13;
+    }
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+}
+
+uint16_t float_to_half(float f) {
+    uint32_t x;
+    std::memcpy(&x, &f, 4);
+    uint16_t sign = uint16_t((x >> 16) & 0x8000);
+    uint32_t absx = x & 0x7fffffffu;
+    if (absx >= 0x7f800000u) // inf or NaN
+        return sign | 0x7c00 | (absx > 0x7f800000u ? 0x200 : 0);
+    if (absx >= 0x477ff000u) // rounds to >= 65520: overflow
+        return sign | 0x7c00;
+    if (absx < 0x38800000u) { // below the smallest normal half: subnormal or zero
+        // Add 0.5 (as float) so the hardware rounds the mantissa to nearest even for us.
+        float a;
+        std::memcpy(&a, &absx, 4);
+        a += 0.5f;
+        uint32_t r;
+        std::memcpy(&r, &a, 4);
+        return sign | uint16_t(r - 0x3f000000u);
+    }
+    uint32_t mant_odd = (absx >> 13) & 1;
+    absx += 0xc8000fffu + mant_odd; // rebias exponent (-112 << 23) and round to nearest even
+    return sign | uint16_t(absx >> 13);
+}
+
+uint16_t float_to_bf16(float f) {
+    uint32_t x;
+    std::memcpy(&x, &f, 4);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return uint16_t((x >> 16) | 0x40); // quiet NaN
+    uint32_t lsb = (x >> 16) & 1;
+    x += 0x7fffu + lsb;
+    return uint16_t(x >> 16);
+}
+
+double load_as_double(DType dt, const void* base, size_t i) {
+    switch (dt.enumv()) {
+    case DTypeEnum::FLOAT32:
+        return static_cast<const float*>(base)[i];
+    case DTypeEnum::FLOAT16:
+        return half_to_float(static_cast<const uint16_t*>(base)[i]);
+    case DTypeEnum::BFLOAT16:
+        return bf16_to_float(static_cast<const uint16_t*>(base)[i]);
+    case DTypeEnum::INT8:
+        return static_cast<const int8_t*>(base)[i];
+    case DTypeEnum::UINT8:
+        return static_cast<const uint8_t*>(base)[i];
+    case DTypeEnum::INT32:
+        return static_cast<const int32_t*>(base)[i];
+    case DTypeEnum::INT64:
+        return double(static_cast<const int64_t*>(base)[i]);
+    case DTypeEnum::BOOL:
+        return static_cast<const uint8_t*>(base)[i] ? 1.0 : 0.0;
+    }
+    return 0;
+}
+
+namespace {
+template <typename T> T saturate_int(double v) {
+    if (std::isnan(v)) return 0;
+    v = std::trunc(v);
+    if (v <= double(std::numeric_limits<T>::min())) return std::numeric_limits<T>::min();
+    if (v >= double(std::numeric_limits<T>::max())) return std::numeric_limits<T>::max();
+    return T(v);
+}
+} // namespace
+
+void store_from_double(DType dt, void* base, size_t i, double v) {
+    switch (dt.enumv()) {
+    case DTypeEnum::FLOAT32:
+        static_cast<float*>(base)[i] = float(v);
+        break;
+    case DTypeEnum::FLOAT16:
+        static_cast<uint16_t*>(base)[i] = float_to_half(float(v));
+        break;
+    case DTypeEnum::BFLOAT16:
+        static_cast<uint16_t*>(base)[i] = float_to_bf16(float(v));
+        break;
+    case DTypeEnum::INT8:
+        static_cast<int8_t*>(base)[i] = saturate_int<int8_t>(v);
+        break;
+    case DTypeEnum::UINT8:
+        static_cast<uint8_t*>(base)[i] = saturate_int<uint8_t>(v);
+        break;
+    case DTypeEnum::INT32:
+        static_cast<int32_t*>(base)[i] = saturate_int<int32_t>(v);
+        break;
+    case DTypeEnum::INT64:
+        static_cast<int64_t*>(base)[i] = saturate_int<int64_t>(v);
+        break;
+    case DTypeEnum::BOOL:
+        static_cast<uint8_t*>(base)[i] = v != 0;
+        break;
+    }
+}
+
+void convert_elements(DType src_dt, const void* src, DType dst_dt, void* dst, size_t n) {
+    if (src_dt == dst_dt) {
+        std::memcpy(dst, src, n * src_dt.size());
+        return;
+    }
+    // Fast paths for the conversions mixed-precision graphs use most.
+    if (src_dt == dtype::Float32() && dst_dt == dtype::Float16()) {
+        auto s = static_cast<const float*>(src);
+        auto d = static_cast<uint16_t*>(dst);
+        for (size_t i = 0; i < n; ++i) d[i] = float_to_half(s[i]);
+        return;
+    }
+    if (src_dt == dtype::Float32() && dst_dt == dtype::BFloat16()) {
+        auto s = static_cast<const float*>(src);
+        auto d = static_cast<uint16_t*>(dst);
+        for (size_t i = 0; i < n; ++i) d[i] = float_to_bf16(s[i]);
+        return;
+    }
+    // float32 -> float16/bfloat16 must round once, from the float value; everything
+    // else passes exactly through double.
+    for (size_t i = 0; i < n; ++i)
+        store_from_double(dst_dt, dst, i, load_as_double(src_dt, src, i));
+}
+
+} // namespace braid

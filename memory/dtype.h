@@ -1,0 +1,95 @@
+// Element data types: name, size in bytes, and conversions between them.
+//
+// float16 and bfloat16 are storage types: kernels compute them in float32 and
+// convert with round-to-nearest-even on store.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace braid {
+
+//! The element types a tensor may hold.
+enum class DTypeEnum : uint8_t { FLOAT32, FLOAT16, BFLOAT16, INT8, UINT8, INT32, INT64, BOOL };
+
+//! A tensor element type (a small value type; cheap to copy, thread-safe).
+class DType {
+public:
+    constexpr DType() = default;
+    constexpr DType(DTypeEnum e) : m_enum(e), m_valid(true) {}
+
+    //! Whether this dtype was set (a default-constructed DType is invalid).
+    constexpr bool valid() const { return m_valid; }
+    constexpr DTypeEnum enumv() const { return m_enum; }
+    //! Size of one element in bytes.
+    size_t size() const;
+    //! Lower-case name: "float32", "bfloat16", "bool", ...
+    const char* name() const;
+    //! float32, float16 and bfloat16.
+    bool is_float() const;
+    //! Signed or unsigned integer types (bool excluded).
+    bool is_integer() const;
+
+    //! Parses a name as printed by name(); throws DTypeError for unknown names.
+    static DType from_name(const std::string& name);
+
+    constexpr bool operator==(const DType& rhs) const {
+        return m_valid == rhs.m_valid && (!m_valid || m_enum == rhs.m_enum);
+    }
+
+private:
+    DTypeEnum m_enum = DTypeEnum::FLOAT32;
+    bool m_valid = false;
+};
+
+namespace dtype {
+constexpr DType Float32() {
+    return DTypeEnum::FLOAT32;
+}
+constexpr DType Float16() {
+    return DTypeEnum::FLOAT16;
+}
+constexpr DType BFloat16() {
+    return DTypeEnum::BFLOAT16;
+}
+constexpr DType Int8() {
+    return DTypeEnum::INT8;
+}
+constexpr DType Uint8() {
+    return DTypeEnum::UINT8;
+}
+constexpr DType Int32() {
+    return DTypeEnum::INT32;
+}
+constexpr DType Int64() {
+    return DTypeEnum::INT64;
+}
+constexpr DType Bool() {
+    return DTypeEnum::BOOL;
+}
+} // namespace dtype
+
+//! IEEE binary16 bits to float.
+float half_to_float(uint16_t h);
+//! float to IEEE binary16 bits, round to nearest even, overflow to infinity, NaN kept.
+uint16_t float_to_half(float f);
+//! bfloat16 bits to float.
+inline float bf16_to_float(uint16_t b) {
+    uint32_t u = uint32_t(b) << 16;
+    float f;
+    __builtin_memcpy(&f, &u, 4);
+    return f;
+}
+//! float to bfloat16 bits, round to nearest even, NaN kept quiet.
+uint16_t float_to_bf16(float f);
+
+//! Reads element `i` of a buffer of dtype `dt` as a double.
+double load_as_double(DType dt, const void* base, size_t i);
+//! Writes `v` into element `i` of a buffer of dtype `dt` with that dtype's conversion rules
+//! (float16/bfloat16 rounding, integer truncation toward zero, bool as v != 0).
+void store_from_double(DType dt, void* base, size_t i, double v);
+//! Converts `n` contiguous elements from `src_dt` to `dst_dt`.
+void convert_elements(DType src_dt, const void* src, DType dst_dt, void* dst, size_t n);
+
+} // namespace braid

@@ -1,0 +1,127 @@
+#include "operators/io.h"
+
+#include "base/error.h"
+#include "base/hash.h"
+
+#include <cstring>
+
+namespace braid::opr {
+
+Input::Input(DType dtype, const TensorShape& shape, const OperatorConfig& config)
+    : InputNode(config), m_dtype(dtype), m_shape(shape) {
+    add_output();
+}
+
+SymbolVar Input::make(ComputingGraph& graph, const std::string& name, DType dtype,
+                      const TensorShape& shape, CompNode cn) {
+    if (name.empty()) BRAID_THROW(GraphError, "Input: an input needs a non-empty name");
+    for (auto& opr : graph.operators())
+        if (dynamic_cast<InputNode*>(opr.get()) && opr->name() == name)
+            BRAID_THROW(GraphError, "Input \"{}\": the graph already has an input of that name",
+                        name);
+    auto* opr = graph.insert_opr(std::make_unique<Input>(dtype, shape, OperatorConfig(name, cn)));
+    return opr->output(0);
+}
+
+void Input::init_output_dtypes() {
+    output(0)->set_dtype(m_dtype);
+}
+
+bool Input::infer_output_shapes(const InferCtx&, TensorShape* out) const {
+    out[0] = m_fed.empty() ? m_shape : m_fed.shape();
+    return true;
+}
+
+void Input::feed(Tensor value) {
+    if (value.empty()) BRAID_THROW(GraphError, "input \"{}\": fed an empty tensor", name());
+    if (value.dtype() != m_dtype)
+        BRAID_THROW(DTypeError, "input \"{}\": fed a {} tensor, expected {} (shape {})", name(),
+                    value.dtype().name(), m_dtype.name(), value.shape().to_string());
+    m_fed = std::move(value);
+}
+
+void Input::execute(ExecCtx& ctx) {
+    Tensor& out = ctx.output(0);
+    if (m_fed.device() == comp_node().device()) {
+        out = m_fed.contiguous(); // zero copy when contiguous
+    } else {
+        if (out.empty() || out.shape() != m_fed.shape())
+            out = Tensor(m_fed.shape(), m_dtype, comp_node().allocator());
+        out.copy_from(m_fed);
+    }
+}
+
+ImmutableTensor::ImmutableTensor(Tensor value, const OperatorConfig& config)
+    : OperatorNode(config), m_value(std::move(value)) {
+    if (m_value.empty()) BRAID_THROW(GraphError, "ImmutableTensor: the value is an empty tensor");
+    m_value = m_value.contiguous();
+    add_output();
+}
+
+SymbolVar ImmutableTensor::make(ComputingGraph& graph, const Tensor& value,
+                                const OperatorConfig& config) {
+    return graph.insert_opr(std::make_unique<ImmutableTensor>(value, config))->output(0);
+}
+
+SymbolVar ImmutableTensor::make_scalar(ComputingGraph& graph, double value, DType dtype,
+                                       const OperatorConfig& config) {
+    Tensor t(TensorShape{}, dtype);
+    store_from_double(dtype, t.raw_ptr(), 0, value);
+    return make(graph, t, config);
+}
+
+void ImmutableTensor::hash_params(Hasher& h) const {
+    h.add_pod(m_value.dtype().enumv());
+    for (size_t d : m_value.shape().dims()) h.add_pod(d);
+    h.add_bytes(m_value.raw_ptr(), m_value.nr_bytes());
+}
+
+bool ImmutableTensor::params_equal(const OperatorNode& rhs) const {
+    auto& o = static_cast<const ImmutableTensor&>(rhs).m_value;
+    return o.dtype() == m_value.dtype() && o.shape() == m_value.shape() &&
+           std::memcmp(o.raw_ptr(), m_value.raw_ptr(), m_value.nr_bytes()) == 0;
+}
+
+void ImmutableTensor::init_output_dtypes() {
+    output(0)->set_dtype(m_value.dtype());
+}
+
+bool ImmutableTensor::infer_output_shapes(const InferCtx&, TensorShape* out) const {
+    out[0] = m_value.shape();
+    return true;
+}
+
+SharedParam::SharedParam(std::shared_ptr<Tensor> param, const OperatorConfig& config)
+    : OperatorNode(config), m_param(std::move(param)) {
+    if (!m_param || m_param->empty())
+        BRAID_THROW(GraphError, "SharedParam \"{}\": the parameter tensor is null or empty",
+                    config.name);
+    if (!m_param->layout().is_contiguous())
+        BRAID_THROW(GraphError, "SharedParam \"{}\": the parameter tensor must be contiguous",
+                    config.name);
+    add_output();
+}
+
+SymbolVar SharedParam::make(ComputingGraph& graph, std::shared_ptr<Tensor> param,
+                            const OperatorConfig& config) {
+    return graph.insert_opr(std::make_unique<SharedParam>(std::move(param), config))->output(0);
+}
+
+void SharedParam::hash_params(Hasher& h) const {
+    h.add_pod(m_param.get());
+}
+
+bool SharedParam::params_equal(const OperatorNode& rhs) const {
+    return static_cast<const SharedParam&>(rhs).m_param == m_param;
+}
+
+void SharedParam::init_output_dtypes() {
+    output(0)->set_dtype(m_param->dtype());
+}
+
+bool SharedParam::infer_output_shapes(const InferCtx&, TensorShape* out) const {
+    out[0] = m_param->shape();
+    return true;
+}
+
+} // namespace braid::opr

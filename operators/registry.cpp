@@ -1,0 +1,49 @@
+#include "operators/registry.h"
+
+#include <mutex>
+
+namespace braid {
+
+namespace {
+std::mutex g_registry_mutex;
+}
+
+OperatorRegistry& OperatorRegistry::instance() {
+    static OperatorRegistry reg;
+    return reg;
+}
+
+void OperatorRegistry::add(OperatorTraits traits) {
+    std::lock_guard lk(g_registry_mutex);
+    auto name = traits.type_name;
+    m_types[name] = std::move(traits);
+}
+
+const OperatorTraits* OperatorRegistry::find(const std::string& type_name) const {
+    std::lock_guard lk(g_registry_mutex);
+    auto it = m_types.find(type_name);
+    return it == m_types.end() ? nullptr : &it->second;
+}
+
+std::vector<std::string> OperatorRegistry::type_names() const {
+    std::lock_guard lk(g_registry_mutex);
+    std::vector<std::string> names;
+    for (auto& [name, _] : m_types) names.push_back(name);
+    return names;
+}
+
+void register_all_operators() {
+    static std::once_flag once;
+    std::call_once(once, [] {
+        auto& reg = OperatorRegistry::instance();
+        // One line per family; each lists the types its file pair defines.
+        for (auto* t : {"Input", "ImmutableTensor", "SharedParam"}) reg.add({t, "io"});
+        reg.add({"Elemwise", "elemwise"});
+        for (auto* t : {"Reshape", "GetVarShape", "Broadcast", "TypeCvt"})
+            reg.add({t, "tensor_manip"});
+        reg.add({"MatMul", "matmul"});
+        reg.add({"Reduce", "reduce"});
+    });
+}
+
+} // namespace braid

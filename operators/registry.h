@@ -1,0 +1,41 @@
+// The explicit operator registry: every operator type, by its stable type name.
+//
+// register_all_operators() lists every operator family; tools and tests call it once.
+// Registration is explicit so that no operator depends on the linker keeping a static
+// constructor. Serialization attaches each type's params dump/load here.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace braid {
+
+//! What the runtime knows about one operator type.
+struct OperatorTraits {
+    std::string type_name;
+    //! The family (file pair) that defines it, e.g. "elemwise".
+    std::string family;
+};
+
+//! Process-wide table of operator types. Registration is thread-safe; lookups after
+//! registration are read-only.
+class OperatorRegistry {
+public:
+    static OperatorRegistry& instance();
+    //! Adds a type; registering the same name again replaces it.
+    void add(OperatorTraits traits);
+    //! The traits of `type_name`, or nullptr.
+    const OperatorTraits* find(const std::string& type_name) const;
+    //! Every registered type name, sorted.
+    std::vector<std::string> type_names() const;
+
+private:
+    std::map<std::string, OperatorTraits> m_types;
+};
+
+//! Registers every operator family (idempotent).
+void register_all_operators();
+
+} // namespace braid
