@@ -1,0 +1,136 @@
+#include "base/thread_pool.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace braid {
+
+namespace {
+
+class ThreadPool {
+public:
+    explicit ThreadPool(size_t nthreads) { resize(nthreads); }
+    ~ThreadPool() { stop_workers(); }
+
+    size_t threads() const { return m_workers.size() + 1; }
+
+    void resize(size_t nthreads) {
+        std::lock_guard region(m_region);
+        stop_workers();
+        m_stop = false;
+        for (size_t i = 1; i < std::max<size_t>(nthreads, 1); ++i)
+            m_workers.emplace_back([this] { worker_loop(); });
+    }
+
+    void run(size_t n, size_t grain, const std::function<void(size_t, size_t)>& fn) {
+        std::unique_lock region(m_region, std::try_to_lock);
+        if (!region.owns_lock() || m_workers.empty() || n <= grain) {
+            fn(0, n);
+            return;
+        }
+        size_t max_chunks = threads() * 4;
+        size_t chunk = std::max(grain, (n + max_chunks - 1) / max_chunks);
+        {
+            std::lock_guard lk(m_mutex);
+            m_fn = &fn;
+            m_n = n;
+            m_chunk = chunk;
+            m_next.store(0);
+            m_error = nullptr;
+            m_active = m_workers.size();
+            ++m_job;
+        }
+        m_cv.notify_all();
+        work();
+        std::unique_lock lk(m_mutex);
+        m_done_cv.wait(lk, [&] { return m_active == 0; });
+        m_fn = nullptr;
+        if (m_error) std::rethrow_exception(m_error);
+    }
+
+private:
+    void work() {
+        for (;;) {
+            size_t begin = m_next.fetch_add(m_chunk);
+            if (begin >= m_n) return;
+            try {
+                (*m_fn)(begin, std::min(m_n, begin + m_chunk));
+            } catch (...) {
+                std::lock_guard lk(m_mutex);
+                if (!m_error) m_error = std::current_exception();
+            }
+        }
+    }
+
+    void worker_loop() {
+        uint64_t seen = 0;
+        for (;;) {
+            {
+                std::unique_lock lk(m_mutex);
+                m_cv.wait(lk, [&] { return m_stop || m_job != seen; });
+                if (m_stop) return;
+                seen = m_job;
+            }
+            work();
+            std::lock_guard lk(m_mutex);
+            if (--m_active == 0) m_done_cv.notify_all();
+        }
+    }
+
+    void stop_workers() {
+        {
+            std::lock_guard lk(m_mutex);
+            m_stop = true;
+        }
+        m_cv.notify_all();
+        for (auto& t : m_workers) t.join();
+        m_workers.clear();
+    }
+
+    std::mutex m_region; //!< held by the caller of the active parallel region
+    std::mutex m_mutex;
+    std::condition_variable m_cv, m_done_cv;
+    std::vector<std::thread> m_workers;
+    const std::function<void(size_t, size_t)>* m_fn = nullptr;
+    size_t m_n = 0, m_chunk = 1, m_active = 0;
+    uint64_t m_job = 0;
+    std::atomic<size_t> m_next{0};
+    std::exception_ptr m_error;
+    bool m_stop = false;
+};
+
+size_t default_threads() {
+    if (const char* env = std::getenv("BRAID_NUM_THREADS")) {
+        long v = std::atol(env);
+        if (v > 0) return size_t(v);
+    }
+    return std::max(1u, std::thread::hardware_concurrency());
+}
+
+ThreadPool& pool() {
+    static ThreadPool p(default_threads());
+    return p;
+}
+
+} // namespace
+
+size_t kernel_threads() {
+    return pool().threads();
+}
+
+void set_kernel_threads(size_t n) {
+    pool().resize(n);
+}
+
+void parallel_for(size_t n, size_t grain, const std::function<void(size_t, size_t)>& fn) {
+    if (n == 0) return;
+    pool().run(n, std::max<size_t>(grain, 1), fn);
+}
+
+} // namespace braid

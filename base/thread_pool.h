@@ -1,0 +1,24 @@
+// The thread pool shared by braid's CPU kernels.
+//
+// parallel_for splits [0, n) into chunks run by the pool's workers and the calling thread.
+// One parallel region runs at a time; a kernel that asks while another region is active
+// (a second comp node's worker, say) runs its loop serially instead of oversubscribing the
+// cores. Thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+
+namespace braid {
+
+//! Number of threads kernels may use (workers + caller). From BRAID_NUM_THREADS, default
+//! the number of hardware threads.
+size_t kernel_threads();
+//! Sets the number of kernel threads (>= 1); takes effect for later parallel regions.
+void set_kernel_threads(size_t n);
+
+//! Runs fn(begin, end) over [0, n) in chunks of at least `grain` iterations, in parallel
+//! when n > grain and the pool is free. Exceptions from fn are rethrown in the caller.
+void parallel_for(size_t n, size_t grain, const std::function<void(size_t, size_t)>& fn);
+
+} // namespace braid
