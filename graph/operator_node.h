@@ -11,7 +11,8 @@
 //     view of an input, or bound by the operator itself; inplace_input() names an input
 //     whose memory the output may take over when the input dies here;
 //  5. execute(): the kernel, run on the operator's comp node with the tensors in ExecCtx;
-//  6. gradient: grad() builds the input gradient from the output gradients (autodiff).
+//  6. gradient: a rule registered for the operator type (graph/grad.h) builds each input's
+//     gradient from the output gradients; types without a rule are not differentiable.
 //
 // A new operator is one file pair in operators/ plus one line in register_all_operators().
 #pragma once
@@ -143,12 +144,6 @@ public:
 
     // ---- 5. execution ----
     virtual void execute(ExecCtx& ctx) = 0;
-
-    // ---- 6. gradient ----
-    //! The gradient of the loss w.r.t. input `wrt_idx`, given the gradient of each output
-    //! (nullptr for outputs the loss does not depend on). Returns nullptr when the input
-    //! gets no gradient. Default: throws GraphError saying the operator is not differentiable.
-    virtual VarNode* grad(size_t wrt_idx, const VarNodeArray& out_grads);
 
 protected:
     explicit OperatorNode(const OperatorConfig& config) : m_config(config) {}

@@ -1,5 +1,7 @@
 #include "operators/registry.h"
 
+#include "operators/grad_util.h"
+
 #include <mutex>
 
 namespace braid {
@@ -43,6 +45,15 @@ void register_all_operators() {
             reg.add({t, "tensor_manip"});
         reg.add({"MatMul", "matmul"});
         reg.add({"Reduce", "reduce"});
+        reg.add({"ParamUpdate", "optimizer"});
+
+        // Gradient rules, one line per family.
+        opr::register_grad_arith();
+        opr::register_elemwise_grad();
+        opr::register_matmul_grad();
+        opr::register_reduce_grad();
+        opr::register_tensor_manip_grad();
+        opr::register_optimizer_grad();
     });
 }
 
