@@ -169,6 +169,7 @@ void Executable::allocate_memory() {
 }
 
 Executable& Executable::feed(const std::string& name, Tensor value) {
+    if (m_state == State::RUNNING) wait(); // the Input kernels may be reading the fed tensors
     for (auto* in : m_inputs)
         if (in->input_name() == name) {
             in->feed(std::move(value));
@@ -181,6 +182,7 @@ Executable& Executable::feed(const std::string& name, Tensor value) {
 }
 
 Executable& Executable::feed(const SymbolVar& input, Tensor value) {
+    if (m_state == State::RUNNING) wait();
     for (auto* in : m_inputs)
         if (in->output(0) == input.node()) {
             in->feed(std::move(value));
