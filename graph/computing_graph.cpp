@@ -126,6 +126,18 @@ void ComputingGraph::infer_opr(OperatorNode* opr) {
         if (!out_values[k].empty()) outputs[k]->set_static_value(std::move(out_values[k]));
 }
 
+void ComputingGraph::add_extra_dep(VarNode* var, VarNode* dep) {
+    BRAID_ASSERT(var->graph() == this && dep->graph() == this,
+                 "extra dependency between vars of different graphs");
+    m_extra_deps[var].push_back(dep);
+}
+
+const VarNodeArray& ComputingGraph::extra_deps(VarNode* var) const {
+    static const VarNodeArray none;
+    auto it = m_extra_deps.find(var);
+    return it == m_extra_deps.end() ? none : it->second;
+}
+
 void ComputingGraph::reinfer_all() {
     for (auto& opr : m_oprs) infer_opr(opr.get());
 }

@@ -64,6 +64,12 @@ public:
     //! Runs one operator's dtype-independent shape and value inference.
     void infer_opr(OperatorNode* opr);
 
+    //! Makes every executable that computes `var` also compute `dep` (e.g. a collective's
+    //! gradient that peers wait for even though this rank's result does not need it).
+    void add_extra_dep(VarNode* var, VarNode* dep);
+    //! The extra dependencies of `var` (empty when none).
+    const VarNodeArray& extra_deps(VarNode* var) const;
+
 private:
     explicit ComputingGraph(GraphOptions options) : m_options(std::move(options)) {}
     uint64_t dedup_hash(const OperatorNode& opr) const;
@@ -72,6 +78,7 @@ private:
     std::vector<std::unique_ptr<OperatorNode>> m_oprs;
     std::unordered_multimap<uint64_t, OperatorNode*> m_dedup;
     size_t m_next_var_id = 0;
+    std::unordered_map<VarNode*, VarNodeArray> m_extra_deps;
 };
 
 } // namespace braid

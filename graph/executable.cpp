@@ -78,6 +78,8 @@ void Executable::build_sequences(const std::vector<OutputSpec>& outputs) {
         if (needed[opr]) continue;
         needed[opr] = true;
         for (auto* in : opr->inputs()) stack.push_back(in->owner());
+        for (auto* out : opr->outputs())
+            for (auto* dep : m_graph->extra_deps(out)) stack.push_back(dep->owner());
     }
     std::vector<OperatorNode*> order;
     for (auto& opr : m_graph->operators())

@@ -15,6 +15,7 @@ namespace {
 struct GradRegistry {
     std::mutex mutex;
     std::map<std::string, GradRule> rules;
+    std::map<std::string, bool> always_run;
     std::map<std::string, std::string> non_differentiable;
     GradArith arith;
 };
@@ -26,10 +27,11 @@ GradRegistry& registry() {
 
 } // namespace
 
-void register_grad_rule(const std::string& type_name, GradRule rule) {
+void register_grad_rule(const std::string& type_name, GradRule rule, bool always_run) {
     auto& reg = registry();
     std::lock_guard lk(reg.mutex);
     reg.rules[type_name] = std::move(rule);
+    reg.always_run[type_name] = always_run;
 }
 
 void register_non_differentiable(const std::string& type_name, const std::string& reason) {
@@ -85,15 +87,23 @@ SymbolVarArray grad(SymbolVar loss, const SymbolVarArray& wrt, const GradOptions
     std::unordered_set<VarNode*> on_path;
     for (auto& w : wrt) on_path.insert(w.node());
     std::vector<OperatorNode*> active;
+    auto always_run = [&](OperatorNode* opr) {
+        std::lock_guard lk(reg.mutex);
+        auto it = reg.always_run.find(opr->type_name());
+        return it != reg.always_run.end() && it->second;
+    };
     for (auto& opr_ptr : graph->operators()) {
         auto* opr = opr_ptr.get();
         if (!ancestors.count(opr)) continue;
         bool touches = false;
         for (auto* in : opr->inputs()) touches |= on_path.count(in) > 0;
-        if (!touches) continue;
+        // An always-run operator's outputs are gradient sources like wrt vars: its gradient
+        // has side effects peers rely on, even when no input of it needs a gradient.
+        if (!touches && !always_run(opr)) continue;
         active.push_back(opr);
         for (auto* out : opr->outputs()) on_path.insert(out);
     }
+    VarNodeArray side_effects;
 
     std::unordered_map<VarNode*, std::vector<VarNode*>> contributions;
     auto summed = [&](VarNode* var) -> VarNode* {
@@ -129,9 +139,11 @@ SymbolVarArray grad(SymbolVar loss, const SymbolVarArray& wrt, const GradOptions
             auto nd = reg.non_differentiable.find(opr->type_name());
             if (nd != reg.non_differentiable.end()) reason = nd->second;
         }
+        bool any_input = false;
         for (size_t i = 0; i < opr->inputs().size(); ++i) {
             VarNode* in = opr->input(i);
             if (!on_path.count(in)) continue;
+            any_input = true;
             if (!rule)
                 BRAID_THROW(GraphError, "grad(): {} is not differentiable{}{} (input {} \"{}\")",
                             opr->describe(), reason.empty() ? "" : ": ", reason, i, in->name());
@@ -145,6 +157,9 @@ SymbolVarArray grad(SymbolVar loss, const SymbolVarArray& wrt, const GradOptions
                          in->shape_known() ? in->shape().to_string() : "dynamic");
             contributions[in].push_back(g);
         }
+        if (!any_input && rule && always_run(opr))
+            if (VarNode* effect = rule(*opr, GRAD_SIDE_EFFECT_ONLY, out_grads))
+                side_effects.push_back(effect);
     }
 
     SymbolVarArray result;
@@ -160,6 +175,8 @@ SymbolVarArray grad(SymbolVar loss, const SymbolVarArray& wrt, const GradOptions
         }
         result.emplace_back(g);
     }
+    for (auto& r : result)
+        for (auto* effect : side_effects) graph->add_extra_dep(r.node(), effect);
     return result;
 }
 

@@ -28,8 +28,18 @@ struct GradOptions {
 using GradRule =
     std::function<VarNode*(OperatorNode& opr, size_t wrt_idx, const VarNodeArray& out_grads)>;
 
-//! Registers the gradient rule of an operator type (replacing any earlier one).
-void register_grad_rule(const std::string& type_name, GradRule rule);
+//! wrt_idx passed to a rule registered with `always_run`: the operator's outputs get a
+//! gradient but none of its inputs needs one.
+constexpr size_t GRAD_SIDE_EFFECT_ONLY = ~size_t(0);
+
+/*!
+ * Registers the gradient rule of an operator type (replacing any earlier one). With
+ * `always_run`, the rule is also called (with wrt_idx = GRAD_SIDE_EFFECT_ONLY) when the
+ * outputs get a gradient but no input needs one; the var it returns is attached to every
+ * gradient grad() returns as an extra dependency, so it executes with them. Collectives use
+ * this: every rank must take part in the gradient collective, whatever its own inputs.
+ */
+void register_grad_rule(const std::string& type_name, GradRule rule, bool always_run = false);
 //! Declares an operator type not differentiable; grad() through it fails with `reason`.
 void register_non_differentiable(const std::string& type_name, const std::string& reason);
 

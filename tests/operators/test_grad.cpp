@@ -182,3 +182,74 @@ TEST_F(GradCheck, TrainingStepUpdatesParametersInPlaceAndLossDecreases) {
         }
     }
 }
+
+namespace {
+
+//! Test operator: identity whose gradient must run on every rank (like a collective's).
+class PeerSync final : public OperatorNode {
+public:
+    PeerSync(VarNode* x, const OperatorConfig& cfg) : OperatorNode(cfg) {
+        add_input(x);
+        add_output();
+    }
+    const char* type_name() const override { return "TestPeerSync"; }
+    bool allow_dedup() const override { return false; }
+    bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override {
+        if (!ctx.shape(0)) return false;
+        out[0] = *ctx.shape(0);
+        return true;
+    }
+    void execute(ExecCtx& ctx) override { ctx.output(0).copy_from(ctx.input(0)); }
+};
+
+//! Counts executions; stands in for the gradient collective peers wait for.
+class CountingIdentity final : public OperatorNode {
+public:
+    CountingIdentity(VarNode* x, int* counter)
+        : OperatorNode(OperatorConfig{}), m_counter(counter) {
+        add_input(x);
+        add_output();
+    }
+    const char* type_name() const override { return "TestCountingIdentity"; }
+    bool allow_dedup() const override { return false; }
+    ValueInference value_inference() const override { return ValueInference::NONE; }
+    bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override {
+        if (!ctx.shape(0)) return false;
+        out[0] = *ctx.shape(0);
+        return true;
+    }
+    void execute(ExecCtx& ctx) override {
+        ++*m_counter;
+        ctx.output(0).copy_from(ctx.input(0));
+    }
+
+private:
+    int* m_counter;
+};
+
+} // namespace
+
+TEST_F(GradCheck, AlwaysRunGradientExecutesWhenNoInputNeedsIt) {
+    int executed = 0;
+    register_grad_rule(
+        "TestPeerSync",
+        [&](OperatorNode& opr, size_t wrt, const VarNodeArray& og) -> VarNode* {
+            auto* counted =
+                opr.graph()->insert_opr(std::make_unique<CountingIdentity>(og[0], &executed));
+            EXPECT_EQ(wrt, GRAD_SIDE_EFFECT_ONLY);
+            return counted->output(0);
+        },
+        /*always_run=*/true);
+    auto g = ComputingGraph::make();
+    auto x = opr::Input::make(*g, "x", dtype::Float32(), {3});
+    auto c = opr::Input::make(*g, "c", dtype::Float32(), {3}); // needs no gradient
+    auto synced = g->insert_opr(std::make_unique<PeerSync>(c.node(), OperatorConfig{}))->output(0);
+    auto loss = opr::reduce_sum(x * SymbolVar(synced));
+    auto dx = grad(loss, x);
+    auto exec = g->compile({dx});
+    Tensor ones(TensorShape{3}, dtype::Float32());
+    for (int i = 0; i < 3; ++i) ones.ptr<float>()[i] = 1.f + float(i);
+    exec->feed("x", ones).feed("c", ones).run();
+    EXPECT_EQ(executed, 1) << "the side-effect gradient did not execute with dx";
+    EXPECT_FLOAT_EQ(float(exec->output(0).at(2)), 3.f);
+}
