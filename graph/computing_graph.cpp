@@ -78,7 +78,7 @@ OperatorNode* ComputingGraph::insert_opr(std::unique_ptr<OperatorNode> opr) {
     return m_oprs.back().get();
 }
 
-void ComputingGraph::infer_opr(OperatorNode* opr) {
+void ComputingGraph::infer_opr(OperatorNode* opr, bool may_block) {
     const auto& inputs = opr->inputs();
     size_t nin = inputs.size();
     std::vector<const TensorShape*> shapes(nin);
@@ -89,7 +89,7 @@ void ComputingGraph::infer_opr(OperatorNode* opr) {
         values[i] = inputs[i]->static_value();
         all_values &= values[i] != nullptr;
     }
-    InferCtx ctx(shapes.data(), values.data(), nin);
+    InferCtx ctx(shapes.data(), values.data(), nin, may_block);
     const auto& outputs = opr->outputs();
     std::vector<TensorShape> out_shapes(outputs.size());
     for (auto* out : outputs) out->clear_shape();

@@ -61,8 +61,9 @@ public:
     //! changed). Vars whose shape cannot be inferred become dynamic.
     void reinfer_all();
 
-    //! Runs one operator's dtype-independent shape and value inference.
-    void infer_opr(OperatorNode* opr);
+    //! Runs one operator's shape and value inference; `may_block` lets shape rules that
+    //! depend on peers wait for them (see InferCtx::may_block).
+    void infer_opr(OperatorNode* opr, bool may_block = false);
 
     //! Makes every executable that computes `var` also compute `dep` (e.g. a collective's
     //! gradient that peers wait for even though this rank's result does not need it).

@@ -144,6 +144,14 @@ void Executable::build_sequences(const std::vector<OutputSpec>& outputs) {
 }
 
 void Executable::prepare() {
+    // Shapes still unknown may depend on peers that exist by now: infer them again, this
+    // time allowing rules to wait for peers.
+    for (auto& node : m_nodes)
+        for (auto& step : node->steps) {
+            bool unknown = false;
+            for (auto* out : step.opr->outputs()) unknown |= !out->shape_known();
+            if (unknown) m_graph->infer_opr(step.opr, /*may_block=*/true);
+        }
     for (auto& node : m_nodes)
         for (auto& step : node->steps) {
             step.dynamic = false;

@@ -50,18 +50,24 @@ struct OperatorConfig {
 //! Shapes and (optionally) values of an operator's inputs during shape inference.
 class InferCtx {
 public:
-    InferCtx(const TensorShape* const* shapes, const Tensor* const* values, size_t n)
-        : m_shapes(shapes), m_values(values), m_n(n) {}
+    InferCtx(const TensorShape* const* shapes, const Tensor* const* values, size_t n,
+             bool may_block = false)
+        : m_shapes(shapes), m_values(values), m_n(n), m_may_block(may_block) {}
     size_t nr_inputs() const { return m_n; }
     //! Input i's shape, or nullptr when not known yet.
     const TensorShape* shape(size_t i) const { return m_shapes[i]; }
     //! Input i's value (host-readable), or nullptr when not known yet.
     const Tensor* value(size_t i) const { return m_values[i]; }
+    //! Whether a shape rule that needs peers (a collective's non-root taking the root's
+    //! shape) may wait for them. False while the graph is built, so building never blocks on
+    //! another rank; true when compile() re-infers the shapes still unknown.
+    bool may_block() const { return m_may_block; }
 
 private:
     const TensorShape* const* m_shapes;
     const Tensor* const* m_values;
     size_t m_n;
+    bool m_may_block;
 };
 
 //! The tensors a kernel reads and writes. Outputs of kind PLANNED arrive allocated with
