@@ -20,6 +20,8 @@ struct GraphOptions {
     std::string default_comp_node = "cpu0";
     //! Plan vars into one arena per comp node; off: every var gets its own allocation.
     bool enable_memory_plan = true;
+    //! Memory planner algorithm (MemPlanner::algorithms()); empty: the default, best_fit.
+    std::string memory_planner;
     //! Largest number of elements constant-folded at build time per var.
     size_t max_static_value_elems = 4096;
 };
