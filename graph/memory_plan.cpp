@@ -57,6 +57,7 @@ struct MemoryPlan::Analysis {
     std::vector<Kind> kind;           //!< per var
     std::vector<uint32_t> root;       //!< per var: whose memory it is (itself unless VIEW)
     std::vector<bool> keeps_layout;   //!< per var: same bytes, same order as its root
+    std::vector<bool> fetched;        //!< per var: read by the user after execute()
     std::vector<uint32_t> node, step; //!< per var: producing comp node and local step
     std::vector<uint32_t> last_local; //!< per root: last reading step on its own node
     std::vector<bool> read_remotely;  //!< per root: read by another comp node
@@ -71,8 +72,9 @@ struct MemoryPlan::Analysis {
 
     size_t index(VarNode* var) const { return var_index.at(var); }
 
-    void run(const std::vector<size_t>& fetched) {
+    void run(const std::vector<size_t>& fetched_vars) {
         size_t n = vars.size();
+        fetched.assign(n, false);
         kind.assign(n, Kind::BOUND);
         root.resize(n);
         keeps_layout.assign(n, true);
@@ -100,8 +102,10 @@ struct MemoryPlan::Analysis {
             }
         }
         // What the user reads after execute() must not live in memory that gets reused.
-        for (size_t f : fetched)
+        for (size_t f : fetched_vars) {
+            fetched[f] = true;
             if (kind[root[f]] == Kind::ARENA) kind[root[f]] = Kind::OWN;
+        }
 
         positions.resize(seqs.size());
         for (uint32_t ni = 0; ni < seqs.size(); ++ni) {
@@ -260,7 +264,8 @@ void MemoryPlan::plan_node(Analysis& a, size_t ni, std::vector<Tensor>& tensors)
 
     // In place: an output takes over its input's block when this step is the block's last
     // reader and nothing else can observe the overwrite (see the header for every rule).
-    std::vector<bool> in_place(a.vars.size(), false), taken(a.vars.size(), false);
+    std::vector<bool> taken(a.vars.size(), false);
+    std::vector<size_t> inplace_src(a.vars.size(), SIZE_MAX);
     for (size_t si = 0; si < nr_steps; ++si) {
         OperatorNode* opr = oprs[si];
         for (size_t k = 0; k < opr->outputs().size(); ++k) {
@@ -286,7 +291,7 @@ void MemoryPlan::plan_node(Analysis& a, size_t ni, std::vector<Tensor>& tensors)
             if (aliased_differently) continue;
             planner->add_overwrite(d, c);
             taken[c] = true;
-            in_place[d] = true;
+            inplace_src[d] = c;
             ++rn.nr_inplace_forwarded;
         }
     }
@@ -300,13 +305,23 @@ void MemoryPlan::plan_node(Analysis& a, size_t ni, std::vector<Tensor>& tensors)
     if (arena.empty() || arena.size() < rn.arena_bytes)
         arena = Storage::make(rn.arena_bytes, cn.allocator());
     rn.arena_capacity_bytes = arena.size();
+    std::unordered_map<size_t, long> placement_of;
     for (size_t v : arena_vars) {
         VarNode* var = a.vars[v];
         size_t off = planner->offset(v);
         tensors[v] = Tensor(arena, off, TensorLayout(var->shape(), var->dtype()));
-        rn.placements.push_back({var->name(),
-                                 (var_bytes(var) + rn.alignment - 1) / rn.alignment * rn.alignment,
-                                 off, a.step[v], lifetime_end[v], in_place[v]});
+        MemoryReport::VarPlacement p;
+        p.name = var->name();
+        p.bytes = (var_bytes(var) + rn.alignment - 1) / rn.alignment * rn.alignment;
+        p.offset = off;
+        p.lifetime_begin = a.step[v];
+        p.lifetime_end = lifetime_end[v];
+        if (inplace_src[v] != SIZE_MAX) {
+            p.in_place = true;
+            p.inplace_of = placement_of.at(inplace_src[v]);
+        }
+        placement_of[v] = long(rn.placements.size());
+        rn.placements.push_back(std::move(p));
     }
 
     // Views and dynamic vars produced here.
@@ -320,7 +335,7 @@ void MemoryPlan::plan_node(Analysis& a, size_t ni, std::vector<Tensor>& tensors)
                 ++rn.nr_dynamic_vars;
                 tensors[v] = Tensor(); // never keep a view of an earlier plan's arena
             }
-            if (rk != Kind::DYNAMIC || a.reader_node[v] == MANY) continue;
+            if (rk != Kind::DYNAMIC || a.fetched[v] || a.reader_node[v] == MANY) continue;
             // Release the tensor after its last direct reader (views hold their own
             // reference); with readers on several nodes it stays until the next run.
             if (a.reader_node[v] == NONE)

@@ -47,6 +47,7 @@ struct MemoryReport {
         size_t lifetime_begin = 0; //!< step that writes it
         size_t lifetime_end = 0;   //!< one past the last step it must stay intact
         bool in_place = false;     //!< took over the memory of one of its operator's inputs
+        long inplace_of = -1;      //!< index of the placement it took over, or -1
     };
     //! One comp node's plan.
     struct Node {
