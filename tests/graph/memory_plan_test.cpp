@@ -170,7 +170,6 @@ TEST_P(MemoryPlanTest, RandomGraphsComputeWhatTheUnplannedRunComputes) {
         cfg.max_dim = seed % 2 ? 16 : 64;
         auto rg = make_random_graph(cfg);
         SCOPED_TRACE("seed " + std::to_string(seed));
-        fprintf(stderr, "seed %lu\n", seed);
         auto ref = compile(rg, false, GetParam());
         auto want = run(ref);
         auto planned = compile(rg, true, GetParam());
@@ -186,7 +185,6 @@ TEST_P(MemoryPlanTest, RandomGraphsComputeWhatTheUnplannedRunComputes) {
         if (HasFailure()) return;
     }
     // The sweep must exercise every mechanism, or it proves little.
-    fprintf(stderr, "inplace %zu views %zu waits %zu released %zu\n", nr_in_place, nr_views, nr_waits, nr_released);
     EXPECT_GT(nr_in_place, 1000u);
     EXPECT_GT(nr_views, 1000u);
     EXPECT_GT(nr_waits, 100u);
