@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 
 namespace braid {
 
@@ -13,19 +14,15 @@ namespace {
 constexpr uint32_t NONE = ~uint32_t(0);
 constexpr uint32_t MANY = NONE - 1;
 
-size_t output_slot(const OperatorNode* opr, const VarNode* var) {
-    size_t k = 0;
-    while (opr->output(k) != var) ++k;
-    return k;
-}
-
-size_t var_bytes(const VarNode* var) {
-    return TensorLayout(var->shape(), var->dtype()).nr_bytes();
-}
-
 double ms_since(std::chrono::steady_clock::time_point start) {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
         .count();
+}
+
+double thread_cpu_ms() {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return double(ts.tv_sec) * 1e3 + double(ts.tv_nsec) / 1e6;
 }
 
 std::string format_bytes(size_t b) {
@@ -36,7 +33,8 @@ std::string format_bytes(size_t b) {
 
 } // namespace
 
-//! What one plan() learns about the vars and steps before any placement.
+//! What one plan() learns about the vars and steps before any placement. Vars are named by
+//! their index; each var node is looked up in the index map once.
 struct MemoryPlan::Analysis {
     enum class Kind : uint8_t {
         ARENA,   //!< static PLANNED: placed by the planner
@@ -49,52 +47,81 @@ struct MemoryPlan::Analysis {
     struct RemoteRead {
         uint32_t root, node, step;
     };
+    //! One comp node's steps: the var indices each reads and writes, flattened.
+    struct NodeSteps {
+        std::vector<uint32_t> in_begin, inputs;   //!< step i reads inputs[in_begin[i]..[i+1])
+        std::vector<uint32_t> out_begin, outputs; //!< step i writes outputs[out_begin[i]..)
+        std::vector<size_t> positions;            //!< global (topological) position per step
+        size_t size() const { return positions.size(); }
+    };
 
     const std::vector<VarNode*>& vars;
-    const std::unordered_map<VarNode*, size_t>& var_index;
     const std::vector<Sequence>& seqs;
+    std::vector<NodeSteps> steps; //!< per node
 
-    std::vector<Kind> kind;           //!< per var
-    std::vector<uint32_t> root;       //!< per var: whose memory it is (itself unless VIEW)
-    std::vector<bool> keeps_layout;   //!< per var: same bytes, same order as its root
-    std::vector<bool> fetched;        //!< per var: read by the user after execute()
-    std::vector<uint32_t> node, step; //!< per var: producing comp node and local step
-    std::vector<uint32_t> last_local; //!< per root: last reading step on its own node
-    std::vector<bool> read_remotely;  //!< per root: read by another comp node
+    std::vector<Kind> kind;             //!< per var
+    std::vector<uint32_t> root;         //!< per var: whose memory it is (itself unless VIEW)
+    std::vector<uint8_t> keeps_layout;  //!< per var: same bytes, same order as its root
+    std::vector<uint8_t> fetched;       //!< per var: read by the user after execute()
+    std::vector<size_t> bytes;          //!< per var with a static shape: packed size
+    std::vector<uint32_t> node, step;   //!< per var: producing comp node and local step
+    std::vector<uint32_t> slot;         //!< per var: output index in its operator
+    std::vector<uint32_t> last_local;   //!< per root: last reading step on its own node
+    std::vector<uint8_t> read_remotely; //!< per root: read by another comp node
     std::vector<RemoteRead> remote_reads;
     std::vector<uint32_t> reader_node; //!< per var, direct readers: NONE, a node, or MANY
     std::vector<uint32_t> reader_step; //!< per var: last direct reading step on reader_node
-    std::vector<std::vector<size_t>> positions; //!< per node: global position of each step
 
-    Analysis(const std::vector<VarNode*>& v, const std::unordered_map<VarNode*, size_t>& vi,
-             const std::vector<Sequence>& s)
-        : vars(v), var_index(vi), seqs(s) {}
+    Analysis(const std::vector<VarNode*>& v, const std::vector<Sequence>& s) : vars(v), seqs(s) {}
 
-    size_t index(VarNode* var) const { return var_index.at(var); }
-
-    void run(const std::vector<size_t>& fetched_vars) {
+    void run(const std::unordered_map<VarNode*, size_t>& var_index,
+             const std::vector<size_t>& fetched_vars) {
         size_t n = vars.size();
-        fetched.assign(n, false);
-        kind.assign(n, Kind::BOUND);
-        root.resize(n);
-        keeps_layout.assign(n, true);
+        auto index = [&](VarNode* var) { return uint32_t(var_index.at(var)); };
         node.assign(n, NONE);
         step.assign(n, NONE);
+        slot.assign(n, 0);
+        steps.resize(seqs.size());
+        for (uint32_t ni = 0; ni < seqs.size(); ++ni) {
+            auto& oprs = seqs[ni].second;
+            auto& ns = steps[ni];
+            for (uint32_t si = 0; si < oprs.size(); ++si) {
+                ns.positions.push_back(oprs[si]->id());
+                ns.in_begin.push_back(uint32_t(ns.inputs.size()));
+                for (auto* in : oprs[si]->inputs()) ns.inputs.push_back(index(in));
+                ns.out_begin.push_back(uint32_t(ns.outputs.size()));
+                auto& outs = oprs[si]->outputs();
+                for (uint32_t k = 0; k < outs.size(); ++k) {
+                    uint32_t v = index(outs[k]);
+                    ns.outputs.push_back(v);
+                    node[v] = ni;
+                    step[v] = si;
+                    slot[v] = k;
+                }
+            }
+            ns.in_begin.push_back(uint32_t(ns.inputs.size()));
+            ns.out_begin.push_back(uint32_t(ns.outputs.size()));
+        }
+
+        kind.assign(n, Kind::BOUND);
+        root.resize(n);
+        keeps_layout.assign(n, 1);
+        bytes.assign(n, 0);
         // Vars are in topological order, so a view's input is classified before the view.
-        for (size_t i = 0; i < n; ++i) {
+        for (uint32_t i = 0; i < n; ++i) {
             VarNode* var = vars[i];
             OperatorNode* opr = var->owner();
-            size_t k = output_slot(opr, var);
-            root[i] = uint32_t(i);
-            switch (opr->output_mem(k)) {
+            root[i] = i;
+            if (var->shape_known()) bytes[i] = TensorLayout(var->shape(), var->dtype()).nr_bytes();
+            switch (opr->output_mem(slot[i])) {
             case OutputMem::PLANNED:
                 kind[i] = var->shape_known() ? Kind::ARENA : Kind::DYNAMIC;
                 break;
             case OutputMem::READONLY_FORWARD: {
-                size_t src = index(opr->input(opr->forward_input(k)));
+                uint32_t src = index(opr->input(opr->forward_input(slot[i])));
                 kind[i] = Kind::VIEW;
                 root[i] = root[src];
-                keeps_layout[i] = keeps_layout[src] && opr->forward_keeps_layout(k);
+                keeps_layout[i] = keeps_layout[src] && opr->forward_keeps_layout(slot[i]);
                 break;
             }
             case OutputMem::BOUND:
@@ -102,33 +129,21 @@ struct MemoryPlan::Analysis {
             }
         }
         // What the user reads after execute() must not live in memory that gets reused.
+        fetched.assign(n, 0);
         for (size_t f : fetched_vars) {
-            fetched[f] = true;
+            fetched[f] = 1;
             if (kind[root[f]] == Kind::ARENA) kind[root[f]] = Kind::OWN;
         }
 
-        positions.resize(seqs.size());
-        for (uint32_t ni = 0; ni < seqs.size(); ++ni) {
-            auto& oprs = seqs[ni].second;
-            for (uint32_t si = 0; si < oprs.size(); ++si) {
-                positions[ni].push_back(oprs[si]->id());
-                for (auto* out : oprs[si]->outputs()) {
-                    size_t v = index(out);
-                    node[v] = ni;
-                    step[v] = si;
-                }
-            }
-        }
-
         last_local.assign(n, NONE);
-        read_remotely.assign(n, false);
+        read_remotely.assign(n, 0);
         reader_node.assign(n, NONE);
         reader_step.assign(n, 0);
-        for (uint32_t ni = 0; ni < seqs.size(); ++ni) {
-            auto& oprs = seqs[ni].second;
-            for (uint32_t si = 0; si < oprs.size(); ++si)
-                for (auto* in : oprs[si]->inputs()) {
-                    size_t v = index(in);
+        for (uint32_t ni = 0; ni < steps.size(); ++ni) {
+            auto& ns = steps[ni];
+            for (uint32_t si = 0; si < ns.size(); ++si)
+                for (uint32_t j = ns.in_begin[si]; j < ns.in_begin[si + 1]; ++j) {
+                    uint32_t v = ns.inputs[j];
                     if (reader_node[v] == NONE || reader_node[v] == ni) {
                         reader_node[v] = ni;
                         reader_step[v] = si;
@@ -140,7 +155,7 @@ struct MemoryPlan::Analysis {
                     if (node[r] == ni) {
                         last_local[r] = last_local[r] == NONE ? si : std::max(last_local[r], si);
                     } else {
-                        read_remotely[r] = true;
+                        read_remotely[r] = 1;
                         remote_reads.push_back({r, ni, si});
                     }
                 }
@@ -164,8 +179,9 @@ void MemoryPlan::plan(const std::vector<VarNode*>& vars,
                       const std::vector<Sequence>& sequences, const std::vector<size_t>& fetched,
                       std::vector<Tensor>& tensors) {
     auto start = std::chrono::steady_clock::now();
-    Analysis a(vars, var_index, sequences);
-    a.run(fetched);
+    double cpu_start = thread_cpu_ms();
+    Analysis a(vars, sequences);
+    a.run(var_index, fetched);
 
     m_own_allocation.resize(vars.size(), false);
     m_arenas.resize(sequences.size());
@@ -208,6 +224,7 @@ void MemoryPlan::plan(const std::vector<VarNode*>& vars,
         allocate_without_plan(a, tensors);
     }
     m_report.total_plan_ms = ms_since(start);
+    m_report.total_plan_cpu_ms = thread_cpu_ms() - cpu_start;
     if (logger()->should_log(spdlog::level::debug))
         logger()->debug("memory plan:\n{}", m_report.to_string());
 }
@@ -223,31 +240,36 @@ void MemoryPlan::plan_node(Analysis& a, size_t ni, std::vector<Tensor>& tensors)
     using Kind = Analysis::Kind;
     auto start = std::chrono::steady_clock::now();
     auto& rn = m_report.nodes[ni];
+    auto& ns = a.steps[ni];
     auto& oprs = a.seqs[ni].second;
     auto& hooks = m_hooks[ni];
     CompNode cn = a.seqs[ni].first;
-    auto planner = MemPlanner::make(m_planner, rn.alignment);
-    size_t nr_steps = oprs.size();
+    size_t nr_steps = ns.size();
 
-    // Lifetimes of this node's arena vars; reads from other nodes extend them to the first
-    // local step that follows the reader in the global order, and that step waits for it.
-    std::vector<size_t> arena_vars;
-    std::vector<size_t> lifetime_end(a.vars.size(), 0);
-    for (auto* opr : oprs)
-        for (auto* out : opr->outputs()) {
-            size_t v = a.index(out);
-            if (a.kind[v] != Kind::ARENA) continue;
+    // This node's arena vars in step order; the planner knows them by their position here.
+    std::vector<uint32_t> arena_vars;
+    std::vector<uint32_t> key_of(a.vars.size(), NONE);
+    for (uint32_t v : ns.outputs)
+        if (a.kind[v] == Kind::ARENA) {
+            key_of[v] = uint32_t(arena_vars.size());
             arena_vars.push_back(v);
-            size_t end = a.step[v] + 1;
-            if (a.last_local[v] != NONE) end = std::max(end, size_t(a.last_local[v]) + 1);
-            lifetime_end[v] = end;
         }
+
+    // Lifetimes: from the writing step to the last local reader (views' readers included).
+    // A read on another node extends the lifetime to the first local step after the reader
+    // in the global order, and that step waits for the reader.
+    std::vector<size_t> lifetime_end(arena_vars.size());
+    for (size_t key = 0; key < arena_vars.size(); ++key) {
+        uint32_t v = arena_vars[key];
+        lifetime_end[key] = size_t(a.last_local[v] == NONE ? a.step[v] : a.last_local[v]) + 1;
+    }
     for (auto& rr : a.remote_reads) {
         if (a.node[rr.root] != ni) continue;
-        size_t reader_pos = a.positions[rr.node][rr.step];
-        auto& pos = a.positions[ni];
+        size_t reader_pos = a.steps[rr.node].positions[rr.step];
+        auto& pos = ns.positions;
         size_t x = size_t(std::upper_bound(pos.begin(), pos.end(), reader_pos) - pos.begin());
-        lifetime_end[rr.root] = std::max(lifetime_end[rr.root], x);
+        size_t& end = lifetime_end[key_of[rr.root]];
+        end = std::max(end, x);
         if (x >= nr_steps) continue; // alive to the end of the run: nothing to wait for
         auto& waits = hooks[x].waits;
         auto it =
@@ -260,38 +282,39 @@ void MemoryPlan::plan_node(Analysis& a, size_t ni, std::vector<Tensor>& tensors)
         }
         m_hooks[rr.node][rr.step].notify = true;
     }
-    for (size_t v : arena_vars) planner->add(a.step[v], lifetime_end[v], var_bytes(a.vars[v]), v);
+    auto planner = MemPlanner::make(m_planner, rn.alignment);
+    for (size_t key = 0; key < arena_vars.size(); ++key)
+        planner->add(a.step[arena_vars[key]], lifetime_end[key], a.bytes[arena_vars[key]], key);
 
     // In place: an output takes over its input's block when this step is the block's last
     // reader and nothing else can observe the overwrite (see the header for every rule).
-    std::vector<bool> taken(a.vars.size(), false);
-    std::vector<size_t> inplace_src(a.vars.size(), SIZE_MAX);
-    for (size_t si = 0; si < nr_steps; ++si) {
+    std::vector<uint8_t> taken(arena_vars.size(), 0);
+    std::vector<uint32_t> inplace_src(arena_vars.size(), NONE); // by key: the key taken over
+    for (uint32_t si = 0; si < nr_steps; ++si) {
         OperatorNode* opr = oprs[si];
-        for (size_t k = 0; k < opr->outputs().size(); ++k) {
-            size_t d = a.index(opr->output(k));
-            int ii = opr->inplace_input(k);
-            if (a.kind[d] != Kind::ARENA || ii < 0 || size_t(ii) >= opr->inputs().size()) continue;
-            size_t u = a.index(opr->input(size_t(ii)));
-            uint32_t c = a.root[u];
-            if (a.kind[c] != Kind::ARENA || a.node[c] != ni || a.read_remotely[c] || taken[c] ||
-                a.last_local[c] != si || !a.keeps_layout[u])
+        const uint32_t* ins = ns.inputs.data() + ns.in_begin[si];
+        size_t nr_ins = ns.in_begin[si + 1] - ns.in_begin[si];
+        for (uint32_t j = ns.out_begin[si]; j < ns.out_begin[si + 1]; ++j) {
+            uint32_t d = ns.outputs[j];
+            int ii = a.kind[d] == Kind::ARENA ? opr->inplace_input(a.slot[d]) : -1;
+            if (ii < 0 || size_t(ii) >= nr_ins) continue;
+            uint32_t u = ins[ii], c = a.root[u];
+            if (a.kind[c] != Kind::ARENA || a.node[c] != ni || a.read_remotely[c] ||
+                taken[key_of[c]] || a.last_local[c] != si || !a.keeps_layout[u])
                 continue;
-            size_t bytes = var_bytes(a.vars[d]);
-            if (var_bytes(a.vars[u]) != bytes || var_bytes(a.vars[c]) != bytes ||
+            size_t size = a.bytes[d];
+            if (a.bytes[u] != size || a.bytes[c] != size ||
                 a.vars[u]->dtype() != a.vars[d]->dtype())
                 continue;
             // Another input reading the same block must see it element for element.
             bool aliased_differently = false;
-            for (auto* in : opr->inputs()) {
-                size_t w = a.index(in);
-                if (a.root[w] == c && (!a.keeps_layout[w] || var_bytes(in) != bytes))
+            for (size_t k = 0; k < nr_ins; ++k)
+                if (a.root[ins[k]] == c && (!a.keeps_layout[ins[k]] || a.bytes[ins[k]] != size))
                     aliased_differently = true;
-            }
             if (aliased_differently) continue;
-            planner->add_overwrite(d, c);
-            taken[c] = true;
-            inplace_src[d] = c;
+            planner->add_overwrite(key_of[d], key_of[c]);
+            taken[key_of[c]] = 1;
+            inplace_src[key_of[d]] = key_of[c];
             ++rn.nr_inplace_forwarded;
         }
     }
@@ -305,29 +328,27 @@ void MemoryPlan::plan_node(Analysis& a, size_t ni, std::vector<Tensor>& tensors)
     if (arena.empty() || arena.size() < rn.arena_bytes)
         arena = Storage::make(rn.arena_bytes, cn.allocator());
     rn.arena_capacity_bytes = arena.size();
-    std::unordered_map<size_t, long> placement_of;
-    for (size_t v : arena_vars) {
+    rn.placements.resize(arena_vars.size());
+    size_t align = rn.alignment;
+    for (size_t key = 0; key < arena_vars.size(); ++key) {
+        uint32_t v = arena_vars[key];
         VarNode* var = a.vars[v];
-        size_t off = planner->offset(v);
+        size_t off = planner->offset(key);
         tensors[v] = Tensor(arena, off, TensorLayout(var->shape(), var->dtype()));
-        MemoryReport::VarPlacement p;
+        auto& p = rn.placements[key];
         p.name = var->name();
-        p.bytes = (var_bytes(var) + rn.alignment - 1) / rn.alignment * rn.alignment;
+        p.bytes = (a.bytes[v] + align - 1) / align * align;
         p.offset = off;
         p.lifetime_begin = a.step[v];
-        p.lifetime_end = lifetime_end[v];
-        if (inplace_src[v] != SIZE_MAX) {
-            p.in_place = true;
-            p.inplace_of = placement_of.at(inplace_src[v]);
-        }
-        placement_of[v] = long(rn.placements.size());
-        rn.placements.push_back(std::move(p));
+        p.lifetime_end = lifetime_end[key];
+        p.in_place = inplace_src[key] != NONE;
+        p.inplace_of = p.in_place ? long(inplace_src[key]) : -1;
     }
 
     // Views and dynamic vars produced here.
-    for (size_t si = 0; si < nr_steps; ++si)
-        for (auto* out : oprs[si]->outputs()) {
-            size_t v = a.index(out);
+    for (uint32_t si = 0; si < nr_steps; ++si)
+        for (uint32_t j = ns.out_begin[si]; j < ns.out_begin[si + 1]; ++j) {
+            uint32_t v = ns.outputs[j];
             Kind rk = a.kind[a.root[v]];
             if (a.kind[v] == Kind::VIEW && (rk == Kind::ARENA || rk == Kind::OWN))
                 ++rn.nr_readonly_forwarded;
@@ -348,9 +369,15 @@ void MemoryPlan::plan_node(Analysis& a, size_t ni, std::vector<Tensor>& tensors)
 }
 
 std::vector<MemoryReport::VarPlacement> MemoryReport::Node::largest_vars(size_t n) const {
-    std::vector<VarPlacement> res = placements;
-    std::stable_sort(res.begin(), res.end(), [](auto& x, auto& y) { return x.bytes > y.bytes; });
-    if (res.size() > n) res.resize(n);
+    std::vector<size_t> order(placements.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    n = std::min(n, order.size());
+    std::partial_sort(order.begin(), order.begin() + long(n), order.end(), [&](size_t x, size_t y) {
+        auto &px = placements[x], &py = placements[y];
+        return px.bytes != py.bytes ? px.bytes > py.bytes : x < y;
+    });
+    std::vector<VarPlacement> res;
+    for (size_t i = 0; i < n; ++i) res.push_back(placements[order[i]]);
     return res;
 }
 
@@ -382,7 +409,7 @@ std::string MemoryReport::to_string(size_t nr_largest) const {
                              p.offset, p.lifetime_begin, p.lifetime_end,
                              p.in_place ? " in place" : "", p.name);
     }
-    s += fmt::format("planned in {:.2f} ms", total_plan_ms);
+    s += fmt::format("planned in {:.2f} ms ({:.2f} ms CPU)", total_plan_ms, total_plan_cpu_ms);
     return s;
 }
 

@@ -78,7 +78,8 @@ struct MemoryReport {
 
     bool enabled = false; //!< false: planning was off, every var has its own allocation
     std::vector<Node> nodes;
-    double total_plan_ms = 0; //!< the whole plan: analysis, every comp node, tensor layout
+    double total_plan_ms = 0;     //!< the whole plan (wall clock): analysis, nodes, tensors
+    double total_plan_cpu_ms = 0; //!< the same in CPU time of the planning thread
 
     //! A few lines per comp node: the totals and the largest vars with their lifetimes.
     std::string to_string(size_t nr_largest = 8) const;

@@ -35,13 +35,25 @@ void MemPlanner::add(size_t lifetime_begin, size_t lifetime_end, size_t size, Ke
     BRAID_ASSERT(lifetime_begin < lifetime_end, "block {}: empty lifetime [{}, {})", key,
                  lifetime_begin, lifetime_end);
     BRAID_ASSERT(m_blocks.size() < NONE, "too many blocks");
-    auto [it, inserted] = m_index.emplace(key, uint32_t(m_blocks.size()));
-    BRAID_ASSERT(inserted, "block key {} added twice", key);
+    // Keys 0, 1, 2, ... in order (the common case) need no map.
+    if (m_dense_keys && key != m_blocks.size()) {
+        BRAID_ASSERT(key > m_blocks.size(), "block key {} added twice", key);
+        m_dense_keys = false;
+        for (uint32_t i = 0; i < m_blocks.size(); ++i) m_index.emplace(i, i);
+    }
+    if (!m_dense_keys) {
+        auto [it, inserted] = m_index.emplace(key, uint32_t(m_blocks.size()));
+        BRAID_ASSERT(inserted, "block key {} added twice", key);
+    }
     size_t aligned = (size + m_alignment - 1) / m_alignment * m_alignment;
     m_blocks.push_back({lifetime_begin, lifetime_end, aligned, key});
 }
 
 uint32_t MemPlanner::block_index(Key key) const {
+    if (m_dense_keys) {
+        BRAID_ASSERT(key < m_blocks.size(), "unknown block key {}", key);
+        return uint32_t(key);
+    }
     auto it = m_index.find(key);
     BRAID_ASSERT(it != m_index.end(), "unknown block key {}", key);
     return it->second;

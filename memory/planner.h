@@ -83,15 +83,16 @@ public:
     //! the offending keys; meant for tests, benchmarks and debugging.
     void validate() const;
 
-protected:
-    explicit MemPlanner(size_t alignment);
-
-    //! One placement: a block plus the blocks that overwrite it in a chain.
+    //! What an algorithm places: a block plus the blocks that overwrite it in a chain.
     struct Chunk {
         size_t begin = 0, end = 0; //!< lifetime [begin, end)
         size_t size = 0;           //!< aligned bytes
         size_t offset = 0;         //!< set by place()
     };
+
+protected:
+    explicit MemPlanner(size_t alignment);
+
     //! Sets every chunk's offset (a multiple of alignment(); sizes are already aligned) so
     //! that chunks with intersecting lifetimes get disjoint byte ranges. Zero-size chunks
     //! may go anywhere.
@@ -110,7 +111,8 @@ private:
 
     size_t m_alignment;
     std::vector<Block> m_blocks;
-    std::unordered_map<Key, uint32_t> m_index;
+    std::unordered_map<Key, uint32_t> m_index; //!< key -> block, unless keys are dense
+    bool m_dense_keys = true;                  //!< every key so far equals its block index
     std::vector<Chunk> m_chunks;
     size_t m_arena_size = 0, m_lower_bound = 0, m_no_reuse_size = 0;
     size_t m_nr_overwrites = 0;
@@ -124,6 +126,10 @@ std::unique_ptr<MemPlanner> make_best_fit(size_t alignment);
 //! First fit in order of lifetime begin, like a run-time allocator that knows when each
 //! block dies (planner_ordered.cpp).
 std::unique_ptr<MemPlanner> make_ordered(size_t alignment);
+//! The ordered algorithm on the chunks `which` only, at offsets from `base` up; the other
+//! chunks are ignored. O(n log n + n * free ranges). Returns the highest end offset.
+size_t place_in_time_order(std::vector<MemPlanner::Chunk>& chunks,
+                           const std::vector<uint32_t>& which, size_t base);
 } // namespace planner_algos
 
 } // namespace braid

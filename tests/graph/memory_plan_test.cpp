@@ -30,12 +30,14 @@ Compiled compile(RandomGraph& rg, bool plan, const std::string& planner) {
     rg.graph->options().enable_memory_plan = plan;
     rg.graph->options().memory_planner = planner;
     Compiled c;
-    c.callback_values = std::make_shared<std::vector<Tensor>>(rg.callbacks.size());
+    // Callbacks on the chosen vars and on every var nobody reads, so the whole graph runs.
+    auto observed = rg.callbacks;
+    for (auto& v : rg.sinks()) observed.push_back(v);
+    c.callback_values = std::make_shared<std::vector<Tensor>>(observed.size());
     std::vector<OutputSpec> specs(rg.fetched.begin(), rg.fetched.end());
-    for (size_t i = 0; i < rg.callbacks.size(); ++i) {
+    for (size_t i = 0; i < observed.size(); ++i) {
         auto values = c.callback_values;
-        specs.emplace_back(rg.callbacks[i],
-                           [values, i](const Tensor& t) { (*values)[i] = t.copy(); });
+        specs.emplace_back(observed[i], [values, i](const Tensor& t) { (*values)[i] = t.copy(); });
     }
     c.exec = rg.graph->compile(specs);
     for (auto& [name, value] : rg.feeds) {

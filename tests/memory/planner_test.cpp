@@ -176,6 +176,21 @@ TEST_P(PlannerTest, Plans100kBlocksWellUnderASecond) {
     EXPECT_GE(p->arena_size(), p->lower_bound());
 }
 
+TEST_P(PlannerTest, StaysFastAndValidWhenThousandsOfBlocksLiveAtOnce) {
+    // 20,000 blocks that nearly all overlap: listing conflicts per block would be quadratic,
+    // so best_fit must fall back to its bounded-work path.
+    RandomBlockSet set;
+    for (size_t i = 0; i < 20000; ++i)
+        set.blocks.push_back({i, i + 15000 + i % 7000, 64 * (1 + (i * 7919) % 97)});
+    auto start = std::chrono::steady_clock::now();
+    auto p = plan(set, 64);
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_LT(s, 2.0) << GetParam() << " took " << s << " s";
+    EXPECT_NO_THROW(p->validate());
+    EXPECT_GE(p->arena_size(), p->lower_bound());
+    EXPECT_LE(p->arena_size(), p->no_reuse_size());
+}
+
 INSTANTIATE_TEST_SUITE_P(AllPlanners, PlannerTest, ::testing::ValuesIn(MemPlanner::algorithms()),
                          [](const auto& info) { return info.param; });
 

@@ -22,9 +22,12 @@ struct RandomGraphConfig {
     std::vector<std::string> comp_nodes{"cpu0"}; //!< each operator picks one at random
     bool dynamic_shapes = false;                 //!< some reshapes take a target fed at execution
     size_t max_dim = 64;                         //!< largest feature dimension
+    size_t max_elems = 4096;                     //!< largest element count of a matmul
     size_t window = 8;                           //!< most inputs come from the last `window` vars
-    double fetch_probability = 0.08;             //!< each var is fetched with this probability
-    double callback_probability = 0.04;          //!< each var gets a callback with this probability
+    //! The other inputs (skip connections) come from the last `skip_reach` vars; 0: any var.
+    size_t skip_reach = 0;
+    double fetch_probability = 0.08;    //!< each var is fetched with this probability
+    double callback_probability = 0.04; //!< each var gets a callback with this probability
 };
 
 //! A random graph plus what running it needs.
@@ -33,6 +36,15 @@ struct RandomGraph {
     std::vector<SymbolVar> fetched;   //!< outputs read after execution (the last var first)
     std::vector<SymbolVar> callbacks; //!< outputs observed through callbacks
     std::vector<std::pair<std::string, Tensor>> feeds;
+
+    //! Every var no operator reads: compiling them all covers the whole graph.
+    std::vector<SymbolVar> sinks() const {
+        std::vector<SymbolVar> res;
+        for (auto& opr : graph->operators())
+            for (auto* out : opr->outputs())
+                if (out->readers().empty()) res.emplace_back(out);
+        return res;
+    }
 };
 
 namespace detail {
@@ -96,7 +108,8 @@ inline RandomGraph make_random_graph(const RandomGraphConfig& cfg, GraphOptions 
     auto pick_item = [&]() -> Item& {
         if (unit(rng) < 0.8 && pool.size() > 1)
             return pool[pool.size() - 1 - pick_index(std::min(cfg.window, pool.size()))];
-        return pool[pick_index(pool.size())];
+        size_t reach = cfg.skip_reach ? std::min(cfg.skip_reach, pool.size()) : pool.size();
+        return pool[pool.size() - 1 - pick_index(reach)];
     };
     auto same_shape_partner = [&](const Item& x) -> const Item* {
         for (size_t tries = 0; tries < 6; ++tries) {
@@ -169,13 +182,15 @@ inline RandomGraph make_random_graph(const RandomGraphConfig& cfg, GraphOptions 
                 y = {opr::Elemwise::make(opr::ElemMode::RELU, {x.var}, on), x.shape, x.dtype};
             } else {
                 size_t m = x.shape[0], k = x.shape[1], n = pick_dim();
+                while (n > 1 && m * n > cfg.max_elems) n = (n + 1) / 2;
                 float scale = 1.f / std::sqrt(float(k));
                 const Item* partner = nullptr;
                 for (size_t tries = 0; tries < 4 && !partner; ++tries) {
                     const Item& p = pick_item();
                     if (p.shape.ndim() == 2 && p.shape[0] == m && p.dtype == x.dtype) partner = &p;
                 }
-                if (partner && unit(rng) < 0.4) { // x^T * p: {k, m} x {m, n2}
+                if (partner && unit(rng) < 0.4 &&
+                    k * partner->shape[1] <= cfg.max_elems) { // x^T * p: {k, m} x {m, n2}
                     y = {opr::MatMul::make(x.var, partner->var, {true, false}, on),
                          TensorShape{k, partner->shape[1]}, x.dtype};
                 } else {
