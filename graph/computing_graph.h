@@ -28,6 +28,8 @@ struct GraphOptions {
 
 //! What compile() should do with an output var: fetch it into a host tensor readable after
 //! wait() (no callback), or call `callback` on the comp node's thread once it is computed.
+//! A fetched output has memory of its own; the tensor a callback gets may live in the
+//! planned arena and is valid only until the callback returns (copy it to keep it).
 struct OutputSpec {
     VarNode* var;
     std::function<void(const Tensor&)> callback;

@@ -53,7 +53,8 @@ public:
     std::vector<std::pair<CompNode, std::vector<OperatorNode*>>> sequences() const;
     //! Number of operators executed per run.
     size_t nr_operators() const;
-    //! What the memory plan of the current shapes did, per comp node.
+    //! What the memory plan of the current shapes did, per comp node. Replaced when a new
+    //! input shape makes execute() re-plan.
     const MemoryReport& memory_report() const { return m_memory_plan->report(); }
     ComputingGraph& graph() const { return *m_graph; }
 

@@ -9,15 +9,24 @@
 //  - Alignment: every offset is a multiple of alignment() and every size is rounded up to
 //    it (64 bytes on CPU, 256 on CUDA), so the arena base's alignment carries to each block.
 //  - Reuse: a block's bytes are reused only by blocks whose lifetime does not intersect its
-//    own. Nothing outside the blocks added here is planned: callers keep parameters, fed
-//    inputs and fetched outputs out of the planner (their memory must outlive a run).
+//    own. Nothing outside the blocks added here is planned.
 //  - In place (add_overwrite): `dst` may take over `src`'s bytes when `dst` begins at the
 //    step where `src` ends (dst.begin == src.end - 1: the writer of dst is src's last
 //    reader) and is no larger. The pair then shares one offset and counts once; chains
-//    (a -> b -> c) share one placement. The caller decides when a kernel may write its
-//    output over its input; the planner only checks the lifetimes chain.
+//    (a -> b -> c) share one placement. The planner only checks that the lifetimes chain.
 //  - Lower bound: the largest total (aligned) size of placements alive at one step; no
 //    arena can be smaller. arena_size() >= lower_bound() always.
+//
+// What the graph side (graph/memory_plan.h) puts in, and so what is never reused:
+//  - never planned, never overwritten: parameters, constants and fed inputs (operators bind
+//    them), outputs the user fetches and every var viewing them (their own allocation stays
+//    valid after execute()), dynamic-shape vars (allocated at execution);
+//  - a var lives from the step writing it to the last step reading it or a view of it; a
+//    read on another comp node keeps it alive until that read is known to be done;
+//  - in place only when the operator allows it (inplace_input()), it is the last reader of
+//    the input's block, the block is on this comp node and read by no other, input, block
+//    and output have the same byte size and dtype, and the input is the block itself or a
+//    layout-keeping view of it.
 //
 // Algorithms live in their own files behind this interface (planner_best_fit.cpp,
 // planner_ordered.cpp) and are chosen by name through make(). Not thread-safe.
@@ -121,7 +130,8 @@ private:
 
 namespace planner_algos {
 //! Greedy by decreasing size; each block goes to the smallest gap that fits between the
-//! placed blocks its lifetime conflicts with (planner_best_fit.cpp).
+//! placed blocks its lifetime conflicts with; then gravity compaction and peak repair, all
+//! under a work limit (planner_best_fit.cpp).
 std::unique_ptr<MemPlanner> make_best_fit(size_t alignment);
 //! First fit in order of lifetime begin, like a run-time allocator that knows when each
 //! block dies (planner_ordered.cpp).
