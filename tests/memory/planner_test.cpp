@@ -6,7 +6,7 @@
 
 #include <gtest/gtest.h>
 
-#include <chrono>
+#include <ctime>
 
 using namespace braid;
 using braid::testing::make_random_blocks;
@@ -30,6 +30,14 @@ protected:
         return p;
     }
 };
+
+//! CPU seconds of the calling thread: timing limits must not fail because the shared
+//! machine is busy.
+double thread_cpu_seconds() {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return double(ts.tv_sec) + double(ts.tv_nsec) / 1e9;
+}
 
 size_t align_up(size_t v, size_t a) {
     return (v + a - 1) / a * a;
@@ -168,10 +176,10 @@ TEST_P(PlannerTest, HandlesZeroSizedBlocksAndAnEmptyPlan) {
 
 TEST_P(PlannerTest, Plans100kBlocksWellUnderASecond) {
     auto set = make_random_blocks(100000, 7);
-    auto start = std::chrono::steady_clock::now();
+    double start = thread_cpu_seconds();
     auto p = plan(set, 64);
-    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    EXPECT_LT(s, 1.0) << GetParam() << " took " << s << " s";
+    double s = thread_cpu_seconds() - start;
+    EXPECT_LT(s, 1.0) << GetParam() << " took " << s << " s of CPU";
     EXPECT_NO_THROW(p->validate());
     EXPECT_GE(p->arena_size(), p->lower_bound());
 }
@@ -182,10 +190,10 @@ TEST_P(PlannerTest, StaysFastAndValidWhenThousandsOfBlocksLiveAtOnce) {
     RandomBlockSet set;
     for (size_t i = 0; i < 20000; ++i)
         set.blocks.push_back({i, i + 15000 + i % 7000, 64 * (1 + (i * 7919) % 97)});
-    auto start = std::chrono::steady_clock::now();
+    double start = thread_cpu_seconds();
     auto p = plan(set, 64);
-    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    EXPECT_LT(s, 2.0) << GetParam() << " took " << s << " s";
+    double s = thread_cpu_seconds() - start;
+    EXPECT_LT(s, 2.0) << GetParam() << " took " << s << " s of CPU";
     EXPECT_NO_THROW(p->validate());
     EXPECT_GE(p->arena_size(), p->lower_bound());
     EXPECT_LE(p->arena_size(), p->no_reuse_size());
