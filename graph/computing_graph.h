@@ -20,12 +20,16 @@ struct GraphOptions {
     std::string default_comp_node = "cpu0";
     //! Plan vars into one arena per comp node; off: every var gets its own allocation.
     bool enable_memory_plan = true;
+    //! Memory planner algorithm (MemPlanner::algorithms()); empty: the default, best_fit.
+    std::string memory_planner;
     //! Largest number of elements constant-folded at build time per var.
     size_t max_static_value_elems = 4096;
 };
 
 //! What compile() should do with an output var: fetch it into a host tensor readable after
 //! wait() (no callback), or call `callback` on the comp node's thread once it is computed.
+//! A fetched output has memory of its own; the tensor a callback gets may live in the
+//! planned arena and is valid only until the callback returns (copy it to keep it).
 struct OutputSpec {
     VarNode* var;
     std::function<void(const Tensor&)> callback;

@@ -17,6 +17,10 @@ struct Executable::Step {
     std::vector<Tensor*> outputs;
     //! (node index, steps that node must have finished) before this step may start.
     std::vector<std::pair<size_t, uint32_t>> waits;
+    //! Waits the memory plan adds: a step reusing memory waits for its readers elsewhere.
+    std::vector<std::pair<size_t, uint32_t>> memory_waits;
+    //! Vars whose tensors the memory plan releases once this step finished.
+    std::vector<size_t> release_after;
     bool notify = false;        //!< a step on another comp node waits for this one
     bool dynamic = false;       //!< some output shape is only known at execution
     bool check_strided = false; //!< some input may arrive non-contiguous
@@ -47,6 +51,7 @@ Executable::Executable(std::shared_ptr<ComputingGraph> graph,
             BRAID_THROW(GraphError, "compile(): output var \"{}\" belongs to another graph",
                         o.var->name());
     }
+    m_memory_plan = std::make_unique<MemoryPlan>(m_graph->options());
     build_sequences(outputs);
     prepare();
 }
@@ -166,16 +171,19 @@ void Executable::prepare() {
 }
 
 void Executable::allocate_memory() {
-    for (size_t i = 0; i < m_vars.size(); ++i) {
-        auto* var = m_vars[i];
-        auto* opr = var->owner();
-        size_t k = 0;
-        while (opr->output(k) != var) ++k;
-        if (opr->output_mem(k) != OutputMem::PLANNED || !var->shape_known()) continue;
-        auto& t = m_tensors[i];
-        if (!t.empty() && t.shape() == var->shape() && t.dtype() == var->dtype()) continue;
-        t = Tensor(var->shape(), var->dtype(), var->comp_node().allocator());
-    }
+    // Memory planning lives in graph/memory_plan.cpp; here only its results are installed.
+    std::vector<size_t> fetched;
+    for (size_t i = 0; i < m_outputs.size(); ++i)
+        if (!m_outputs[i].callback) fetched.push_back(m_output_idx[i]);
+    m_memory_plan->plan(m_vars, m_var_idx, sequences(), fetched, m_tensors);
+    for (size_t n = 0; n < m_nodes.size(); ++n)
+        for (size_t s = 0; s < m_nodes[n]->steps.size(); ++s) {
+            auto& step = m_nodes[n]->steps[s];
+            const auto& hooks = m_memory_plan->hooks(n, s);
+            step.memory_waits = hooks.waits;
+            step.release_after = hooks.release_after;
+            step.notify = step.notify || hooks.notify;
+        }
 }
 
 Executable& Executable::feed(const std::string& name, Tensor value) {
@@ -248,11 +256,9 @@ void Executable::run_node(NodeSeq& seq, uint64_t gen) {
     for (size_t i = 0; i < seq.steps.size(); ++i) {
         auto& step = seq.steps[i];
         bool ok = true;
-        for (auto [ni, count] : step.waits)
-            if (!wait_progress(*m_nodes[ni], base | count)) {
-                ok = false;
-                break;
-            }
+        for (auto* waits : {&step.waits, &step.memory_waits})
+            for (auto [ni, count] : *waits)
+                if (ok && !wait_progress(*m_nodes[ni], base | count)) ok = false;
         if (!ok || m_failed.load(std::memory_order_relaxed)) break;
         try {
             run_step(step);
@@ -260,6 +266,7 @@ void Executable::run_node(NodeSeq& seq, uint64_t gen) {
             record_error(std::current_exception(), step.opr);
             break;
         }
+        for (size_t idx : step.release_after) m_tensors[idx] = Tensor();
         seq.progress.store(base | (i + 1), std::memory_order_release);
         if (step.notify) seq.progress.notify_all();
     }

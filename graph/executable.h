@@ -6,6 +6,7 @@
 #pragma once
 
 #include "graph/computing_graph.h"
+#include "graph/memory_plan.h"
 #include "graph/symbol_var.h"
 
 #include <atomic>
@@ -54,6 +55,9 @@ public:
     std::vector<std::pair<CompNode, std::vector<OperatorNode*>>> sequences() const;
     //! Number of operators executed per run.
     size_t nr_operators() const;
+    //! What the memory plan of the current shapes did, per comp node. Replaced when a new
+    //! input shape makes execute() re-plan.
+    const MemoryReport& memory_report() const { return m_memory_plan->report(); }
     ComputingGraph& graph() const { return *m_graph; }
 
 private:
@@ -78,6 +82,7 @@ private:
     std::vector<TensorShape> m_planned_input_shapes;
     std::vector<OutputSpec> m_outputs;
     std::vector<size_t> m_output_idx;
+    std::unique_ptr<MemoryPlan> m_memory_plan;
 
     enum class State { NEVER_RUN, RUNNING, DONE };
     State m_state = State::NEVER_RUN;

@@ -142,6 +142,10 @@ public:
     virtual OutputMem output_mem(size_t output_idx) const { return OutputMem::PLANNED; }
     //! For READONLY_FORWARD outputs: the input whose storage the output views.
     virtual size_t forward_input(size_t output_idx) const { return 0; }
+    //! For READONLY_FORWARD outputs: true when the view of a contiguous input is always the
+    //! same bytes in the same order (a reshape); an in-place writer may then take over the
+    //! input's memory through the view. False for views that may stride or offset.
+    virtual bool forward_keeps_layout(size_t output_idx) const { return false; }
     //! An input whose memory output `output_idx` may overwrite in place (same layout, the
     //! input is not read afterwards); -1 when none.
     virtual int inplace_input(size_t output_idx) const { return -1; }

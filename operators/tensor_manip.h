@@ -23,6 +23,7 @@ public:
     bool shape_needs_value(size_t i) const override { return i == 1; }
     bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
     OutputMem output_mem(size_t) const override { return OutputMem::READONLY_FORWARD; }
+    bool forward_keeps_layout(size_t) const override { return true; }
     bool accepts_strided_inputs() const override { return true; }
     void execute(ExecCtx& ctx) override;
     const std::vector<long>& target() const { return m_target; }
