@@ -87,7 +87,8 @@ TEST(Conv2dOpr, GeometryCombinationsMatchDirectLoop) {
         {{1, 3, 1, 1}, {2, 3, 3, 3}, conv_param(1, 1)},        // 1x1 image, padded
         {{0, 3, 5, 5}, {2, 3, 3, 3}, conv_param(1, 1)},        // empty batch
         {{1, 0, 5, 5}, {2, 0, 3, 3}, conv_param(1, 1)},        // no input channels
-        {{1, 8, 40, 40}, {16, 8, 3, 3}, conv_param(1, 1)},     // several pixel blocks
+        {{1, 8, 40, 40}, {16, 8, 3, 3}, conv_param(1, 1)},     // blocks narrowed for threads
+        {{1, 64, 24, 24}, {8, 64, 3, 3}, conv_param(1, 1)},    // blocks bounded by the cache
         {{1, 16, 30, 30}, {8, 16, 1, 1}, conv_param(1, 0)},    // 1x1, several blocks
         {{2, 3, 7, 9}, {4, 3, 2, 3}, {1, 2, 0, 1, 1, 2, 1}},   // non-square everything
         {{1, 2, 6, 13}, {2, 2, 3, 1}, {3, 1, 1, 0, 2, 1, 1}},  // more asymmetry
