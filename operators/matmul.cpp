@@ -2,10 +2,61 @@
 
 #include "base/error.h"
 #include "base/hash.h"
+#include "operators/dense_kernels.h"
 
-#include <cblas.h>
+#include <limits>
 
 namespace braid::opr {
+
+namespace {
+
+void check_float_pair(const OperatorNode& opr) {
+    DType a = opr.input(0)->dtype(), b = opr.input(1)->dtype();
+    if (a != b || !kern::is_dense_float(a))
+        BRAID_THROW(DTypeError,
+                    "{}: inputs must share a float dtype (float32, float16 or bfloat16), got {} "
+                    "and {}",
+                    opr.describe(), a.name(), b.name());
+}
+
+void hash_matmul_param(Hasher& h, const MatMulParam& p) {
+    h.add_pod(p.transpose_a).add_pod(p.transpose_b);
+}
+
+bool matmul_param_equal(const MatMulParam& a, const MatMulParam& b) {
+    return a.transpose_a == b.transpose_a && a.transpose_b == b.transpose_b;
+}
+
+std::string matmul_param_string(const MatMulParam& p) {
+    return fmt::format("{}{}", p.transpose_a ? "A^T" : "A", p.transpose_b ? "B^T" : "B");
+}
+
+//! The (m, k) of op(a) and (k, n) of op(b) from the last two dims of each shape; throws
+//! ShapeError when the inner dims differ.
+struct GemmDims {
+    size_t m, n, k;
+};
+
+GemmDims gemm_dims(const OperatorNode& opr, const MatMulParam& p, const TensorShape& a,
+                   const TensorShape& b) {
+    size_t ra = a.ndim() - 2, rb = b.ndim() - 2;
+    size_t m = p.transpose_a ? a[ra + 1] : a[ra];
+    size_t ka = p.transpose_a ? a[ra] : a[ra + 1];
+    size_t kb = p.transpose_b ? b[rb + 1] : b[rb];
+    size_t n = p.transpose_b ? b[rb] : b[rb + 1];
+    if (ka != kb)
+        BRAID_THROW(ShapeError, "{}: inner dims differ: {} x {} (k = {} vs {})", opr.describe(),
+                    a.to_string(), b.to_string(), ka, kb);
+    constexpr size_t int_max = size_t(std::numeric_limits<int>::max());
+    if (m > int_max || n > int_max || ka > int_max)
+        BRAID_THROW(ShapeError, "{}: matrix dims of {} x {} exceed the BLAS limit of {}",
+                    opr.describe(), a.to_string(), b.to_string(), int_max);
+    return {m, n, ka};
+}
+
+} // namespace
+
+// ---- MatMul ----
 
 MatMul::MatMul(VarNode* a, VarNode* b, Param param, const OperatorConfig& config)
     : OperatorNode(config), m_param(param) {
@@ -25,75 +76,153 @@ SymbolVar matmul(SymbolVar a, SymbolVar b, bool transpose_a, bool transpose_b) {
 }
 
 void MatMul::hash_params(Hasher& h) const {
-    h.add_pod(m_param.transpose_a).add_pod(m_param.transpose_b);
+    hash_matmul_param(h, m_param);
 }
 
 bool MatMul::params_equal(const OperatorNode& rhs) const {
-    auto& o = static_cast<const MatMul&>(rhs).m_param;
-    return o.transpose_a == m_param.transpose_a && o.transpose_b == m_param.transpose_b;
+    return matmul_param_equal(m_param, static_cast<const MatMul&>(rhs).m_param);
 }
 
 std::string MatMul::param_string() const {
-    return fmt::format("{}{}", m_param.transpose_a ? "A^T" : "A",
-                       m_param.transpose_b ? "B^T" : "B");
+    return matmul_param_string(m_param);
 }
 
 void MatMul::init_output_dtypes() {
-    DType a = input(0)->dtype(), b = input(1)->dtype();
-    if (a != b || !a.is_float())
-        BRAID_THROW(DTypeError, "{}: inputs must share a float dtype, got {} and {}", describe(),
-                    a.name(), b.name());
-    output(0)->set_dtype(a);
+    check_float_pair(*this);
+    output(0)->set_dtype(input(0)->dtype());
 }
 
 bool MatMul::infer_output_shapes(const InferCtx& ctx, TensorShape* out) const {
     if (!ctx.shape(0) || !ctx.shape(1)) return false;
     const auto &a = *ctx.shape(0), &b = *ctx.shape(1);
     if (a.ndim() != 2 || b.ndim() != 2)
-        BRAID_THROW(ShapeError, "{}: inputs must be 2-D, got {} and {}", describe(), a.to_string(),
-                    b.to_string());
-    size_t m = m_param.transpose_a ? a[1] : a[0];
-    size_t ka = m_param.transpose_a ? a[0] : a[1];
-    size_t kb = m_param.transpose_b ? b[1] : b[0];
-    size_t n = m_param.transpose_b ? b[0] : b[1];
-    if (ka != kb)
-        BRAID_THROW(ShapeError, "{}: inner dims differ: {} x {} (k = {} vs {})", describe(),
-                    a.to_string(), b.to_string(), ka, kb);
-    out[0] = TensorShape{m, n};
+        BRAID_THROW(ShapeError, "{}: inputs must be 2-D, got {} and {} (BatchedMatMul takes more)",
+                    describe(), a.to_string(), b.to_string());
+    auto d = gemm_dims(*this, m_param, a, b);
+    out[0] = TensorShape{d.m, d.n};
     return true;
 }
 
 void MatMul::execute(ExecCtx& ctx) {
-    Tensor a = ctx.input(0), b = ctx.input(1);
+    Tensor a = kern::as_float32(ctx.input(0)), b = kern::as_float32(ctx.input(1));
     Tensor& y = ctx.output(0);
-    bool convert = y.dtype() != dtype::Float32();
-    Tensor yf = y;
-    if (convert) {
-        auto to_f32 = [](const Tensor& t) {
-            Tensor r(t.shape(), dtype::Float32());
-            convert_elements(t.dtype(), t.raw_ptr(), dtype::Float32(), r.raw_ptr(),
-                             t.shape().total_nr_elems());
-            return r;
-        };
-        a = to_f32(a);
-        b = to_f32(b);
-        yf = Tensor(y.shape(), dtype::Float32());
+    Tensor yf = kern::float32_target(y);
+    auto d = gemm_dims(*this, m_param, a.shape(), b.shape());
+    kern::sgemm_parallel(m_param.transpose_a, m_param.transpose_b, d.m, d.n, d.k, 1.f,
+                         a.ptr<float>(), a.shape()[1], b.ptr<float>(), b.shape()[1], 0.f,
+                         yf.ptr<float>(), d.n);
+    kern::store_float32(yf, y);
+}
+
+// ---- BatchedMatMul ----
+
+BatchedMatMul::BatchedMatMul(VarNode* a, VarNode* b, Param param, const OperatorConfig& config)
+    : OperatorNode(config), m_param(param) {
+    add_input(a);
+    add_input(b);
+    add_output();
+}
+
+SymbolVar BatchedMatMul::make(SymbolVar a, SymbolVar b, Param param, const OperatorConfig& config) {
+    return a.graph()
+        .insert_opr(std::make_unique<BatchedMatMul>(a.node(), b.node(), param, config))
+        ->output(0);
+}
+
+SymbolVar batched_matmul(SymbolVar a, SymbolVar b, bool transpose_a, bool transpose_b) {
+    return BatchedMatMul::make(a, b, {transpose_a, transpose_b});
+}
+
+void BatchedMatMul::hash_params(Hasher& h) const {
+    hash_matmul_param(h, m_param);
+}
+
+bool BatchedMatMul::params_equal(const OperatorNode& rhs) const {
+    return matmul_param_equal(m_param, static_cast<const BatchedMatMul&>(rhs).m_param);
+}
+
+std::string BatchedMatMul::param_string() const {
+    return matmul_param_string(m_param);
+}
+
+void BatchedMatMul::init_output_dtypes() {
+    check_float_pair(*this);
+    output(0)->set_dtype(input(0)->dtype());
+}
+
+namespace {
+
+//! The batch dims of `s` (all but the last two).
+TensorShape batch_shape(const TensorShape& s) {
+    TensorShape r;
+    r.set_ndim(s.ndim() - 2);
+    for (size_t i = 0; i + 2 < s.ndim(); ++i) r[i] = s[i];
+    return r;
+}
+
+} // namespace
+
+bool BatchedMatMul::infer_output_shapes(const InferCtx& ctx, TensorShape* out) const {
+    if (!ctx.shape(0) || !ctx.shape(1)) return false;
+    const auto &a = *ctx.shape(0), &b = *ctx.shape(1);
+    if (a.ndim() < 2 || b.ndim() < 2)
+        BRAID_THROW(ShapeError, "{}: inputs need at least 2 dims, got {} and {}", describe(),
+                    a.to_string(), b.to_string());
+    auto d = gemm_dims(*this, m_param, a, b);
+    TensorShape ba = batch_shape(a), bb = batch_shape(b), batch;
+    const TensorShape* shapes[] = {&ba, &bb};
+    if (!broadcast_shapes(shapes, 2, batch))
+        BRAID_THROW(ShapeError, "{}: batch dims {} of {} do not broadcast with batch dims {} of {}",
+                    describe(), ba.to_string(), a.to_string(), bb.to_string(), b.to_string());
+    if (batch.ndim() + 2 > TensorShape::MAX_NDIM)
+        BRAID_THROW(ShapeError, "{}: result of {} x {} would have more than {} dims", describe(),
+                    a.to_string(), b.to_string(), TensorShape::MAX_NDIM);
+    TensorShape y;
+    y.set_ndim(batch.ndim() + 2);
+    for (size_t i = 0; i < batch.ndim(); ++i) y[i] = batch[i];
+    y[batch.ndim()] = d.m;
+    y[batch.ndim() + 1] = d.n;
+    out[0] = y;
+    return true;
+}
+
+void BatchedMatMul::execute(ExecCtx& ctx) {
+    Tensor a = kern::as_float32(ctx.input(0)), b = kern::as_float32(ctx.input(1));
+    Tensor& y = ctx.output(0);
+    Tensor yf = kern::float32_target(y);
+    const auto &sa = a.shape(), &sb = b.shape();
+    auto d = gemm_dims(*this, m_param, sa, sb);
+    TensorShape out_batch = batch_shape(y.shape());
+    size_t nbatch = out_batch.total_nr_elems();
+    if (nbatch == 0 || d.m == 0 || d.n == 0) return;
+    size_t lda = sa[sa.ndim() - 1], ldb = sb[sb.ndim() - 1];
+    size_t a_mat = sa[sa.ndim() - 2] * lda, b_mat = sb[sb.ndim() - 2] * ldb, y_mat = d.m * d.n;
+
+    // Matrix index of each batch item in a and b: contiguous strides over the batch dims,
+    // broadcast (stride 0) where an input's batch dim is 1 or missing.
+    TensorLayout la(batch_shape(sa), dtype::Float32()), lb(batch_shape(sb), dtype::Float32());
+    la = la.broadcast(out_batch);
+    lb = lb.broadcast(out_batch);
+    size_t a_count = batch_shape(sa).total_nr_elems(), b_count = batch_shape(sb).total_nr_elems();
+
+    const float* ap = a.ptr<float>();
+    const float* bp = b.ptr<float>();
+    float* yp = yf.ptr<float>();
+    if (b_count == 1 && a_count == nbatch && !m_param.transpose_a) {
+        // One right-hand matrix for every item: a's matrices stack into one [nbatch*m, k]
+        // matrix, so the whole batch is a single large GEMM.
+        kern::sgemm_parallel(false, m_param.transpose_b, nbatch * d.m, d.n, d.k, 1.f, ap, lda, bp,
+                             ldb, 0.f, yp, d.n);
+    } else {
+        std::vector<const float*> as(nbatch), bs(nbatch);
+        std::vector<float*> ys(nbatch);
+        for_each_strided(la, [&](size_t i, ptrdiff_t off) { as[i] = ap + size_t(off) * a_mat; });
+        for_each_strided(lb, [&](size_t i, ptrdiff_t off) { bs[i] = bp + size_t(off) * b_mat; });
+        for (size_t i = 0; i < nbatch; ++i) ys[i] = yp + i * y_mat;
+        kern::sgemm_batched(m_param.transpose_a, m_param.transpose_b, d.m, d.n, d.k, 1.f, as.data(),
+                            lda, bs.data(), ldb, 0.f, ys.data(), d.n, nbatch);
     }
-    int m = int(y.shape()[0]), n = int(y.shape()[1]);
-    int k = int(m_param.transpose_a ? a.shape()[0] : a.shape()[1]);
-    if (m && n) {
-        if (k == 0) {
-            std::memset(yf.raw_ptr(), 0, yf.nr_bytes());
-        } else {
-            cblas_sgemm(CblasRowMajor, m_param.transpose_a ? CblasTrans : CblasNoTrans,
-                        m_param.transpose_b ? CblasTrans : CblasNoTrans, m, n, k, 1.f,
-                        a.ptr<float>(), int(a.shape()[1]), b.ptr<float>(), int(b.shape()[1]), 0.f,
-                        yf.ptr<float>(), n);
-        }
-    }
-    if (convert)
-        convert_elements(dtype::Float32(), yf.raw_ptr(), y.dtype(), y.raw_ptr(),
-                         y.shape().total_nr_elems());
+    kern::store_float32(yf, y);
 }
 
 } // namespace braid::opr

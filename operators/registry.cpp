@@ -43,7 +43,11 @@ void register_all_operators() {
         reg.add({"Elemwise", "elemwise"});
         for (auto* t : {"Reshape", "GetVarShape", "Broadcast", "TypeCvt"})
             reg.add({t, "tensor_manip"});
-        reg.add({"MatMul", "matmul"});
+        for (auto* t : {"MatMul", "BatchedMatMul"}) reg.add({t, "matmul"});
+        reg.add({"Conv2d", "conv"});
+        reg.add({"Pooling", "pooling"});
+        reg.add({"BatchNorm", "batch_norm"});
+        reg.add({"Attention", "attention"});
         reg.add({"Reduce", "reduce"});
         reg.add({"ParamUpdate", "optimizer"});
 

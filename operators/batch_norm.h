@@ -1,0 +1,42 @@
+// Batch normalization for inference: per-channel affine normalization with given statistics.
+//
+//     y = (x − mean[c]) / sqrt(var[c] + eps) · scale[c] + bias[c],   c = index along axis 1
+//
+// Shapes: x [N, C, ...] (rank >= 2); scale, bias, mean and var each [C] or [1, C, 1, ...] of
+// x's rank; y has x's shape. Dtypes: x float32, float16 or bfloat16; each statistic x's dtype
+// or float32; y x's dtype (computed in float32). Memory: y may overwrite x in place.
+#pragma once
+
+#include "graph/computing_graph.h"
+#include "graph/symbol_var.h"
+
+namespace braid::opr {
+
+//! Inference-mode batch normalization over axis 1 (no statistics are computed or updated).
+class BatchNorm final : public OperatorNode {
+public:
+    BatchNorm(const VarNodeArray& inputs, float eps, const OperatorConfig& config);
+    //! Throws ValueError for a negative or non-finite eps, DTypeError for unsupported dtypes
+    //! and ShapeError for an x of rank < 2 or statistics whose shape is not [C] or [1, C, 1..].
+    static SymbolVar make(SymbolVar x, SymbolVar scale, SymbolVar bias, SymbolVar mean,
+                          SymbolVar var, float eps = 1e-5f, const OperatorConfig& config = {});
+
+    const char* type_name() const override { return "BatchNorm"; }
+    float eps() const { return m_eps; }
+    void hash_params(Hasher& h) const override;
+    bool params_equal(const OperatorNode& rhs) const override;
+    std::string param_string() const override;
+    void init_output_dtypes() override;
+    bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
+    int inplace_input(size_t) const override { return 0; }
+    void execute(ExecCtx& ctx) override;
+
+private:
+    float m_eps;
+};
+
+//! Inference batch norm of x with per-channel scale, bias, running mean and variance.
+SymbolVar batch_norm(SymbolVar x, SymbolVar scale, SymbolVar bias, SymbolVar mean, SymbolVar var,
+                     float eps = 1e-5f);
+
+} // namespace braid::opr

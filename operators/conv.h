@@ -1,0 +1,55 @@
+// 2-D convolution (cross-correlation, as in every deep-learning framework) of NCHW inputs with
+// OIHW weights, with stride, padding, dilation and groups.
+//
+// Shapes: x [N, C, H, W], w [O, C/groups, KH, KW] → y [N, O, OH, OW] with
+// OH = (H + 2·pad_h − dilation_h·(KH − 1) − 1) / stride_h + 1 (floor), OW likewise. There is
+// no bias input: add one with an elementwise op (y + b.reshape({1, O, 1, 1})).
+// Dtypes: x and w share one float dtype; float16 and bfloat16 are computed in float32.
+// Kernel: im2col + sgemm, cut into (batch item, group, block of output pixels) tasks that the
+// pool runs in parallel; a block's im2col columns stay in cache for its GEMM; 1x1 kernels with
+// stride 1 and no padding skip im2col. Memory: planned output, never in place.
+#pragma once
+
+#include "graph/computing_graph.h"
+#include "graph/symbol_var.h"
+
+namespace braid::opr {
+
+//! Geometry of Conv2d. Strides and dilations must be >= 1, paddings >= 0 (zero padding),
+//! groups >= 1 and must divide both the input and the output channels.
+struct Conv2dParam {
+    int stride_h = 1, stride_w = 1;
+    int pad_h = 0, pad_w = 0;
+    int dilation_h = 1, dilation_w = 1;
+    int groups = 1;
+};
+
+//! y = conv2d(x, w) for NCHW x and OIHW w; see the file comment for the shape rule.
+class Conv2d final : public OperatorNode {
+public:
+    using Param = Conv2dParam;
+    Conv2d(VarNode* x, VarNode* w, Param param, const OperatorConfig& config);
+    //! Throws ValueError for bad params, DTypeError unless x and w share a float dtype, and
+    //! ShapeError for inputs that are not 4-D, channel counts that disagree with the weight
+    //! and groups, or a dilated kernel larger than the padded input.
+    static SymbolVar make(SymbolVar x, SymbolVar w, Param param = {},
+                          const OperatorConfig& config = {});
+
+    const char* type_name() const override { return "Conv2d"; }
+    const Param& param() const { return m_param; }
+    void hash_params(Hasher& h) const override;
+    bool params_equal(const OperatorNode& rhs) const override;
+    std::string param_string() const override;
+    void init_output_dtypes() override;
+    bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
+    void execute(ExecCtx& ctx) override;
+
+private:
+    Param m_param;
+};
+
+//! conv2d with the same stride, padding and dilation along both spatial dims.
+SymbolVar conv2d(SymbolVar x, SymbolVar w, int stride = 1, int padding = 0, int dilation = 1,
+                 int groups = 1);
+
+} // namespace braid::opr

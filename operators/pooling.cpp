@@ -1,0 +1,185 @@
+#include "operators/pooling.h"
+
+#include "base/error.h"
+#include "base/hash.h"
+#include "base/thread_pool.h"
+#include "operators/dense_kernels.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace braid::opr {
+
+const char* pool_mode_name(PoolMode mode) {
+    switch (mode) {
+    case PoolMode::MAX:
+        return "MAX";
+    case PoolMode::AVERAGE:
+        return "AVERAGE";
+    }
+    return "?";
+}
+
+Pooling::Pooling(VarNode* x, Param param, const OperatorConfig& config)
+    : OperatorNode(config), m_param(param) {
+    add_input(x);
+    add_output();
+}
+
+SymbolVar Pooling::make(SymbolVar x, Param param, const OperatorConfig& config) {
+    return x.graph().insert_opr(std::make_unique<Pooling>(x.node(), param, config))->output(0);
+}
+
+SymbolVar max_pool2d(SymbolVar x, int window) {
+    return max_pool2d(x, window, window, 0);
+}
+
+SymbolVar max_pool2d(SymbolVar x, int window, int stride, int padding) {
+    return Pooling::make(x, {PoolMode::MAX, window, window, stride, stride, padding, padding});
+}
+
+SymbolVar avg_pool2d(SymbolVar x, int window) {
+    return avg_pool2d(x, window, window, 0, true);
+}
+
+SymbolVar avg_pool2d(SymbolVar x, int window, int stride, int padding, bool count_include_pad) {
+    return Pooling::make(x, {PoolMode::AVERAGE, window, window, stride, stride, padding, padding,
+                             count_include_pad});
+}
+
+void Pooling::hash_params(Hasher& h) const {
+    const auto& p = m_param;
+    h.add_pod(p.mode).add_pod(p.window_h).add_pod(p.window_w).add_pod(p.stride_h);
+    h.add_pod(p.stride_w).add_pod(p.pad_h).add_pod(p.pad_w).add_pod(p.count_include_pad);
+}
+
+bool Pooling::params_equal(const OperatorNode& rhs) const {
+    const auto &a = m_param, &b = static_cast<const Pooling&>(rhs).m_param;
+    return a.mode == b.mode && a.window_h == b.window_h && a.window_w == b.window_w &&
+           a.stride_h == b.stride_h && a.stride_w == b.stride_w && a.pad_h == b.pad_h &&
+           a.pad_w == b.pad_w && a.count_include_pad == b.count_include_pad;
+}
+
+std::string Pooling::param_string() const {
+    const auto& p = m_param;
+    return fmt::format("{},window={}x{},stride={}x{},pad={}x{}{}", pool_mode_name(p.mode),
+                       p.window_h, p.window_w, p.stride_h, p.stride_w, p.pad_h, p.pad_w,
+                       p.mode == PoolMode::AVERAGE && !p.count_include_pad ? ",exclude_pad" : "");
+}
+
+void Pooling::init_output_dtypes() {
+    // Params are checked here, the first step after the operator got its name.
+    const auto& p = m_param;
+    if (p.window_h < 1 || p.window_w < 1)
+        BRAID_THROW(ValueError, "{}: window must be >= 1, got {}x{}", describe(), p.window_h,
+                    p.window_w);
+    if (p.stride_h < 1 || p.stride_w < 1)
+        BRAID_THROW(ValueError, "{}: strides must be >= 1, got {}x{}", describe(), p.stride_h,
+                    p.stride_w);
+    if (p.pad_h < 0 || p.pad_w < 0 || p.pad_h >= p.window_h || p.pad_w >= p.window_w)
+        BRAID_THROW(ValueError, "{}: padding {}x{} must be >= 0 and smaller than the window {}x{}",
+                    describe(), p.pad_h, p.pad_w, p.window_h, p.window_w);
+    DType dt = input(0)->dtype();
+    if (!kern::is_dense_float(dt))
+        BRAID_THROW(DTypeError, "{}: input dtype {} is not supported (float32, float16, bfloat16)",
+                    describe(), dt.name());
+    output(0)->set_dtype(dt);
+}
+
+bool Pooling::infer_output_shapes(const InferCtx& ctx, TensorShape* out) const {
+    if (!ctx.shape(0)) return false;
+    const auto& x = *ctx.shape(0);
+    const auto& p = m_param;
+    if (x.ndim() != 4)
+        BRAID_THROW(ShapeError, "{}: input must be 4-D NCHW, got {}", describe(), x.to_string());
+    if (x[2] == 0 || x[3] == 0)
+        BRAID_THROW(ShapeError, "{}: input {} has empty spatial dims; windows would be empty",
+                    describe(), x.to_string());
+    size_t ph = x[2] + 2 * size_t(p.pad_h), pw = x[3] + 2 * size_t(p.pad_w);
+    if (ph < size_t(p.window_h) || pw < size_t(p.window_w))
+        BRAID_THROW(ShapeError, "{}: window {}x{} is larger than the padded input {}x{} of {}",
+                    describe(), p.window_h, p.window_w, ph, pw, x.to_string());
+    out[0] = TensorShape{x[0], x[1], (ph - size_t(p.window_h)) / size_t(p.stride_h) + 1,
+                         (pw - size_t(p.window_w)) / size_t(p.stride_w) + 1};
+    return true;
+}
+
+namespace {
+
+struct PoolGeometry {
+    ptrdiff_t h, w, oh, ow, kh, kw, sh, sw, ph, pw;
+};
+
+void max_pool_plane(const PoolGeometry& g, const float* x, float* y) {
+    for (ptrdiff_t i = 0; i < g.oh; ++i) {
+        ptrdiff_t h0 = std::max<ptrdiff_t>(i * g.sh - g.ph, 0);
+        ptrdiff_t h1 = std::min(i * g.sh - g.ph + g.kh, g.h);
+        for (ptrdiff_t j = 0; j < g.ow; ++j) {
+            ptrdiff_t w0 = std::max<ptrdiff_t>(j * g.sw - g.pw, 0);
+            ptrdiff_t w1 = std::min(j * g.sw - g.pw + g.kw, g.w);
+            float m = -std::numeric_limits<float>::infinity();
+            for (ptrdiff_t a = h0; a < h1; ++a) {
+                const float* row = x + a * g.w;
+                for (ptrdiff_t b = w0; b < w1; ++b) {
+                    float v = row[b];
+                    // NaN wins and stays: later elements never compare greater than it.
+                    if (v > m || std::isnan(v)) m = v;
+                    if (std::isnan(m)) break;
+                }
+            }
+            y[i * g.ow + j] = m;
+        }
+    }
+}
+
+void avg_pool_plane(const PoolGeometry& g, bool include_pad, const float* x, float* y) {
+    float full = 1.f / float(g.kh * g.kw);
+    for (ptrdiff_t i = 0; i < g.oh; ++i) {
+        ptrdiff_t h0 = std::max<ptrdiff_t>(i * g.sh - g.ph, 0);
+        ptrdiff_t h1 = std::min(i * g.sh - g.ph + g.kh, g.h);
+        for (ptrdiff_t j = 0; j < g.ow; ++j) {
+            ptrdiff_t w0 = std::max<ptrdiff_t>(j * g.sw - g.pw, 0);
+            ptrdiff_t w1 = std::min(j * g.sw - g.pw + g.kw, g.w);
+            float sum = 0.f;
+            for (ptrdiff_t a = h0; a < h1; ++a) {
+                const float* row = x + a * g.w;
+                for (ptrdiff_t b = w0; b < w1; ++b) sum += row[b];
+            }
+            y[i * g.ow + j] = include_pad ? sum * full : sum / float((h1 - h0) * (w1 - w0));
+        }
+    }
+}
+
+} // namespace
+
+void Pooling::execute(ExecCtx& ctx) {
+    Tensor x = kern::as_float32(ctx.input(0));
+    Tensor& y = ctx.output(0);
+    if (y.shape().is_empty()) return;
+    Tensor yf = kern::float32_target(y);
+    const auto &xs = x.shape(), &ys = y.shape();
+    const auto& p = m_param;
+    PoolGeometry g{ptrdiff_t(xs[2]), ptrdiff_t(xs[3]), ptrdiff_t(ys[2]), ptrdiff_t(ys[3]),
+                   p.window_h,       p.window_w,       p.stride_h,       p.stride_w,
+                   p.pad_h,          p.pad_w};
+    size_t in_plane = xs[2] * xs[3], out_plane = ys[2] * ys[3];
+    size_t work = out_plane * size_t(p.window_h * p.window_w);
+    const float* xp = x.ptr<float>();
+    float* yp = yf.ptr<float>();
+    bool is_max = p.mode == PoolMode::MAX;
+    parallel_for(xs[0] * xs[1], std::max<size_t>(1, 16384 / std::max<size_t>(work, 1)),
+                 [&](size_t begin, size_t end) {
+                     for (size_t plane = begin; plane < end; ++plane) {
+                         const float* xpl = xp + plane * in_plane;
+                         float* ypl = yp + plane * out_plane;
+                         if (is_max)
+                             max_pool_plane(g, xpl, ypl);
+                         else
+                             avg_pool_plane(g, p.count_include_pad, xpl, ypl);
+                     }
+                 });
+    kern::store_float32(yf, y);
+}
+
+} // namespace braid::opr
