@@ -7,6 +7,7 @@
 #include "graph/grad.h"
 #include "graph/symbol_var.h"
 #include "memory/tensor.h"
+#include "operators/copy.h"
 #include "operators/elemwise.h"
 #include "operators/io.h"
 #include "operators/matmul.h"
