@@ -25,6 +25,7 @@ test: build
 bench: build
 	./$(BUILD_DIR)/bench/bench_dispatch --json
 	./$(BUILD_DIR)/bench/bench_dispatch --json --comp-node cpu:default
+	@if [ -x ./$(BUILD_DIR)/bench/bench_cuda ]; then ./$(BUILD_DIR)/bench/bench_cuda; fi
 
 format:
 	@git ls-files '*.h' '*.cpp' | xargs clang-format -i

@@ -13,6 +13,7 @@
 #include <thread>
 
 #if BRAID_WITH_CUDA
+#include "base/cuda_check.h"
 #include "graph/cuda_comp_node.h"
 #include "memory/cuda_copy.h"
 #endif
@@ -238,6 +239,47 @@ void CompNode::copy(Tensor& dst, const Tensor& src) const {
 void CompNode::dispatch(std::function<void()> task) const {
     BRAID_ASSERT(m_impl, "dispatch on an invalid comp node");
     m_impl->dispatch(std::move(task));
+}
+
+void CompNode::record_marker(DeviceMarker& marker) const {
+#if BRAID_WITH_CUDA
+    if (m_impl && m_impl->m_cuda) {
+        auto* cuda = m_impl->m_cuda.get();
+        if (!marker.m_event) {
+            CudaDeviceGuard guard(cuda->device());
+            cudaEvent_t event = nullptr;
+            BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+            marker.m_event = event;
+        }
+        BRAID_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(marker.m_event), cuda->stream()));
+    }
+#endif
+}
+
+void CompNode::wait_marker(const DeviceMarker& marker) const {
+#if BRAID_WITH_CUDA
+    if (marker.empty()) return;
+    auto event = static_cast<cudaEvent_t>(marker.m_event);
+    if (m_impl && m_impl->m_cuda)
+        BRAID_CUDA_CHECK(cudaStreamWaitEvent(m_impl->m_cuda->stream(), event, 0));
+    else
+        BRAID_CUDA_CHECK(cudaEventSynchronize(event));
+#endif
+}
+
+DeviceMarker::~DeviceMarker() {
+#if BRAID_WITH_CUDA
+    if (m_event) (void)cudaEventDestroy(static_cast<cudaEvent_t>(m_event));
+#endif
+}
+
+DeviceMarker& DeviceMarker::operator=(DeviceMarker&& rhs) noexcept {
+    if (this != &rhs) {
+        DeviceMarker old(std::move(*this));
+        m_event = rhs.m_event;
+        rhs.m_event = nullptr;
+    }
+    return *this;
 }
 
 void CompNode::sync() const {

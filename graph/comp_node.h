@@ -22,6 +22,7 @@ namespace braid {
 class CompNodeImpl;
 class CudaContext;
 class Tensor;
+class DeviceMarker;
 
 //! A handle to a process-wide comp node. Default-constructed handles are invalid.
 class CompNode {
@@ -64,10 +65,18 @@ public:
     /*!
      * Copies `src` into `dst` (same shape and dtype; any strides; host or device memory),
      * ordered on this comp node: enqueued on a CUDA comp node's stream, done before return on
-     * a CPU comp node. Kernels call it from this comp node's worker thread; the tensors'
-     * producers must have finished (the executable's cross-comp-node waits ensure that).
+     * a CPU comp node. Callable from any thread (kernels call it from the worker); the
+     * tensors' producers must have finished or be ordered before it on this comp node.
      */
     void copy(Tensor& dst, const Tensor& src) const;
+
+    //! Records into `marker` the device work enqueued on this comp node so far (a CUDA
+    //! event). Nothing on a CPU comp node, whose work is done when its task returns.
+    void record_marker(DeviceMarker& marker) const;
+    //! Orders what this comp node does next after `marker`: a CUDA comp node's stream waits
+    //! for it on the device (the caller does not block); on a CPU comp node the calling thread
+    //! blocks until the device reached it. Nothing for an empty marker.
+    void wait_marker(const DeviceMarker& marker) const;
 
     //! The CUDA state of a CUDA comp node (graph/cuda_comp_node.h); nullptr otherwise.
     CudaContext* cuda_context() const;
@@ -82,6 +91,24 @@ public:
 private:
     explicit CompNode(CompNodeImpl* impl) : m_impl(impl) {}
     CompNodeImpl* m_impl = nullptr;
+};
+
+//! A point in a comp node's device queue (a CUDA event), set by CompNode::record_marker():
+//! lets another comp node wait for device work without blocking the producer's thread.
+//! Empty until recorded on a CUDA comp node. Move-only; not thread-safe.
+class DeviceMarker {
+public:
+    DeviceMarker() = default;
+    ~DeviceMarker();
+    DeviceMarker(DeviceMarker&& rhs) noexcept : m_event(rhs.m_event) { rhs.m_event = nullptr; }
+    DeviceMarker& operator=(DeviceMarker&& rhs) noexcept;
+    DeviceMarker(const DeviceMarker&) = delete;
+    DeviceMarker& operator=(const DeviceMarker&) = delete;
+    bool empty() const { return m_event == nullptr; }
+
+private:
+    friend class CompNode;
+    void* m_event = nullptr; //!< cudaEvent_t
 };
 
 //! A one-shot signal recorded on a comp node's queue: it fires when the queue reaches it (on a

@@ -19,7 +19,10 @@ struct Executable::Step {
     std::vector<Tensor*> outputs;
     //! (node index, steps that node must have finished) before this step may start.
     std::vector<std::pair<size_t, uint32_t>> waits;
-    bool notify = false;        //!< a step on another comp node waits for this one
+    bool notify = false; //!< a step on another comp node waits for this one
+    //! Set after the step on a device queue when `notify`: readers on other comp nodes wait
+    //! for it (a CUDA event), so the producer's thread never blocks on the device.
+    DeviceMarker marker;
     bool dynamic = false;       //!< some output shape is only known at execution
     bool check_strided = false; //!< some input may arrive non-contiguous
     std::vector<std::pair<size_t, std::function<void(const Tensor&)>>> callbacks;
@@ -268,9 +271,12 @@ void Executable::run_node(NodeSeq& seq, uint64_t gen) {
             }
         if (!ok || m_failed.load(std::memory_order_relaxed)) break;
         try {
+            // Producers on device queues: this stream waits on the device for their markers; a
+            // CPU comp node blocks until they are reached.
+            for (auto [ni, count] : step.waits)
+                seq.cn.wait_marker(m_nodes[ni]->steps[count - 1].marker);
             run_step(step);
-            // Readers on other comp nodes start once the device finished this step.
-            if (step.notify && seq.device_queue) seq.cn.device_sync();
+            if (step.notify && seq.device_queue) seq.cn.record_marker(step.marker);
         } catch (...) {
             record_error(std::current_exception(), step.opr);
             break;

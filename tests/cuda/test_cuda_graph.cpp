@@ -97,6 +97,34 @@ TEST(CudaGraph, CpuToCudaToCpuGivesTheCpuResult) {
     EXPECT_EQ(exec->output(1).device(), Device::cpu()) << "fetched outputs are host tensors";
 }
 
+TEST(CudaGraph, TwoStreamsAndTheHostAreOrderedByEvents) {
+    BRAID_REQUIRE_CUDA();
+    // Alternate a long chain between cuda0, cuda0:1 and cpu0 on a large tensor: a missing
+    // wait shows up as a wrong sum.
+    auto g = graph_on("cpu0");
+    CompNode nodes[] = {CompNode::load("cuda0"), CompNode::load("cuda0:1"), CompNode::load("cpu0")};
+    size_t n = size_t(1) << 20;
+    auto x = opr::Input::make(*g, "x", dtype::Float32(), {n});
+    SymbolVar y = x;
+    const int steps = 12;
+    for (int i = 0; i < steps; ++i) {
+        CompNode cn = nodes[i % 3];
+        auto one =
+            opr::ImmutableTensor::make_scalar(*g, 1.0, dtype::Float32(), OperatorConfig::on(cn));
+        y = opr::Elemwise::make(opr::ElemMode::ADD, {y, one}, OperatorConfig::on(cn));
+    }
+    auto exec = g->compile({opr::reduce_sum(y), y});
+    Tensor xv(TensorShape{n}, dtype::Float32());
+    for (size_t i = 0; i < n; ++i) xv.ptr<float>()[i] = float(i % 7);
+    double expected = 0;
+    for (size_t i = 0; i < n; ++i) expected += double(i % 7) + steps;
+    for (int run = 0; run < 3; ++run) {
+        exec->feed("x", xv).run();
+        EXPECT_NEAR(exec->output(0).at(0), expected, expected * 1e-6) << "run " << run;
+        EXPECT_EQ(exec->output(1).at(n - 1), double((n - 1) % 7) + steps);
+    }
+}
+
 TEST(CudaGraph, OperatorWithoutCudaKernelFailsAtCompileNamingIt) {
     BRAID_REQUIRE_CUDA();
     auto g = graph_on("cuda0");

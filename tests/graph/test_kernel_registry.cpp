@@ -109,6 +109,16 @@ TEST(KernelRegistry, FirstOperatorsHaveCudaKernels) {
 }
 #endif
 
+TEST(DeviceMarker, IsEmptyAndFreeOnCpuCompNodes) {
+    CompNode cpu = CompNode::load("cpu0");
+    DeviceMarker marker;
+    cpu.record_marker(marker);
+    EXPECT_TRUE(marker.empty()) << "CPU work is done when its task returns";
+    cpu.wait_marker(marker); // returns at once
+    DeviceMarker moved(std::move(marker));
+    EXPECT_TRUE(moved.empty());
+}
+
 TEST(CopyOpr, CopiesBetweenCpuCompNodesAndBackpropagates) {
     register_all_operators();
     auto g = ComputingGraph::make();
