@@ -26,6 +26,7 @@ bench: build
 	./$(BUILD_DIR)/bench/bench_dispatch --json
 	./$(BUILD_DIR)/bench/bench_dispatch --json --comp-node cpu:default
 	./$(BUILD_DIR)/bench/bench_memplan --json
+	@if [ -x ./$(BUILD_DIR)/bench/bench_cuda ]; then ./$(BUILD_DIR)/bench/bench_cuda; fi
 
 format:
 	@git ls-files '*.h' '*.cpp' | xargs clang-format -i

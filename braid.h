@@ -10,6 +10,7 @@
 #include "operators/attention.h"
 #include "operators/batch_norm.h"
 #include "operators/conv.h"
+#include "operators/copy.h"
 #include "operators/elemwise.h"
 #include "operators/io.h"
 #include "operators/matmul.h"

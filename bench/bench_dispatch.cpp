@@ -1,7 +1,10 @@
 // Dispatch overhead: a chain of 1,000 elementwise adds on 1-element float32 tensors,
 // compiled once and executed many times; prints ns per operator.
 //
-//     bench_dispatch [--json] [--comp-node cpu0|cpu:default] [--ops N] [--runs N]
+//     bench_dispatch [--json] [--comp-node cpu0|cpu:default|cuda0] [--ops N] [--runs N]
+//
+// On cuda0 each add is a kernel launch on the comp node's stream; a run ends with a stream
+// synchronisation and the copy of the 1-element result to the host.
 #include "braid.h"
 
 #include <chrono>
@@ -31,6 +34,13 @@ int main(int argc, char** argv) {
                                  "[--runs N]\n");
             return 2;
         }
+    }
+    register_all_operators(); // device kernels (cuda0)
+    try {
+        CompNode::load(cn);
+    } catch (const Error& e) {
+        std::fprintf(stderr, "bench_dispatch: %s\n", e.what());
+        return 1;
     }
     GraphOptions options;
     options.default_comp_node = cn;

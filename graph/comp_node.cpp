@@ -2,21 +2,31 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "memory/tensor.h"
 
 #include <condition_variable>
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <regex>
 #include <thread>
+
+#if BRAID_WITH_CUDA
+#include "base/cuda_check.h"
+#include "graph/cuda_comp_node.h"
+#include "memory/cuda_copy.h"
+#endif
 
 namespace braid {
 
 //! One comp node: a locator, a device, and (unless inline) a worker thread with a queue.
 class CompNodeImpl {
 public:
-    CompNodeImpl(std::string locator, Device device, int stream, bool is_inline)
-        : m_locator(std::move(locator)), m_device(device), m_stream(stream), m_inline(is_inline) {
+    CompNodeImpl(std::string locator, Device device, int stream, bool is_inline,
+                 std::shared_ptr<CudaContext> cuda = nullptr)
+        : m_locator(std::move(locator)), m_device(device), m_stream(stream), m_inline(is_inline),
+          m_cuda(std::move(cuda)) {
         if (!m_inline) m_thread = std::thread([this] { worker_loop(); });
     }
 
@@ -52,6 +62,15 @@ public:
     }
 
     void worker_loop() {
+#if BRAID_WITH_CUDA
+        if (m_cuda) {
+            try {
+                m_cuda->activate(); // kernels enqueued by this thread target this device
+            } catch (const std::exception& e) {
+                logger()->error("comp node {}: {}", m_locator, e.what());
+            }
+        }
+#endif
         for (;;) {
             std::function<void()> task;
             {
@@ -70,6 +89,7 @@ public:
     int m_stream;
     bool m_inline;
     uint64_t m_id = 0;
+    std::shared_ptr<CudaContext> m_cuda; //!< CUDA comp nodes only
 
 private:
     std::mutex m_mutex;
@@ -111,9 +131,11 @@ CompNode CompNode::load(const std::string& locator) {
         stream = m[3].matched ? std::stoi(m[3]) : 0;
         canon =
             std::string(m[1]) + std::string(m[2]) + (stream ? ":" + std::to_string(stream) : "");
+#if !BRAID_WITH_CUDA
         if (dev.kind == Device::Kind::CUDA)
             BRAID_THROW(ValueError, "comp node \"{}\": this build of braid has no CUDA support",
                         locator);
+#endif
     } else {
         BRAID_THROW(ValueError,
                     "invalid comp node locator \"{}\"; expected cpu:default, cpuN, cpuN:K, "
@@ -125,7 +147,19 @@ CompNode CompNode::load(const std::string& locator) {
     auto& slot = reg.nodes[canon];
     if (!slot) {
         int cpu_index = is_inline ? -1 : std::stoi(std::string(m[2]));
-        slot = std::make_unique<CompNodeImpl>(canon, dev, stream, is_inline);
+        std::shared_ptr<CudaContext> cuda;
+#if BRAID_WITH_CUDA
+        if (dev.kind == Device::Kind::CUDA) {
+            try {
+                check_cuda_device(dev.index, canon);
+                cuda = std::make_shared<CudaContext>(dev.index, canon);
+            } catch (...) {
+                reg.nodes.erase(canon);
+                throw;
+            }
+        }
+#endif
+        slot = std::make_unique<CompNodeImpl>(canon, dev, stream, is_inline, std::move(cuda));
         // Ordered by kind, then index, then stream; cpu:default sorts first.
         uint64_t kind = dev.kind == Device::Kind::CPU ? 0 : 1;
         slot->m_id = (kind << 48) | (uint64_t(cpu_index + 1) << 16) | uint64_t(stream + 1);
@@ -146,12 +180,106 @@ uint64_t CompNode::id() const {
     return m_impl ? m_impl->m_id : 0;
 }
 std::shared_ptr<Allocator> CompNode::allocator() const {
+#if BRAID_WITH_CUDA
+    if (m_impl && m_impl->m_cuda) return m_impl->m_cuda->allocator();
+#endif
     return CpuAllocator::instance();
+}
+
+std::shared_ptr<Allocator> CompNode::host_allocator() const {
+#if BRAID_WITH_CUDA
+    if (m_impl && m_impl->m_cuda) return CudaHostAllocator::instance();
+#endif
+    return CpuAllocator::instance();
+}
+
+CudaContext* CompNode::cuda_context() const {
+    return m_impl ? m_impl->m_cuda.get() : nullptr;
+}
+
+int CompNode::cuda_device_count() {
+#if BRAID_WITH_CUDA
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return count;
+#else
+    return 0;
+#endif
+}
+
+void CompNode::device_sync() const {
+#if BRAID_WITH_CUDA
+    if (m_impl && m_impl->m_cuda) m_impl->m_cuda->synchronize();
+#endif
+}
+
+void CompNode::copy(Tensor& dst, const Tensor& src) const {
+    BRAID_ASSERT(m_impl, "copy on an invalid comp node");
+    if (dst.device().kind == Device::Kind::CPU && src.device().kind == Device::Kind::CPU) {
+        dst.copy_from(src);
+        return;
+    }
+#if BRAID_WITH_CUDA
+    auto* cuda = m_impl->m_cuda.get();
+    // The strided copy kernel is launched on the calling thread's device: make it the stream's.
+    std::optional<CudaDeviceGuard> guard;
+    if (cuda) guard.emplace(cuda->device());
+    cuda_copy_tensor(dst, src, cuda ? cuda->stream() : nullptr,
+                     cuda ? std::static_pointer_cast<Allocator>(cuda->allocator()) : nullptr);
+#else
+    BRAID_THROW(ValueError, "comp node {}: cannot copy {} memory without CUDA support", locator(),
+                src.device().kind == Device::Kind::CPU ? dst.device().to_string()
+                                                       : src.device().to_string());
+#endif
 }
 
 void CompNode::dispatch(std::function<void()> task) const {
     BRAID_ASSERT(m_impl, "dispatch on an invalid comp node");
     m_impl->dispatch(std::move(task));
+}
+
+void CompNode::record_marker(DeviceMarker& marker) const {
+#if BRAID_WITH_CUDA
+    if (m_impl && m_impl->m_cuda) {
+        auto* cuda = m_impl->m_cuda.get();
+        if (!marker.m_event) {
+            CudaDeviceGuard guard(cuda->device());
+            cudaEvent_t event = nullptr;
+            BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+            marker.m_event = event;
+        }
+        BRAID_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(marker.m_event), cuda->stream()));
+    }
+#endif
+}
+
+void CompNode::wait_marker(const DeviceMarker& marker) const {
+#if BRAID_WITH_CUDA
+    if (marker.empty()) return;
+    auto event = static_cast<cudaEvent_t>(marker.m_event);
+    if (m_impl && m_impl->m_cuda)
+        BRAID_CUDA_CHECK(cudaStreamWaitEvent(m_impl->m_cuda->stream(), event, 0));
+    else
+        BRAID_CUDA_CHECK(cudaEventSynchronize(event));
+#endif
+}
+
+DeviceMarker::~DeviceMarker() {
+#if BRAID_WITH_CUDA
+    if (m_event) (void)cudaEventDestroy(static_cast<cudaEvent_t>(m_event));
+#endif
+}
+
+DeviceMarker& DeviceMarker::operator=(DeviceMarker&& rhs) noexcept {
+    if (this != &rhs) {
+        DeviceMarker old(std::move(*this));
+        m_event = rhs.m_event;
+        rhs.m_event = nullptr;
+    }
+    return *this;
 }
 
 void CompNode::sync() const {
@@ -163,7 +291,13 @@ void CompNode::sync() const {
 void CompNodeEvent::record(CompNode cn) {
     auto fired = std::make_shared<std::atomic<uint32_t>>(0);
     m_fired = fired;
-    cn.dispatch([fired] {
+    cn.dispatch([fired, cn] {
+        // On a CUDA comp node the work before the event is done once its stream drained.
+        try {
+            cn.device_sync();
+        } catch (const std::exception& e) {
+            logger()->error("comp node {}: {}", cn.locator(), e.what());
+        }
         fired->store(1, std::memory_order_release);
         fired->notify_all();
     });

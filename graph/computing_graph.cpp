@@ -6,9 +6,35 @@
 #include "graph/executable.h"
 #include "graph/symbol_var.h"
 
+#include <atomic>
 #include <cstring>
 
 namespace braid {
+
+namespace {
+std::atomic<CrossDeviceCopyFn> g_cross_device_copy{nullptr};
+} // namespace
+
+void set_cross_device_copy(CrossDeviceCopyFn fn) {
+    g_cross_device_copy.store(fn);
+}
+
+void ComputingGraph::route_cross_device_inputs(OperatorNode& opr) {
+    Device dev = opr.m_comp_node.device();
+    for (size_t i = 0; i < opr.m_inputs.size(); ++i) {
+        VarNode* in = opr.m_inputs[i];
+        if (in->comp_node().device() == dev) continue;
+        auto fn = g_cross_device_copy.load();
+        if (!fn)
+            BRAID_THROW(GraphError,
+                        "{} on {} reads var \"{}\" on {}, another device; call "
+                        "register_all_operators() (which inserts copies between devices) or "
+                        "insert an opr::Copy",
+                        opr.type_name(), opr.m_comp_node.locator(), in->name(),
+                        in->comp_node().locator());
+        opr.m_inputs[i] = fn(opr, i, opr.m_comp_node);
+    }
+}
 
 OutputSpec::OutputSpec(const SymbolVar& v) : var(v.node()) {}
 OutputSpec::OutputSpec(const SymbolVar& v, std::function<void(const Tensor&)> cb)
@@ -40,6 +66,7 @@ OperatorNode* ComputingGraph::insert_opr(std::unique_ptr<OperatorNode> opr) {
         cn = opr->inputs().empty() ? CompNode::load(m_options.default_comp_node)
                                    : opr->inputs()[0]->comp_node();
     opr->m_comp_node = cn;
+    route_cross_device_inputs(*opr);
 
     uint64_t hash = 0;
     if (opr->allow_dedup()) {

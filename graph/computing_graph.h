@@ -27,9 +27,10 @@ struct GraphOptions {
 };
 
 //! What compile() should do with an output var: fetch it into a host tensor readable after
-//! wait() (no callback), or call `callback` on the comp node's thread once it is computed.
-//! A fetched output has memory of its own; the tensor a callback gets may live in the
-//! planned arena and is valid only until the callback returns (copy it to keep it).
+//! wait() (no callback), or call `callback` on the comp node's thread once it is computed
+//! (with a host copy when the var was computed on a device). A fetched output has memory of
+//! its own; the tensor a callback gets may live in the planned arena and is valid only until
+//! the callback returns (copy it to keep it).
 struct OutputSpec {
     VarNode* var;
     std::function<void(const Tensor&)> callback;
@@ -38,6 +39,16 @@ struct OutputSpec {
     OutputSpec(const SymbolVar& v);
     OutputSpec(const SymbolVar& v, std::function<void(const Tensor&)> cb);
 };
+
+/*!
+ * What an operator on comp node `target` reads instead of its input `input_idx` when that input
+ * lives on another device: normally a Copy operator to `target` (operators/copy.h), inserted
+ * before the reader; the rule may also return the input itself (for operators that read
+ * across devices on purpose) or throw GraphError.
+ */
+using CrossDeviceCopyFn = VarNode* (*)(OperatorNode& reader, size_t input_idx, CompNode target);
+//! Installs the process-wide cross-device rule (register_all_operators() installs Copy's).
+void set_cross_device_copy(CrossDeviceCopyFn fn);
 
 //! A dataflow graph of operators. Build it from one thread; compiled executables run
 //! asynchronously on the comp nodes.
@@ -49,9 +60,10 @@ public:
     GraphOptions& options() { return m_options; }
     const GraphOptions& options() const { return m_options; }
 
-    //! Inserts `opr` (built by an operator's make()): checks its inputs belong here,
-    //! returns an equal existing operator when deduplication finds one, otherwise infers
-    //! its dtypes, shapes and static values and keeps it.
+    //! Inserts `opr` (built by an operator's make()): checks its inputs belong here, routes
+    //! inputs from another device through the cross-device rule (a Copy operator), returns an
+    //! equal existing operator when deduplication finds one, otherwise infers its dtypes,
+    //! shapes and static values and keeps it.
     OperatorNode* insert_opr(std::unique_ptr<OperatorNode> opr);
 
     //! Operators in insertion (and thus topological) order.
@@ -78,6 +90,7 @@ public:
 private:
     explicit ComputingGraph(GraphOptions options) : m_options(std::move(options)) {}
     uint64_t dedup_hash(const OperatorNode& opr) const;
+    void route_cross_device_inputs(OperatorNode& opr);
 
     GraphOptions m_options;
     std::vector<std::unique_ptr<OperatorNode>> m_oprs;

@@ -3,6 +3,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "graph/input_node.h"
+#include "graph/kernel_registry.h"
 
 #include <algorithm>
 #include <map>
@@ -12,6 +13,7 @@ namespace braid {
 //! One operator in a comp node's sequence, with everything its dispatch needs precomputed.
 struct Executable::Step {
     OperatorNode* opr;
+    KernelFn kernel = nullptr; //!< resolved for the comp node's device at compile time
     std::vector<size_t> input_idx, output_idx;
     std::vector<const Tensor*> inputs;
     std::vector<Tensor*> outputs;
@@ -21,7 +23,10 @@ struct Executable::Step {
     std::vector<std::pair<size_t, uint32_t>> memory_waits;
     //! Vars whose tensors the memory plan releases once this step finished.
     std::vector<size_t> release_after;
-    bool notify = false;        //!< a step on another comp node waits for this one
+    bool notify = false; //!< a step on another comp node waits for this one
+    //! Set after the step on a device queue when `notify`: readers on other comp nodes wait
+    //! for it (a CUDA event), so the producer's thread never blocks on the device.
+    DeviceMarker marker;
     bool dynamic = false;       //!< some output shape is only known at execution
     bool check_strided = false; //!< some input may arrive non-contiguous
     std::vector<std::pair<size_t, std::function<void(const Tensor&)>>> callbacks;
@@ -32,13 +37,30 @@ struct Executable::Step {
 struct Executable::NodeSeq {
     CompNode cn;
     std::vector<Step> steps;
+    //! Kernels enqueue work on a device queue (a CUDA stream) instead of running it.
+    bool device_queue = false;
+    //! (var index, output index) of fetched outputs produced here on a device queue: copied
+    //! into host tensors at the end of each run.
+    std::vector<std::pair<size_t, size_t>> fetches;
     //! (generation << 32) | steps finished in that generation.
     std::atomic<uint64_t> progress{0};
 };
 
 namespace {
 constexpr uint64_t FAILED_STEPS = 0xffffffffu;
+
+bool on_host(const Tensor& t) {
+    return t.device().kind == Device::Kind::CPU;
 }
+
+//! A host copy of device tensor `t`, complete on return (ordered on `cn`'s queue).
+Tensor copy_to_host(CompNode cn, const Tensor& t) {
+    Tensor host(t.shape(), t.dtype(), cn.host_allocator());
+    cn.copy(host, t);
+    cn.device_sync();
+    return host;
+}
+} // namespace
 
 Executable::Executable(std::shared_ptr<ComputingGraph> graph,
                        const std::vector<OutputSpec>& outputs)
@@ -107,11 +129,15 @@ void Executable::build_sequences(const std::vector<OutputSpec>& outputs) {
         if (inserted) {
             m_nodes.push_back(std::make_unique<NodeSeq>());
             m_nodes.back()->cn = opr->comp_node();
+            m_nodes.back()->device_queue = opr->comp_node().device().kind != Device::Kind::CPU;
         }
         size_t ni = it->second;
         auto& seq = *m_nodes[ni];
         Step step;
         step.opr = opr;
+        // An operator without a kernel for this device fails here, at compile time.
+        step.kernel =
+            resolve_kernel(*opr, opr->comp_node().device().kind, opr->comp_node().locator());
         std::map<size_t, uint32_t> waits;
         for (auto* in : opr->inputs()) {
             step.input_idx.push_back(var_index(in));
@@ -138,13 +164,15 @@ void Executable::build_sequences(const std::vector<OutputSpec>& outputs) {
         seq.steps.push_back(std::move(step));
     }
 
+    m_fetched.resize(outputs.size());
     for (auto& o : outputs) {
         size_t idx = var_index(o.var);
-        m_output_idx.push_back(idx);
-        if (o.callback) {
-            auto [ni, si] = producer.at(o.var);
+        auto [ni, si] = producer.at(o.var);
+        if (o.callback)
             m_nodes[ni]->steps[si].callbacks.emplace_back(idx, o.callback);
-        }
+        else if (m_nodes[ni]->device_queue)
+            m_nodes[ni]->fetches.emplace_back(idx, m_output_idx.size());
+        m_output_idx.push_back(idx);
     }
 }
 
@@ -261,7 +289,13 @@ void Executable::run_node(NodeSeq& seq, uint64_t gen) {
                 if (ok && !wait_progress(*m_nodes[ni], base | count)) ok = false;
         if (!ok || m_failed.load(std::memory_order_relaxed)) break;
         try {
+            // Producers on device queues: this stream waits on the device for their markers; a
+            // CPU comp node blocks until they are reached.
+            for (auto* waits : {&step.waits, &step.memory_waits})
+                for (auto [ni, count] : *waits)
+                    seq.cn.wait_marker(m_nodes[ni]->steps[count - 1].marker);
             run_step(step);
+            if (step.notify && seq.device_queue) seq.cn.record_marker(step.marker);
         } catch (...) {
             record_error(std::current_exception(), step.opr);
             break;
@@ -270,12 +304,37 @@ void Executable::run_node(NodeSeq& seq, uint64_t gen) {
         seq.progress.store(base | (i + 1), std::memory_order_release);
         if (step.notify) seq.progress.notify_all();
     }
+    if (seq.device_queue) finish_device_run(seq);
     if (m_failed.load()) {
         // Wake peers waiting on this node so they can stop too.
         seq.progress.store(base | FAILED_STEPS, std::memory_order_release);
         seq.progress.notify_all();
     }
     if (m_running_nodes.fetch_sub(1, std::memory_order_acq_rel) == 1) m_running_nodes.notify_all();
+}
+
+void Executable::finish_device_run(NodeSeq& seq) {
+    // Fetched outputs become host tensors, and wait() returns only after the device finished.
+    if (!m_failed.load(std::memory_order_acquire)) {
+        try {
+            for (auto [var_idx, out_idx] : seq.fetches) {
+                const Tensor& dev = m_tensors[var_idx];
+                Tensor& host = m_fetched[out_idx];
+                if (host.empty() || host.shape() != dev.shape() || host.dtype() != dev.dtype())
+                    host = Tensor(dev.shape(), dev.dtype(), seq.cn.host_allocator());
+                seq.cn.copy(host, dev);
+            }
+            seq.cn.device_sync();
+            return;
+        } catch (...) {
+            record_error(std::current_exception(), seq.steps.back().opr);
+        }
+    }
+    try {
+        seq.cn.device_sync(); // memory the failed run used is released only once idle
+    } catch (const std::exception& e) {
+        logger()->warn("comp node {} after a failed run: {}", seq.cn.locator(), e.what());
+    }
 }
 
 void Executable::run_step(Step& step) {
@@ -285,6 +344,11 @@ void Executable::run_step(Step& step) {
             const Tensor& t = m_tensors[step.input_idx[i]];
             if (t.layout().is_contiguous()) {
                 step.inputs[i] = &t;
+            } else if (!on_host(t)) {
+                Tensor c(t.shape(), t.dtype(), opr->comp_node().allocator());
+                opr->comp_node().copy(c, t);
+                step.contiguous_inputs[i] = std::move(c);
+                step.inputs[i] = &step.contiguous_inputs[i];
             } else {
                 step.contiguous_inputs[i] = t.contiguous();
                 step.inputs[i] = &step.contiguous_inputs[i];
@@ -296,7 +360,15 @@ void Executable::run_step(Step& step) {
         size_t nin = step.inputs.size();
         std::vector<const TensorShape*> shapes(nin);
         for (size_t i = 0; i < nin; ++i) shapes[i] = &step.inputs[i]->shape();
-        InferCtx ictx(shapes.data(), step.inputs.data(), nin);
+        // Shape rules read values on the host: fetch the device values they need.
+        std::vector<const Tensor*> values(step.inputs.begin(), step.inputs.end());
+        std::vector<Tensor> host_values(nin);
+        for (size_t i = 0; i < nin; ++i)
+            if (opr->shape_needs_value(i) && !on_host(*values[i])) {
+                host_values[i] = copy_to_host(opr->comp_node(), *values[i]);
+                values[i] = &host_values[i];
+            }
+        InferCtx ictx(shapes.data(), values.data(), nin);
         std::vector<TensorShape> out_shapes(step.outputs.size());
         bool ok = opr->infer_output_shapes(ictx, out_shapes.data());
         BRAID_ASSERT(ok, "{}: shape inference failed with every input known", opr->describe());
@@ -309,8 +381,14 @@ void Executable::run_step(Step& step) {
             }
     }
     ExecCtx ctx(step.inputs.data(), step.inputs.size(), step.outputs.data(), step.outputs.size());
-    opr->execute(ctx);
-    for (auto& [idx, cb] : step.callbacks) cb(m_tensors[idx]);
+    step.kernel(*opr, ctx);
+    for (auto& [idx, cb] : step.callbacks) {
+        const Tensor& t = m_tensors[idx];
+        if (on_host(t))
+            cb(t);
+        else
+            cb(copy_to_host(opr->comp_node(), t)); // callbacks always see host tensors
+    }
 }
 
 void Executable::record_error(std::exception_ptr err, OperatorNode* opr) {
@@ -360,6 +438,7 @@ const Tensor& Executable::output(size_t i) const {
     if (m_outputs[i].callback)
         BRAID_THROW(GraphError, "output \"{}\" was compiled with a callback; it is not fetched",
                     var->name());
+    if (!m_fetched[i].empty()) return m_fetched[i]; // copied from a device
     return m_tensors[m_output_idx[i]];
 }
 

@@ -45,7 +45,8 @@ public:
     }
 
     size_t nr_outputs() const { return m_outputs.size(); }
-    //! Output i's value. Valid after wait() until the next execute(); throws GraphError
+    //! Output i's value, always in host memory (outputs computed on a device are copied back
+    //! before wait() returns). Valid after wait() until the next execute(); throws GraphError
     //! when read before wait() or for an output compiled with a callback.
     const Tensor& output(size_t i) const;
     //! The same, naming the output by its var.
@@ -69,6 +70,7 @@ private:
     void allocate_memory();
     void run_node(NodeSeq& seq, uint64_t gen);
     void run_step(Step& step);
+    void finish_device_run(NodeSeq& seq);
     bool wait_progress(NodeSeq& node, uint64_t target);
     void record_error(std::exception_ptr err, OperatorNode* opr);
     size_t var_index(VarNode* var) const;
@@ -83,6 +85,7 @@ private:
     std::vector<OutputSpec> m_outputs;
     std::vector<size_t> m_output_idx;
     std::unique_ptr<MemoryPlan> m_memory_plan;
+    std::vector<Tensor> m_fetched; //!< host copies of outputs computed on a device
 
     enum class State { NEVER_RUN, RUNNING, DONE };
     State m_state = State::NEVER_RUN;

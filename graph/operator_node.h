@@ -10,7 +10,9 @@
 //  4. memory hints: output_mem() says whether an output is planned memory, a read-only
 //     view of an input, or bound by the operator itself; inplace_input() names an input
 //     whose memory the output may take over when the input dies here;
-//  5. execute(): the kernel, run on the operator's comp node with the tensors in ExecCtx;
+//  5. execute(): the CPU kernel, run on the operator's comp node with the tensors in ExecCtx;
+//     kernels for other devices are registered per type (graph/kernel_registry.h) and may keep
+//     state in the operator's kernel_state();
 //  6. gradient: a rule registered for the operator type (graph/grad.h) builds each input's
 //     gradient from the output gradients; types without a rule are not differentiable.
 //
@@ -94,6 +96,13 @@ enum class ValueInference : uint8_t {
     FROM_SHAPES, //!< from the inputs' shapes alone (GetVarShape); via infer_value()
 };
 
+//! Base of what a device kernel keeps in its operator between executions (cached device copies
+//! of constants, staging buffers, optimizer moments); destroyed with the operator.
+class KernelState {
+public:
+    virtual ~KernelState() = default;
+};
+
 //! Base class of every operator. Owned by its ComputingGraph; not thread-safe.
 class OperatorNode {
 public:
@@ -153,7 +162,10 @@ public:
     virtual bool accepts_strided_inputs() const { return false; }
 
     // ---- 5. execution ----
+    //! The CPU kernel.
     virtual void execute(ExecCtx& ctx) = 0;
+    //! State slot for the device kernel of this operator (empty until the kernel fills it).
+    std::unique_ptr<KernelState>& kernel_state() { return m_kernel_state; }
 
 protected:
     explicit OperatorNode(const OperatorConfig& config) : m_config(config) {}
@@ -174,6 +186,7 @@ private:
     VarNodeArray m_outputs;
     std::vector<std::unique_ptr<VarNode>> m_output_storage;
     std::vector<std::string> m_output_suffixes;
+    std::unique_ptr<KernelState> m_kernel_state;
 };
 
 } // namespace braid

@@ -76,6 +76,11 @@ void Tensor::copy_from(const Tensor& src) {
         BRAID_THROW(ShapeError, "copy from {} {} into {} {}: shape or dtype differ",
                     src.shape().to_string(), src.dtype().name(), shape().to_string(),
                     dtype().name());
+    if (device().kind != Device::Kind::CPU || src.device().kind != Device::Kind::CPU)
+        BRAID_THROW(ValueError,
+                    "Tensor::copy_from copies host memory only (from {} into {}); device memory "
+                    "is copied with CompNode::copy",
+                    src.device().to_string(), device().to_string());
     size_t es = dtype().size();
     if (src.layout().is_contiguous() && m_layout.is_contiguous()) {
         if (nr_bytes()) std::memmove(raw_ptr(), src.raw_ptr(), nr_bytes());
@@ -106,6 +111,9 @@ double Tensor::at(size_t i) const {
     if (i >= m_layout.total_nr_elems())
         BRAID_THROW(ValueError, "element {} out of range for shape {}", i,
                     m_layout.TensorShape::to_string());
+    if (device().kind != Device::Kind::CPU)
+        BRAID_THROW(ValueError, "element access on a {} tensor; copy it to the host first",
+                    device().to_string());
     // Translate the row-major index into a strided offset.
     ptrdiff_t off = 0;
     size_t rest = i;

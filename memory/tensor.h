@@ -75,12 +75,14 @@ public:
     Tensor contiguous() const;
     //! A deep copy into fresh contiguous storage from `alloc`.
     Tensor copy(std::shared_ptr<Allocator> alloc = CpuAllocator::instance()) const;
-    //! Copies the elements of `src` (same shape and dtype, any strides) into this tensor.
+    //! Copies the elements of `src` (same shape and dtype, any strides) into this tensor;
+    //! host memory only (CompNode::copy copies device memory).
     void copy_from(const Tensor& src);
     //! Re-allocates when shape or dtype differ; keeps the storage when it is big enough.
     void resize(const TensorShape& shape, DType dtype);
 
     //! Element `i` (row-major index) as double; for tests and printing, not for kernels.
+    //! Host tensors only.
     double at(size_t i) const;
 
 private:

@@ -47,7 +47,7 @@ void Input::execute(ExecCtx& ctx) {
     } else {
         if (out.empty() || out.shape() != m_fed.shape())
             out = Tensor(m_fed.shape(), m_dtype, comp_node().allocator());
-        out.copy_from(m_fed);
+        comp_node().copy(out, m_fed); // e.g. a tensor fed from a CUDA device
     }
 }
 

@@ -42,6 +42,9 @@ public:
     const OptimizerConfig& config() const { return m_config; }
     //! Number of updates applied so far.
     uint64_t steps() const { return m_steps; }
+    //! Counts one applied update and returns the new count (used by device kernels, whose
+    //! optimizer moments live in kernel_state()).
+    uint64_t count_step() { return ++m_steps; }
 
 private:
     OptimizerConfig m_config;

@@ -1,8 +1,13 @@
 #include "operators/registry.h"
 
+#include "operators/copy.h"
 #include "operators/grad_util.h"
 
 #include <mutex>
+
+#if BRAID_WITH_CUDA
+#include "operators/cuda/cuda_kernels.h"
+#endif
 
 namespace braid {
 
@@ -50,6 +55,7 @@ void register_all_operators() {
         reg.add({"Attention", "attention"});
         reg.add({"Reduce", "reduce"});
         reg.add({"ParamUpdate", "optimizer"});
+        reg.add({"Copy", "copy"});
 
         // Gradient rules, one line per family.
         opr::register_grad_arith();
@@ -58,6 +64,13 @@ void register_all_operators() {
         opr::register_reduce_grad();
         opr::register_tensor_manip_grad();
         opr::register_optimizer_grad();
+
+        // Cross-device copies (graph rule, gradient, kernels).
+        opr::register_copy();
+#if BRAID_WITH_CUDA
+        // CUDA kernels of every family above (operators/cuda/).
+        opr::register_cuda_kernels();
+#endif
     });
 }
 

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs every Debian package that braid's build, tests and benchmarks need.
 # Idempotent: when everything is present it only checks and returns.
+# CUDA is not installed here: when a toolkit is present (e.g. /usr/local/cuda) the build
+# finds it and compiles the GPU code (BRAID_WITH_CUDA=AUTO), otherwise it builds without it.
 set -euo pipefail
 
 PACKAGES=(

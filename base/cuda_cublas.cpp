@@ -1,0 +1,56 @@
+#include "base/cuda_cublas.h"
+
+#include "base/error.h"
+
+#include <atomic>
+#include <dlfcn.h>
+#include <mutex>
+#include <string>
+
+namespace braid {
+
+namespace {
+
+std::atomic<const CublasApi*> g_loaded{nullptr};
+
+template <typename Fn> void resolve(void* lib, const char* name, Fn& fn, const std::string& file) {
+    fn = reinterpret_cast<Fn>(dlsym(lib, name));
+    if (!fn)
+        BRAID_THROW(LibraryError, "cuBLAS library {} has no symbol {}: {}", file, name,
+                    dlerror() ? dlerror() : "not found");
+}
+
+} // namespace
+
+const CublasApi& load_cublas() {
+    if (auto* api = g_loaded.load(std::memory_order_acquire)) return *api;
+    static std::mutex mutex;
+    static CublasApi api;
+    std::lock_guard lk(mutex);
+    if (auto* loaded = g_loaded.load(std::memory_order_acquire)) return *loaded;
+    // The soname of the major version braid was compiled against, then the unversioned name.
+    std::string versioned = "libcublas.so." + std::to_string(CUBLAS_VER_MAJOR);
+    std::string file = versioned;
+    void* lib = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        std::string first_error = dlerror() ? dlerror() : "unknown error";
+        file = "libcublas.so";
+        lib = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
+        if (!lib) BRAID_THROW(LibraryError, "cannot load cuBLAS ({}): {}", versioned, first_error);
+    }
+    resolve(lib, "cublasCreate_v2", api.create, file);
+    resolve(lib, "cublasDestroy_v2", api.destroy, file);
+    resolve(lib, "cublasSetStream_v2", api.set_stream, file);
+    resolve(lib, "cublasSgemm_v2", api.sgemm, file);
+    resolve(lib, "cublasGemmEx", api.gemm_ex, file);
+    resolve(lib, "cublasGetStatusString", api.status_string, file);
+    resolve(lib, "cublasGetStatusName", api.status_name, file);
+    g_loaded.store(&api, std::memory_order_release);
+    return api;
+}
+
+const CublasApi* loaded_cublas() {
+    return g_loaded.load(std::memory_order_acquire);
+}
+
+} // namespace braid
