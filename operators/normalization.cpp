@@ -64,8 +64,10 @@ void softmax_rows(const float* x, float* y, size_t rows, size_t n, bool log) {
             float* yr = y + r * n;
             float m = row_max(xr, n);
             if (log) {
-                float lse = m + float(std::log(row_sum_exp(xr, m, nullptr, n)));
-                for (size_t i = 0; i < n; ++i) yr[i] = xr[i] - lse;
+                // (x - m) is exact near the maximum; adding m back to log(sum) first would
+                // round the result to the ulp of m.
+                float ls = float(std::log(row_sum_exp(xr, m, nullptr, n)));
+                for (size_t i = 0; i < n; ++i) yr[i] = (xr[i] - m) - ls;
             } else {
                 float inv = float(1.0 / row_sum_exp(xr, m, yr, n));
                 for (size_t i = 0; i < n; ++i) yr[i] *= inv;
@@ -99,9 +101,10 @@ void softmax_cols(const float* x, float* y, size_t outer, size_t n, size_t inner
                     sum[i] += ev;
                 }
             if (log) {
-                for (size_t i = 0; i < w; ++i) mx[i] += vmath::log(sum[i]);
+                for (size_t i = 0; i < w; ++i) sum[i] = vmath::log(sum[i]);
                 for (size_t k = 0; k < n; ++k)
-                    for (size_t i = 0; i < w; ++i) yo[k * inner + i] = xo[k * inner + i] - mx[i];
+                    for (size_t i = 0; i < w; ++i)
+                        yo[k * inner + i] = (xo[k * inner + i] - mx[i]) - sum[i];
             } else {
                 for (size_t i = 0; i < w; ++i) sum[i] = 1.f / sum[i];
                 for (size_t k = 0; k < n; ++k)

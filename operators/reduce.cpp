@@ -88,10 +88,10 @@ template <typename T, ReduceMode M> struct RedOp {
     }
 };
 
-constexpr size_t LANES = 16;   //!< independent accumulators in a row reduction
-constexpr size_t BLOCK = 1024; //!< elements per float32 block before it is widened
-constexpr size_t TILE = 256;   //!< columns per work item in a middle-axis reduction
-constexpr size_t KBLOCK = 64;  //!< rows per float32 block in a middle-axis reduction
+constexpr size_t LANES = 16;  //!< independent accumulators in a row reduction
+constexpr size_t BLOCK = 256; //!< elements per float32 block before it is widened
+constexpr size_t TILE = 256;  //!< columns per work item in a middle-axis reduction
+constexpr size_t KBLOCK = 64; //!< rows per float32 block in a middle-axis reduction
 
 //! Reduces n contiguous elements.
 template <class Op, typename T> typename Op::Wide reduce_row(const T* x, size_t n) {

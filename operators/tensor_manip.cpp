@@ -394,9 +394,15 @@ TensorLayout AxisAddRemove::view_layout(const TensorLayout& x) const {
                         describe(), nd, m_axes.size(), TensorShape::MAX_NDIM);
         std::vector<bool> is_new(out_nd, false);
         for (int a : m_axes) {
-            size_t v = normalize_axis(a, out_nd, describe());
-            if (is_new[v]) BRAID_THROW(ShapeError, "{}: new axis {} given twice", describe(), a);
-            is_new[v] = true;
+            long v = a < 0 ? long(a) + long(out_nd) : long(a);
+            if (v < 0 || v >= long(out_nd))
+                BRAID_THROW(ShapeError,
+                            "{}: new axis {} out of range for the rank-{} output of a rank-{} "
+                            "input (valid: {}..{})",
+                            describe(), a, out_nd, nd, -long(out_nd), long(out_nd) - 1);
+            if (is_new[size_t(v)])
+                BRAID_THROW(ShapeError, "{}: new axis {} given twice", describe(), a);
+            is_new[size_t(v)] = true;
         }
         res.set_ndim(out_nd);
         for (size_t i = 0, src = 0; i < out_nd; ++i) {
