@@ -157,15 +157,17 @@ void strided_copy(uint8_t* dst, const TensorLayout& dl, const uint8_t* src,
     for (size_t i = 0; i < outer_nd; ++i) outer *= shape[i];
     size_t idx[TensorShape::MAX_NDIM] = {};
     ptrdiff_t doff = 0, soff = 0, bes = ptrdiff_t(es);
-    constexpr size_t TILE = 32;
+    constexpr size_t TILE = 64;
     for (size_t o = 0; o < outer; ++o) {
         if (!tiled) {
             copy_run_bytes(dst + doff * bes, ds[nd - 1], src + soff * bes, ss[nd - 1],
                            shape[nd - 1], es);
         } else {
             size_t na = shape[nd - 2], nb = shape[nd - 1];
-            for (size_t a0 = 0; a0 < na; a0 += TILE)
-                for (size_t b0 = 0; b0 < nb; b0 += TILE)
+            // Tiles sweep along the source's contiguous dim (a) innermost: the source is read
+            // as TILE sequential streams, which the prefetchers follow.
+            for (size_t b0 = 0; b0 < nb; b0 += TILE)
+                for (size_t a0 = 0; a0 < na; a0 += TILE)
                     for (size_t a = a0; a < std::min(na, a0 + TILE); ++a) {
                         ptrdiff_t da =
                             doff + ptrdiff_t(a) * ds[nd - 2] + ptrdiff_t(b0) * ds[nd - 1];

@@ -377,11 +377,25 @@ void Elemwise::execute(ExecCtx& ctx) {
     r.out = out.raw_ptr();
     r.out_dt = out.dtype();
     r.convert_out = m_mode != ElemMode::WHERE && is_half(r.out_dt);
-    r.plan = make_plan(out.shape(), in, r.nin);
-
     size_t cost = (mode_traits(m_mode).flags & COSTLY) ? 8 : 1;
+    bool small = n * cost < PARALLEL_MIN_ELEMS;
+
+    // Fast path for small outputs whose inputs are all full-size or single elements: no
+    // broadcast walk (an input with the output's element count has its layout).
+    bool direct = small && !r.convert_out && !r.convert_in[0];
+    uint8_t step[3];
+    for (size_t k = 0; k < r.nin && direct; ++k) {
+        size_t nk = in[k]->shape().total_nr_elems();
+        step[k] = nk == n;
+        direct = nk == n || nk == 1;
+    }
     try {
-        if (n * cost < PARALLEL_MIN_ELEMS) {
+        if (direct) {
+            r.kernel(reinterpret_cast<const void* const*>(r.base), step, r.out, n);
+            return;
+        }
+        r.plan = make_plan(out.shape(), in, r.nin);
+        if (small) {
             run_range(r, 0, n);
         } else {
             // Chunks of whole cache lines of output keep threads off each other's lines.

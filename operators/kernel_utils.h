@@ -14,6 +14,24 @@
 
 namespace braid::opr {
 
+//! Marks a compute-bound kernel to be compiled twice, for x86-64-v3 (AVX2) and the baseline,
+//! with the copy picked once at load time by the CPU (GCC function multi-versioning). Apply it
+//! to functions that process a whole range, so the indirect call is paid per range, not per
+//! element. Memory-bound kernels gain nothing from it and keep one copy.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define BRAID_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define BRAID_SIMD_CLONES
+#endif
+
+//! Forces inlining of a helper into its (possibly multi-versioned) caller, so the helper's
+//! loops are compiled for the caller's target.
+#if defined(__GNUC__)
+#define BRAID_INLINE inline __attribute__((always_inline))
+#else
+#define BRAID_INLINE inline
+#endif
+
 //! Below this many elements of work a kernel runs single-threaded: waking the pool costs
 //! more than it saves, and graphs of small tensors must dispatch in well under a microsecond.
 constexpr size_t PARALLEL_MIN_ELEMS = 32768;

@@ -15,7 +15,7 @@ constexpr size_t LANES = 16;
 constexpr size_t BLOCK = 1024; //!< float32 lanes are widened to double every BLOCK elements
 constexpr size_t TILE = 256;   //!< columns per work item when the axis is not the last
 
-float row_max(const float* x, size_t n) {
+BRAID_INLINE float row_max(const float* x, size_t n) {
     float acc[LANES];
     for (size_t j = 0; j < LANES; ++j) acc[j] = -INFINITY;
     size_t i = 0;
@@ -28,7 +28,7 @@ float row_max(const float* x, size_t n) {
 }
 
 //! sum of e^{x - m}; stores each term in y when y is not null.
-double row_sum_exp(const float* x, float m, float* y, size_t n) {
+BRAID_INLINE double row_sum_exp(const float* x, float m, float* y, size_t n) {
     double total = 0;
     for (size_t b = 0; b < n; b += BLOCK) {
         size_t len = std::min(BLOCK, n - b);
@@ -57,65 +57,74 @@ double row_sum_exp(const float* x, float m, float* y, size_t n) {
     return total;
 }
 
-void softmax_rows(const float* x, float* y, size_t rows, size_t n, bool log) {
-    parallel_range(rows, n * 4, [&](size_t b, size_t e) {
-        for (size_t r = b; r < e; ++r) {
-            const float* xr = x + r * n;
-            float* yr = y + r * n;
-            float m = row_max(xr, n);
-            if (log) {
-                // (x - m) is exact near the maximum; adding m back to log(sum) first would
-                // round the result to the ulp of m.
-                float ls = float(std::log(row_sum_exp(xr, m, nullptr, n)));
-                for (size_t i = 0; i < n; ++i) yr[i] = (xr[i] - m) - ls;
-            } else {
-                float inv = float(1.0 / row_sum_exp(xr, m, yr, n));
-                for (size_t i = 0; i < n; ++i) yr[i] *= inv;
-            }
+BRAID_SIMD_CLONES void softmax_row_range(const float* x, float* y, size_t b, size_t e, size_t n,
+                                         bool log) {
+    for (size_t r = b; r < e; ++r) {
+        const float* xr = x + r * n;
+        float* yr = y + r * n;
+        float m = row_max(xr, n);
+        if (log) {
+            // (x - m) is exact near the maximum; adding m back to log(sum) first would
+            // round the result to the ulp of m.
+            float ls = float(std::log(row_sum_exp(xr, m, nullptr, n)));
+            for (size_t i = 0; i < n; ++i) yr[i] = (xr[i] - m) - ls;
+        } else {
+            float inv = float(1.0 / row_sum_exp(xr, m, yr, n));
+            for (size_t i = 0; i < n; ++i) yr[i] *= inv;
         }
-    });
+    }
 }
 
-//! Softmax along the middle axis of (outer, n, inner), column tiles at a time.
+void softmax_rows(const float* x, float* y, size_t rows, size_t n, bool log) {
+    parallel_range(rows, n * 4, [&](size_t b, size_t e) { softmax_row_range(x, y, b, e, n, log); });
+}
+
+//! Softmax along the middle axis of (outer, n, inner) for work items [b, e), each a tile of
+//! up to TILE columns of one outer index.
+BRAID_SIMD_CLONES void softmax_tile_range(const float* x, float* y, size_t b, size_t e, size_t n,
+                                          size_t inner, bool log) {
+    size_t tiles = (inner + TILE - 1) / TILE;
+    float mx[TILE], sum[TILE];
+    for (size_t it = b; it < e; ++it) {
+        size_t o = it / tiles, i0 = (it % tiles) * TILE, w = std::min(TILE, inner - i0);
+        const float* xo = x + o * n * inner + i0;
+        float* yo = y + o * n * inner + i0;
+        for (size_t i = 0; i < w; ++i) {
+            mx[i] = -INFINITY;
+            sum[i] = 0.f;
+        }
+        for (size_t k = 0; k < n; ++k)
+            for (size_t i = 0; i < w; ++i) {
+                float v = xo[k * inner + i];
+                mx[i] = v > mx[i] ? v : mx[i];
+            }
+        for (size_t k = 0; k < n; ++k)
+            for (size_t i = 0; i < w; ++i) {
+                float ev = vmath::exp(xo[k * inner + i] - mx[i]);
+                if (!log) yo[k * inner + i] = ev;
+                sum[i] += ev;
+            }
+        if (log) {
+            for (size_t i = 0; i < w; ++i) sum[i] = vmath::log(sum[i]);
+            for (size_t k = 0; k < n; ++k)
+                for (size_t i = 0; i < w; ++i)
+                    yo[k * inner + i] = (xo[k * inner + i] - mx[i]) - sum[i];
+        } else {
+            for (size_t i = 0; i < w; ++i) sum[i] = 1.f / sum[i];
+            for (size_t k = 0; k < n; ++k)
+                for (size_t i = 0; i < w; ++i) yo[k * inner + i] *= sum[i];
+        }
+    }
+}
+
 void softmax_cols(const float* x, float* y, size_t outer, size_t n, size_t inner, bool log) {
     size_t tiles = (inner + TILE - 1) / TILE;
-    parallel_range(outer * tiles, n * std::min(inner, TILE) * 4, [&](size_t b, size_t e) {
-        float mx[TILE], sum[TILE];
-        for (size_t it = b; it < e; ++it) {
-            size_t o = it / tiles, i0 = (it % tiles) * TILE, w = std::min(TILE, inner - i0);
-            const float* xo = x + o * n * inner + i0;
-            float* yo = y + o * n * inner + i0;
-            for (size_t i = 0; i < w; ++i) {
-                mx[i] = -INFINITY;
-                sum[i] = 0.f;
-            }
-            for (size_t k = 0; k < n; ++k)
-                for (size_t i = 0; i < w; ++i) {
-                    float v = xo[k * inner + i];
-                    mx[i] = v > mx[i] ? v : mx[i];
-                }
-            for (size_t k = 0; k < n; ++k)
-                for (size_t i = 0; i < w; ++i) {
-                    float ev = vmath::exp(xo[k * inner + i] - mx[i]);
-                    if (!log) yo[k * inner + i] = ev;
-                    sum[i] += ev;
-                }
-            if (log) {
-                for (size_t i = 0; i < w; ++i) sum[i] = vmath::log(sum[i]);
-                for (size_t k = 0; k < n; ++k)
-                    for (size_t i = 0; i < w; ++i)
-                        yo[k * inner + i] = (xo[k * inner + i] - mx[i]) - sum[i];
-            } else {
-                for (size_t i = 0; i < w; ++i) sum[i] = 1.f / sum[i];
-                for (size_t k = 0; k < n; ++k)
-                    for (size_t i = 0; i < w; ++i) yo[k * inner + i] *= sum[i];
-            }
-        }
-    });
+    parallel_range(outer * tiles, n * std::min(inner, TILE) * 4,
+                   [&](size_t b, size_t e) { softmax_tile_range(x, y, b, e, n, inner, log); });
 }
 
-//! sum of (x - shift)^2 over n elements, and the plain sum in `sum` when it is not null.
-double row_sum_sq(const float* x, float shift, size_t n) {
+//! sum of (x - shift)^2 over n elements.
+BRAID_INLINE double row_sum_sq(const float* x, float shift, size_t n) {
     double total = 0;
     for (size_t b = 0; b < n; b += BLOCK) {
         size_t len = std::min(BLOCK, n - b);
@@ -133,7 +142,7 @@ double row_sum_sq(const float* x, float shift, size_t n) {
     return total;
 }
 
-double row_sum(const float* x, size_t n) {
+BRAID_INLINE double row_sum(const float* x, size_t n) {
     double total = 0;
     for (size_t b = 0; b < n; b += BLOCK) {
         size_t len = std::min(BLOCK, n - b);
@@ -149,8 +158,8 @@ double row_sum(const float* x, size_t n) {
 }
 
 template <bool W, bool B>
-void norm_apply(const float* x, float shift, float rstd, const float* w, const float* b, float* y,
-                size_t n) {
+BRAID_INLINE void norm_apply(const float* x, float shift, float rstd, const float* w,
+                             const float* b, float* y, size_t n) {
     for (size_t i = 0; i < n; ++i) {
         float v = (x[i] - shift) * rstd;
         if constexpr (W) v *= w[i];
@@ -159,19 +168,30 @@ void norm_apply(const float* x, float shift, float rstd, const float* w, const f
     }
 }
 
+BRAID_SIMD_CLONES void norm_row_range(bool layer, const float* x, const float* w, const float* b,
+                                      float* y, size_t rb, size_t re, size_t n, float eps) {
+    for (size_t r = rb; r < re; ++r) {
+        const float* xr = x + r * n;
+        // Two passes (mean, then squared deviations) stay accurate when |mean| >> std.
+        float shift = layer ? float(row_sum(xr, n) / double(n)) : 0.f;
+        double var = row_sum_sq(xr, shift, n) / double(n);
+        float rstd = float(1.0 / std::sqrt(var + double(eps)));
+        float* yr = y + r * n;
+        if (w && b)
+            norm_apply<true, true>(xr, shift, rstd, w, b, yr, n);
+        else if (w)
+            norm_apply<true, false>(xr, shift, rstd, w, b, yr, n);
+        else if (b)
+            norm_apply<false, true>(xr, shift, rstd, w, b, yr, n);
+        else
+            norm_apply<false, false>(xr, shift, rstd, w, b, yr, n);
+    }
+}
+
 void norm_rows(bool layer, const float* x, const float* w, const float* b, float* y, size_t rows,
                size_t n, float eps) {
-    auto apply = !w ? (!b ? norm_apply<false, false> : norm_apply<false, true>)
-                    : (!b ? norm_apply<true, false> : norm_apply<true, true>);
     parallel_range(rows, n * 3, [&](size_t rb, size_t re) {
-        for (size_t r = rb; r < re; ++r) {
-            const float* xr = x + r * n;
-            // Two passes (mean, then squared deviations) stay accurate when |mean| >> std.
-            float shift = layer ? float(row_sum(xr, n) / double(n)) : 0.f;
-            double var = row_sum_sq(xr, shift, n) / double(n);
-            float rstd = float(1.0 / std::sqrt(var + double(eps)));
-            apply(xr, shift, rstd, w, b, y + r * n, n);
-        }
+        norm_row_range(layer, x, w, b, y, rb, re, n, eps);
     });
 }
 

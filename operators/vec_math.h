@@ -12,15 +12,22 @@
 #include <cstdint>
 #include <limits>
 
+// Always inlined: kernels compiled for several targets must get these loops in their own ISA.
+#if defined(__GNUC__)
+#define VMATH_INLINE inline __attribute__((always_inline))
+#else
+#define VMATH_INLINE inline
+#endif
+
 namespace braid::opr::vmath {
 
 //! 2^k for an integer-valued float k in [-126, 127], built from the exponent bits.
-inline float exp2_int(float k) {
+VMATH_INLINE float exp2_int(float k) {
     return std::bit_cast<float>(uint32_t(int32_t(k) + 127) << 23);
 }
 
 //! e^x.
-inline float exp(float x) {
+VMATH_INLINE float exp(float x) {
     constexpr float hi = 88.72283935546875f, lo = -103.972084f;
     float xc = x < hi ? x : hi;
     xc = xc > lo ? xc : lo;
@@ -44,7 +51,7 @@ inline float exp(float x) {
 }
 
 //! Natural logarithm.
-inline float log(float x) {
+VMATH_INLINE float log(float x) {
     constexpr float min_normal = 1.17549435e-38f;
     // Subnormals: scale into the normal range first.
     bool sub = x < min_normal;
@@ -77,7 +84,7 @@ inline float log(float x) {
 }
 
 //! Hyperbolic tangent.
-inline float tanh(float x) {
+VMATH_INLINE float tanh(float x) {
     float ax = x < 0.f ? -x : x;
     // Small |x|: odd polynomial; large |x|: 1 - 2/(e^{2|x|}+1), which saturates to 1.
     float z = x * x;
@@ -93,14 +100,14 @@ inline float tanh(float x) {
 }
 
 //! 1 / (1 + e^-x), as e^x / (1 + e^x) for negative x so tiny results keep their precision.
-inline float sigmoid(float x) {
+VMATH_INLINE float sigmoid(float x) {
     float e = exp(x < 0.f ? x : -x);
     float s = 1.f / (1.f + e);
     return x < 0.f ? e * s : s;
 }
 
 //! The error function: a rational minimax approximation on [-4, 4]; +-1 beyond.
-inline float erf(float x) {
+VMATH_INLINE float erf(float x) {
     float xc = x < 4.f ? x : 4.f;
     xc = xc > -4.f ? xc : -4.f;
     float x2 = xc * xc;
@@ -122,12 +129,12 @@ inline float erf(float x) {
 }
 
 //! GELU, erf form: x/2 * (1 + erf(x/sqrt(2))).
-inline float gelu(float x) {
+VMATH_INLINE float gelu(float x) {
     return 0.5f * x * (1.f + erf(x * 0.70710678118654752f));
 }
 
 //! GELU, tanh form: x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))).
-inline float gelu_tanh(float x) {
+VMATH_INLINE float gelu_tanh(float x) {
     return 0.5f * x * (1.f + tanh(0.79788456080286536f * (x + 0.044715f * x * x * x)));
 }
 
