@@ -78,7 +78,7 @@ OperatorNode* ComputingGraph::insert_opr(std::unique_ptr<OperatorNode> opr) {
     return m_oprs.back().get();
 }
 
-void ComputingGraph::infer_opr(OperatorNode* opr) {
+void ComputingGraph::infer_opr(OperatorNode* opr, bool may_block) {
     const auto& inputs = opr->inputs();
     size_t nin = inputs.size();
     std::vector<const TensorShape*> shapes(nin);
@@ -89,7 +89,7 @@ void ComputingGraph::infer_opr(OperatorNode* opr) {
         values[i] = inputs[i]->static_value();
         all_values &= values[i] != nullptr;
     }
-    InferCtx ctx(shapes.data(), values.data(), nin);
+    InferCtx ctx(shapes.data(), values.data(), nin, may_block);
     const auto& outputs = opr->outputs();
     std::vector<TensorShape> out_shapes(outputs.size());
     for (auto* out : outputs) out->clear_shape();
@@ -124,6 +124,18 @@ void ComputingGraph::infer_opr(OperatorNode* opr) {
     }
     for (size_t k = 0; k < outputs.size(); ++k)
         if (!out_values[k].empty()) outputs[k]->set_static_value(std::move(out_values[k]));
+}
+
+void ComputingGraph::add_extra_dep(VarNode* var, VarNode* dep) {
+    BRAID_ASSERT(var->graph() == this && dep->graph() == this,
+                 "extra dependency between vars of different graphs");
+    m_extra_deps[var].push_back(dep);
+}
+
+const VarNodeArray& ComputingGraph::extra_deps(VarNode* var) const {
+    static const VarNodeArray none;
+    auto it = m_extra_deps.find(var);
+    return it == m_extra_deps.end() ? none : it->second;
 }
 
 void ComputingGraph::reinfer_all() {

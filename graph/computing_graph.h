@@ -61,8 +61,15 @@ public:
     //! changed). Vars whose shape cannot be inferred become dynamic.
     void reinfer_all();
 
-    //! Runs one operator's dtype-independent shape and value inference.
-    void infer_opr(OperatorNode* opr);
+    //! Runs one operator's shape and value inference; `may_block` lets shape rules that
+    //! depend on peers wait for them (see InferCtx::may_block).
+    void infer_opr(OperatorNode* opr, bool may_block = false);
+
+    //! Makes every executable that computes `var` also compute `dep` (e.g. a collective's
+    //! gradient that peers wait for even though this rank's result does not need it).
+    void add_extra_dep(VarNode* var, VarNode* dep);
+    //! The extra dependencies of `var` (empty when none).
+    const VarNodeArray& extra_deps(VarNode* var) const;
 
 private:
     explicit ComputingGraph(GraphOptions options) : m_options(std::move(options)) {}
@@ -72,6 +79,7 @@ private:
     std::vector<std::unique_ptr<OperatorNode>> m_oprs;
     std::unordered_multimap<uint64_t, OperatorNode*> m_dedup;
     size_t m_next_var_id = 0;
+    std::unordered_map<VarNode*, VarNodeArray> m_extra_deps;
 };
 
 } // namespace braid

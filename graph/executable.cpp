@@ -78,6 +78,8 @@ void Executable::build_sequences(const std::vector<OutputSpec>& outputs) {
         if (needed[opr]) continue;
         needed[opr] = true;
         for (auto* in : opr->inputs()) stack.push_back(in->owner());
+        for (auto* out : opr->outputs())
+            for (auto* dep : m_graph->extra_deps(out)) stack.push_back(dep->owner());
     }
     std::vector<OperatorNode*> order;
     for (auto& opr : m_graph->operators())
@@ -142,6 +144,14 @@ void Executable::build_sequences(const std::vector<OutputSpec>& outputs) {
 }
 
 void Executable::prepare() {
+    // Shapes still unknown may depend on peers that exist by now: infer them again, this
+    // time allowing rules to wait for peers.
+    for (auto& node : m_nodes)
+        for (auto& step : node->steps) {
+            bool unknown = false;
+            for (auto* out : step.opr->outputs()) unknown |= !out->shape_known();
+            if (unknown) m_graph->infer_opr(step.opr, /*may_block=*/true);
+        }
     for (auto& node : m_nodes)
         for (auto& step : node->steps) {
             step.dynamic = false;
@@ -169,6 +179,7 @@ void Executable::allocate_memory() {
 }
 
 Executable& Executable::feed(const std::string& name, Tensor value) {
+    if (m_state == State::RUNNING) wait(); // the Input kernels may be reading the fed tensors
     for (auto* in : m_inputs)
         if (in->input_name() == name) {
             in->feed(std::move(value));
@@ -181,6 +192,7 @@ Executable& Executable::feed(const std::string& name, Tensor value) {
 }
 
 Executable& Executable::feed(const SymbolVar& input, Tensor value) {
+    if (m_state == State::RUNNING) wait();
     for (auto* in : m_inputs)
         if (in->output(0) == input.node()) {
             in->feed(std::move(value));

@@ -24,8 +24,10 @@ public:
     Executable(const Executable&) = delete;
     Executable& operator=(const Executable&) = delete;
 
-    //! Sets the value of the input operator named `name` for the next executions.
-    //! Throws GraphError for an unknown name and DTypeError for a wrong dtype.
+    //! Sets the value of the input operator named `name` for the next executions (waiting
+    //! for a run in flight first). The tensor is shared, not copied: keep it unchanged until
+    //! the run that reads it has been waited for. Throws GraphError for an unknown name and
+    //! DTypeError for a wrong dtype.
     Executable& feed(const std::string& name, Tensor value);
     //! Same, naming the input by its var.
     Executable& feed(const SymbolVar& input, Tensor value);

@@ -29,11 +29,6 @@ void OperatorNode::init_output_dtypes() {
     for (auto* out : m_outputs) out->set_dtype(m_inputs[0]->dtype());
 }
 
-VarNode* OperatorNode::grad(size_t wrt_idx, const VarNodeArray&) {
-    BRAID_THROW(GraphError, "{} is not differentiable (gradient w.r.t. input {} requested)",
-                describe(), wrt_idx);
-}
-
 void OperatorNode::add_input(VarNode* var) {
     if (!var) BRAID_THROW(GraphError, "{}: input {} is a null var", type_name(), m_inputs.size());
     m_inputs.push_back(var);

@@ -11,7 +11,8 @@
 //     view of an input, or bound by the operator itself; inplace_input() names an input
 //     whose memory the output may take over when the input dies here;
 //  5. execute(): the kernel, run on the operator's comp node with the tensors in ExecCtx;
-//  6. gradient: grad() builds the input gradient from the output gradients (autodiff).
+//  6. gradient: a rule registered for the operator type (graph/grad.h) builds each input's
+//     gradient from the output gradients; types without a rule are not differentiable.
 //
 // A new operator is one file pair in operators/ plus one line in register_all_operators().
 #pragma once
@@ -49,18 +50,24 @@ struct OperatorConfig {
 //! Shapes and (optionally) values of an operator's inputs during shape inference.
 class InferCtx {
 public:
-    InferCtx(const TensorShape* const* shapes, const Tensor* const* values, size_t n)
-        : m_shapes(shapes), m_values(values), m_n(n) {}
+    InferCtx(const TensorShape* const* shapes, const Tensor* const* values, size_t n,
+             bool may_block = false)
+        : m_shapes(shapes), m_values(values), m_n(n), m_may_block(may_block) {}
     size_t nr_inputs() const { return m_n; }
     //! Input i's shape, or nullptr when not known yet.
     const TensorShape* shape(size_t i) const { return m_shapes[i]; }
     //! Input i's value (host-readable), or nullptr when not known yet.
     const Tensor* value(size_t i) const { return m_values[i]; }
+    //! Whether a shape rule that needs peers (a collective's non-root taking the root's
+    //! shape) may wait for them. False while the graph is built, so building never blocks on
+    //! another rank; true when compile() re-infers the shapes still unknown.
+    bool may_block() const { return m_may_block; }
 
 private:
     const TensorShape* const* m_shapes;
     const Tensor* const* m_values;
     size_t m_n;
+    bool m_may_block;
 };
 
 //! The tensors a kernel reads and writes. Outputs of kind PLANNED arrive allocated with
@@ -143,12 +150,6 @@ public:
 
     // ---- 5. execution ----
     virtual void execute(ExecCtx& ctx) = 0;
-
-    // ---- 6. gradient ----
-    //! The gradient of the loss w.r.t. input `wrt_idx`, given the gradient of each output
-    //! (nullptr for outputs the loss does not depend on). Returns nullptr when the input
-    //! gets no gradient. Default: throws GraphError saying the operator is not differentiable.
-    virtual VarNode* grad(size_t wrt_idx, const VarNodeArray& out_grads);
 
 protected:
     explicit OperatorNode(const OperatorConfig& config) : m_config(config) {}

@@ -1,5 +1,7 @@
 #include "operators/registry.h"
 
+#include "operators/grad_util.h"
+
 #include <mutex>
 
 namespace braid {
@@ -49,6 +51,15 @@ void register_all_operators() {
         for (auto* t : {"Gather", "IndexingOneHot", "Embedding"}) reg.add({t, "indexing"});
         for (auto* t : {"Concat", "Split"}) reg.add({t, "concat_split"});
         for (auto* t : {"Fill", "Arange"}) reg.add({t, "fill"});
+        reg.add({"ParamUpdate", "optimizer"});
+
+        // Gradient rules, one line per family.
+        opr::register_grad_arith();
+        opr::register_elemwise_grad();
+        opr::register_matmul_grad();
+        opr::register_reduce_grad();
+        opr::register_tensor_manip_grad();
+        opr::register_optimizer_grad();
     });
 }
 

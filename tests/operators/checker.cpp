@@ -77,6 +77,76 @@ void check_operator(const OprCase& c, uint32_t seed) {
         expect_tensor_near(exec->output(k), expected[k], c.rtol, c.atol,
                            c.name + " output " + std::to_string(k));
     }
+    if (c.check_grad) check_gradient(c, seed);
+}
+
+void check_gradient(const OprCase& c, uint32_t seed) {
+    SCOPED_TRACE("gradient check: " + c.name);
+    register_all_operators();
+    std::mt19937 rng(seed);
+    GraphOptions options;
+    options.default_comp_node = c.comp_node;
+    auto graph = ComputingGraph::make(options);
+    SymbolVarArray inputs;
+    std::vector<Tensor> values;
+    for (size_t i = 0; i < c.shapes.size(); ++i) {
+        DType dt = c.dtypes.empty() ? dtype::Float32() : c.dtypes[i];
+        inputs.push_back(opr::Input::make(*graph, "in" + std::to_string(i), dt, c.shapes[i]));
+        Tensor v(c.shapes[i], dt);
+        if (c.fill)
+            c.fill(rng, v, i);
+        else
+            v = random_tensor(c.shapes[i], dt, rng, c.low, c.high);
+        values.push_back(v);
+    }
+    SymbolVarArray outputs = c.build(inputs);
+    // loss = sum_k sum(out_k * w_k) with fixed random weights w_k.
+    std::vector<Tensor> weights;
+    SymbolVar loss;
+    for (auto& out : outputs) {
+        if (!out.dtype().is_float()) continue;
+        Tensor w = random_tensor(out.shape(), out.dtype(), rng, -1.0, 1.0);
+        weights.push_back(w);
+        SymbolVar term = opr::reduce_sum(out * opr::ImmutableTensor::make(*graph, w));
+        loss = loss.valid() ? loss + term : term;
+    }
+    ASSERT_TRUE(loss.valid()) << "no float output to differentiate";
+    std::vector<size_t> wrt_idx = c.grad_inputs;
+    if (wrt_idx.empty())
+        for (size_t i = 0; i < inputs.size(); ++i)
+            if (inputs[i].dtype().is_float()) wrt_idx.push_back(i);
+    SymbolVarArray wrt;
+    for (size_t i : wrt_idx) wrt.push_back(inputs[i]);
+    SymbolVarArray grads = grad(loss, wrt);
+    std::vector<OutputSpec> specs{loss};
+    for (auto& g : grads) specs.push_back(g);
+    auto exec = graph->compile(specs);
+    auto run_loss = [&]() {
+        for (size_t i = 0; i < values.size(); ++i) exec->feed(inputs[i], values[i]);
+        exec->run();
+        return exec->output(0).at(0);
+    };
+    run_loss();
+    std::vector<Tensor> analytic;
+    for (size_t k = 0; k < grads.size(); ++k) analytic.push_back(exec->output(k + 1).copy());
+    for (size_t k = 0; k < wrt_idx.size(); ++k) {
+        size_t i = wrt_idx[k];
+        Tensor& v = values[i];
+        ASSERT_EQ(analytic[k].shape(), v.shape()) << "gradient of input " << i;
+        for (size_t e = 0; e < v.shape().total_nr_elems(); ++e) {
+            double x0 = v.at(e);
+            double h = c.grad_eps * std::max(1.0, std::abs(x0));
+            store_from_double(v.dtype(), v.raw_ptr(), e, x0 + h);
+            double up = run_loss();
+            store_from_double(v.dtype(), v.raw_ptr(), e, x0 - h);
+            double down = run_loss();
+            store_from_double(v.dtype(), v.raw_ptr(), e, x0);
+            double numeric = (up - down) / (2 * h);
+            double got = analytic[k].at(e);
+            EXPECT_NEAR(got, numeric, c.grad_atol + c.grad_rtol * std::abs(numeric))
+                << c.name << ": d loss / d input " << i << " element " << e;
+        }
+    }
 }
 
 } // namespace braid::test

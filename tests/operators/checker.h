@@ -28,10 +28,23 @@ struct OprCase {
     //! Optional custom input generator: fills input `idx`.
     std::function<void(std::mt19937&, Tensor&, size_t idx)> fill;
     std::string comp_node = "cpu0";
+
+    // ---- gradient check (central finite differences, see check_gradient) ----
+    bool check_grad = false;
+    //! Which inputs to differentiate; empty: every float input.
+    std::vector<size_t> grad_inputs;
+    double grad_eps = 1e-3;
+    double grad_rtol = 2e-2;
+    double grad_atol = 2e-3;
 };
 
 //! Runs the case; reports mismatches through gtest (EXPECT_*), naming the case.
 void check_operator(const OprCase& c, uint32_t seed = 1);
+
+//! Compares braid::grad of a random projection of the outputs, sum_k <out_k, w_k>, with
+//! central finite differences (evaluated in float64 from float32 forward runs). Called by
+//! check_operator when c.check_grad is set.
+void check_gradient(const OprCase& c, uint32_t seed = 1);
 
 //! A tensor of `shape` and `dtype` with uniform random values in [low, high).
 Tensor random_tensor(const TensorShape& shape, DType dtype, std::mt19937& rng, double low = -2.0,

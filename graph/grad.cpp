@@ -1,0 +1,183 @@
+#include "graph/grad.h"
+
+#include "base/error.h"
+#include "graph/computing_graph.h"
+
+#include <map>
+#include <mutex>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace braid {
+
+namespace {
+
+struct GradRegistry {
+    std::mutex mutex;
+    std::map<std::string, GradRule> rules;
+    std::map<std::string, bool> always_run;
+    std::map<std::string, std::string> non_differentiable;
+    GradArith arith;
+};
+
+GradRegistry& registry() {
+    static GradRegistry reg;
+    return reg;
+}
+
+} // namespace
+
+void register_grad_rule(const std::string& type_name, GradRule rule, bool always_run) {
+    auto& reg = registry();
+    std::lock_guard lk(reg.mutex);
+    reg.rules[type_name] = std::move(rule);
+    reg.always_run[type_name] = always_run;
+}
+
+void register_non_differentiable(const std::string& type_name, const std::string& reason) {
+    auto& reg = registry();
+    std::lock_guard lk(reg.mutex);
+    reg.non_differentiable[type_name] = reason;
+}
+
+void set_grad_arith(GradArith arith) {
+    auto& reg = registry();
+    std::lock_guard lk(reg.mutex);
+    reg.arith = std::move(arith);
+}
+
+SymbolVar grad(SymbolVar loss, SymbolVar wrt, const GradOptions& options) {
+    return grad(loss, SymbolVarArray{wrt}, options)[0];
+}
+
+SymbolVarArray grad(SymbolVar loss, const SymbolVarArray& wrt, const GradOptions& options) {
+    auto& reg = registry();
+    GradArith arith;
+    {
+        std::lock_guard lk(reg.mutex);
+        arith = reg.arith;
+    }
+    if (!arith.add)
+        BRAID_THROW(GraphError, "grad(): the operator library is not registered; call "
+                                "braid::register_all_operators() first");
+    if (!loss.valid()) BRAID_THROW(GraphError, "grad(): the loss var is null");
+    VarNode* loss_var = loss.node();
+    if (!loss_var->shape_known() || loss_var->shape().total_nr_elems() != 1)
+        BRAID_THROW(
+            GraphError, "grad(): the loss \"{}\" must be a scalar (one element), got shape {}",
+            loss_var->name(), loss_var->shape_known() ? loss_var->shape().to_string() : "dynamic");
+    if (!loss_var->dtype().is_float())
+        BRAID_THROW(DTypeError, "grad(): the loss \"{}\" must be a float var, got {}",
+                    loss_var->name(), loss_var->dtype().name());
+    ComputingGraph* graph = loss_var->graph();
+    for (auto& w : wrt)
+        if (!w.valid() || w.node()->graph() != graph)
+            BRAID_THROW(GraphError, "grad(): a wrt var is null or belongs to another graph");
+
+    // Operators the loss depends on.
+    std::unordered_set<OperatorNode*> ancestors;
+    std::vector<OperatorNode*> stack{loss_var->owner()};
+    while (!stack.empty()) {
+        auto* opr = stack.back();
+        stack.pop_back();
+        if (!ancestors.insert(opr).second) continue;
+        for (auto* in : opr->inputs()) stack.push_back(in->owner());
+    }
+    // Vars on a path from some wrt var to the loss: walk forward in insertion order.
+    std::unordered_set<VarNode*> on_path;
+    for (auto& w : wrt) on_path.insert(w.node());
+    std::vector<OperatorNode*> active;
+    auto always_run = [&](OperatorNode* opr) {
+        std::lock_guard lk(reg.mutex);
+        auto it = reg.always_run.find(opr->type_name());
+        return it != reg.always_run.end() && it->second;
+    };
+    for (auto& opr_ptr : graph->operators()) {
+        auto* opr = opr_ptr.get();
+        if (!ancestors.count(opr)) continue;
+        bool touches = false;
+        for (auto* in : opr->inputs()) touches |= on_path.count(in) > 0;
+        // An always-run operator's outputs are gradient sources like wrt vars: its gradient
+        // has side effects peers rely on, even when no input of it needs a gradient.
+        if (!touches && !always_run(opr)) continue;
+        active.push_back(opr);
+        for (auto* out : opr->outputs()) on_path.insert(out);
+    }
+    VarNodeArray side_effects;
+
+    std::unordered_map<VarNode*, std::vector<VarNode*>> contributions;
+    auto summed = [&](VarNode* var) -> VarNode* {
+        auto it = contributions.find(var);
+        if (it == contributions.end() || it->second.empty()) return nullptr;
+        auto& parts = it->second;
+        while (parts.size() > 1) { // pairwise, so long sums stay shallow
+            std::vector<VarNode*> next;
+            for (size_t i = 0; i + 1 < parts.size(); i += 2)
+                next.push_back(arith.add(parts[i], parts[i + 1]));
+            if (parts.size() % 2) next.push_back(parts.back());
+            parts.swap(next);
+        }
+        return parts[0];
+    };
+    contributions[loss_var].push_back(arith.ones_like(loss_var));
+
+    for (auto it = active.rbegin(); it != active.rend(); ++it) {
+        auto* opr = *it;
+        VarNodeArray out_grads;
+        bool any = false;
+        for (auto* out : opr->outputs()) {
+            out_grads.push_back(summed(out));
+            any |= out_grads.back() != nullptr;
+        }
+        if (!any) continue;
+        GradRule rule;
+        std::string reason;
+        {
+            std::lock_guard lk(reg.mutex);
+            auto r = reg.rules.find(opr->type_name());
+            if (r != reg.rules.end()) rule = r->second;
+            auto nd = reg.non_differentiable.find(opr->type_name());
+            if (nd != reg.non_differentiable.end()) reason = nd->second;
+        }
+        bool any_input = false;
+        for (size_t i = 0; i < opr->inputs().size(); ++i) {
+            VarNode* in = opr->input(i);
+            if (!on_path.count(in)) continue;
+            any_input = true;
+            if (!rule)
+                BRAID_THROW(GraphError, "grad(): {} is not differentiable{}{} (input {} \"{}\")",
+                            opr->describe(), reason.empty() ? "" : ": ", reason, i, in->name());
+            VarNode* g = rule(*opr, i, out_grads);
+            if (!g) continue;
+            BRAID_ASSERT(g->dtype() == in->dtype() &&
+                             (!in->shape_known() || !g->shape_known() || g->shape() == in->shape()),
+                         "gradient rule of {} for input {} gave {} {}, expected {} {}",
+                         opr->describe(), i, g->dtype().name(),
+                         g->shape_known() ? g->shape().to_string() : "dynamic", in->dtype().name(),
+                         in->shape_known() ? in->shape().to_string() : "dynamic");
+            contributions[in].push_back(g);
+        }
+        if (!any_input && rule && always_run(opr))
+            if (VarNode* effect = rule(*opr, GRAD_SIDE_EFFECT_ONLY, out_grads))
+                side_effects.push_back(effect);
+    }
+
+    SymbolVarArray result;
+    for (auto& w : wrt) {
+        VarNode* g = summed(w.node());
+        if (!g) {
+            if (!options.zero_for_unreachable)
+                BRAID_THROW(GraphError,
+                            "grad(): the loss \"{}\" does not depend on \"{}\" (pass "
+                            "GradOptions{{.zero_for_unreachable = true}} for a zero gradient)",
+                            loss_var->name(), w.name());
+            g = arith.zeros_like(w.node());
+        }
+        result.emplace_back(g);
+    }
+    for (auto& r : result)
+        for (auto* effect : side_effects) graph->add_extra_dep(r.node(), effect);
+    return result;
+}
+
+} // namespace braid

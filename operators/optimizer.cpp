@@ -1,0 +1,108 @@
+#include "operators/optimizer.h"
+
+#include "base/error.h"
+#include "graph/grad.h"
+#include "operators/grad_util.h"
+#include "operators/io.h"
+
+#include <cmath>
+#include <cstring>
+
+namespace braid::opr {
+
+ParamUpdate::ParamUpdate(VarNode* param, VarNode* grad, const VarNodeArray& after,
+                         OptimizerConfig config, const OperatorConfig& opr_config)
+    : OperatorNode(opr_config), m_config(config) {
+    if (!dynamic_cast<SharedParam*>(param->owner()))
+        BRAID_THROW(GraphError,
+                    "ParamUpdate: \"{}\" is not a parameter (a SharedParam var); only parameter "
+                    "storage can be updated in place",
+                    param->name());
+    add_input(param);
+    add_input(grad);
+    for (auto* v : after) add_input(v);
+    add_output();
+}
+
+SymbolVar ParamUpdate::make(SymbolVar param, SymbolVar grad, const SymbolVarArray& after,
+                            OptimizerConfig config, const OperatorConfig& opr_config) {
+    VarNodeArray a;
+    for (auto& v : after) a.push_back(v.node());
+    return param.graph()
+        .insert_opr(std::make_unique<ParamUpdate>(param.node(), grad.node(), a, config, opr_config))
+        ->output(0);
+}
+
+void ParamUpdate::init_output_dtypes() {
+    if (input(0)->dtype() != dtype::Float32() || input(1)->dtype() != dtype::Float32())
+        BRAID_THROW(DTypeError, "{}: parameter and gradient must be float32, got {} and {}",
+                    describe(), input(0)->dtype().name(), input(1)->dtype().name());
+    output(0)->set_dtype(input(0)->dtype());
+}
+
+bool ParamUpdate::infer_output_shapes(const InferCtx& ctx, TensorShape* out) const {
+    if (!ctx.shape(0) || !ctx.shape(1)) return false;
+    if (*ctx.shape(0) != *ctx.shape(1))
+        BRAID_THROW(ShapeError, "{}: parameter {} and gradient {} differ", describe(),
+                    ctx.shape(0)->to_string(), ctx.shape(1)->to_string());
+    out[0] = *ctx.shape(0);
+    return true;
+}
+
+void ParamUpdate::execute(ExecCtx& ctx) {
+    const Tensor& p_t = ctx.input(0); // the parameter's own storage (SharedParam binds it)
+    Tensor g_t = ctx.input(1).contiguous();
+    size_t n = p_t.shape().total_nr_elems();
+    float* p = p_t.ptr<float>();
+    const float* g = g_t.ptr<float>();
+    const auto& c = m_config;
+    auto ensure_state = [&](Tensor& s) {
+        if (s.empty() || s.shape() != p_t.shape()) {
+            s = Tensor(p_t.shape(), dtype::Float32());
+            std::memset(s.raw_ptr(), 0, s.nr_bytes());
+        }
+    };
+    ++m_steps;
+    if (c.kind == OptimizerConfig::Kind::SGD) {
+        if (c.momentum == 0.f) {
+            for (size_t i = 0; i < n; ++i) p[i] -= c.lr * (g[i] + c.weight_decay * p[i]);
+        } else {
+            ensure_state(m_state1);
+            float* v = m_state1.ptr<float>();
+            for (size_t i = 0; i < n; ++i) {
+                v[i] = c.momentum * v[i] + g[i] + c.weight_decay * p[i];
+                p[i] -= c.lr * v[i];
+            }
+        }
+    } else {
+        ensure_state(m_state1);
+        ensure_state(m_state2);
+        float* m = m_state1.ptr<float>();
+        float* v = m_state2.ptr<float>();
+        float bc1 = 1.f - std::pow(c.beta1, float(m_steps));
+        float bc2 = 1.f - std::pow(c.beta2, float(m_steps));
+        for (size_t i = 0; i < n; ++i) {
+            float gi = g[i] + c.weight_decay * p[i];
+            m[i] = c.beta1 * m[i] + (1.f - c.beta1) * gi;
+            v[i] = c.beta2 * v[i] + (1.f - c.beta2) * gi * gi;
+            p[i] -= c.lr * (m[i] / bc1) / (std::sqrt(v[i] / bc2) + c.eps);
+        }
+    }
+    ctx.output(0) = p_t;
+}
+
+SymbolVarArray minimize(SymbolVar loss, const SymbolVarArray& params, OptimizerConfig config) {
+    if (params.empty()) BRAID_THROW(GraphError, "minimize(): no parameters given");
+    auto grads = grad(loss, params);
+    SymbolVarArray updates;
+    for (size_t i = 0; i < params.size(); ++i)
+        updates.push_back(ParamUpdate::make(params[i], grads[i], {loss}, config,
+                                            OperatorConfig::on(params[i].comp_node())));
+    return updates;
+}
+
+void register_optimizer_grad() {
+    register_non_differentiable("ParamUpdate", "parameter updates have no gradient");
+}
+
+} // namespace braid::opr
