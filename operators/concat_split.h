@@ -36,10 +36,11 @@ private:
 //! `nr_parts` equal parts (the length must divide). Output k is part k, a view of x.
 class Split final : public OperatorNode {
 public:
+    //! The axis and how to cut it.
     struct Param {
-        int axis = 0;
+        int axis = 0;              //!< negative counts from the end
         std::vector<size_t> sizes; //!< explicit part sizes; empty: use nr_parts
-        size_t nr_parts = 0;
+        size_t nr_parts = 0;       //!< equal parts when sizes is empty
     };
     Split(VarNode* x, Param param, const OperatorConfig& config);
     //! Inserts the operator and returns its outputs; throws ShapeError for a bad axis, sizes

@@ -200,13 +200,20 @@ SymbolVar operator*(SymbolVar a, SymbolVar b);
 SymbolVar operator/(SymbolVar a, SymbolVar b);
 //! opr::neg.
 SymbolVar operator-(SymbolVar a);
-//! Arithmetic with a constant of the var's dtype.
+//! a + b, b a constant of a's dtype.
 SymbolVar operator+(SymbolVar a, double b);
+//! a - b, b a constant of a's dtype.
 SymbolVar operator-(SymbolVar a, double b);
+//! a * b, b a constant of a's dtype.
 SymbolVar operator*(SymbolVar a, double b);
+//! a / b, b a constant of a's dtype.
 SymbolVar operator/(SymbolVar a, double b);
+//! a + b, a a constant of b's dtype.
 SymbolVar operator+(double a, SymbolVar b);
+//! a - b, a a constant of b's dtype.
 SymbolVar operator-(double a, SymbolVar b);
+//! a * b, a a constant of b's dtype.
 SymbolVar operator*(double a, SymbolVar b);
+//! a / b, a a constant of b's dtype.
 SymbolVar operator/(double a, SymbolVar b);
 } // namespace braid

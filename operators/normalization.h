@@ -16,9 +16,10 @@ namespace braid::opr {
 //! log-softmax: x_i - m - log(sum_j e^{x_j - m}).
 class Softmax final : public OperatorNode {
 public:
+    //! The axis and the variant.
     struct Param {
-        int axis = -1; //!< negative counts from the end
-        bool log = false;
+        int axis = -1;    //!< negative counts from the end
+        bool log = false; //!< log-softmax
     };
     Softmax(VarNode* x, Param param, const OperatorConfig& config);
     //! Inserts the operator; throws ShapeError for a bad axis, DTypeError for non-float input.
@@ -44,13 +45,15 @@ private:
 //! weight and bias are optional inputs with shape x.shape[-normalized_ndim:] and x's dtype.
 class Normalization final : public OperatorNode {
 public:
+    //! Layer norm (centred) or RMS norm.
     enum class Kind : uint8_t { LAYER, RMS };
+    //! The variant, the normalized dims and epsilon.
     struct Param {
-        Kind kind = Kind::LAYER;
-        size_t normalized_ndim = 1;
-        float eps = 1e-5f;
-        bool has_weight = false; //!< set by make() from the inputs given
-        bool has_bias = false;   //!< set by make() from the inputs given
+        Kind kind = Kind::LAYER;    //!< which normalization
+        size_t normalized_ndim = 1; //!< trailing dims normalized together
+        float eps = 1e-5f;          //!< added to the variance (mean square) before the root
+        bool has_weight = false;    //!< set by make() from the inputs given
+        bool has_bias = false;      //!< set by make() from the inputs given
     };
     Normalization(VarNode* x, VarNode* weight, VarNode* bias, Param param,
                   const OperatorConfig& config);

@@ -33,10 +33,11 @@ const char* reduce_mode_name(ReduceMode mode);
 //! reduced axes disappear (reducing every axis gives a scalar); with keepdims they become 1.
 class Reduce final : public OperatorNode {
 public:
+    //! What to reduce and how.
     struct Param {
-        ReduceMode mode = ReduceMode::SUM;
-        std::vector<int> axes; //!< empty: all axes
-        bool keepdims = false;
+        ReduceMode mode = ReduceMode::SUM; //!< the reduction
+        std::vector<int> axes;             //!< empty: all axes
+        bool keepdims = false;             //!< keep reduced axes as size 1
     };
     Reduce(VarNode* x, Param param, const OperatorConfig& config);
     //! Inserts the operator; throws ShapeError for an axis out of range or given twice.
@@ -80,10 +81,11 @@ enum class ArgReduceMode : uint8_t {
 //! The axis disappears from the shape unless keepdims. An empty axis is a ShapeError.
 class ArgReduce final : public OperatorNode {
 public:
+    //! Which extreme, along which axis.
     struct Param {
-        ArgReduceMode mode = ArgReduceMode::ARGMAX;
-        int axis = -1;
-        bool keepdims = false;
+        ArgReduceMode mode = ArgReduceMode::ARGMAX; //!< argmax or argmin
+        int axis = -1;                              //!< negative counts from the end
+        bool keepdims = false;                      //!< keep the axis as size 1
     };
     ArgReduce(VarNode* x, Param param, const OperatorConfig& config);
     //! Inserts the operator; throws ShapeError for a bad or empty axis, DTypeError for bool.

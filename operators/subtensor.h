@@ -19,9 +19,11 @@ namespace braid::opr {
 //! One indexing item on one axis: a slice start:stop:step, or a single index.
 struct AxisIndex {
     int axis = 0; //!< negative counts from the end
-    std::optional<long> start, stop;
-    long step = 1;
-    bool is_index = false; //!< a single position (in `start`); the axis disappears
+    std::optional<long>
+        start;                //!< first position (the index itself when is_index); nullopt: omitted
+    std::optional<long> stop; //!< end position, excluded; nullopt: omitted
+    long step = 1;            //!< nonzero; negative walks backwards
+    bool is_index = false;    //!< a single position (in `start`); the axis disappears
 
     //! x[start:stop:step] on `axis`; std::nullopt bounds are omitted ones.
     static AxisIndex slice(int axis, std::optional<long> start, std::optional<long> stop,
@@ -30,6 +32,7 @@ struct AxisIndex {
     }
     //! x[index] on `axis` (negative counts from the end).
     static AxisIndex index(int axis, long index) { return {axis, index, std::nullopt, 1, true}; }
+    //! Same axis, bounds, step and kind.
     bool operator==(const AxisIndex& rhs) const = default;
 };
 
@@ -60,6 +63,7 @@ private:
 //! (numpy rules) to the slice's shape and has x's dtype.
 class SetSubtensor final : public OperatorNode {
 public:
+    //! Replace the slice or add to it.
     enum class Kind : uint8_t { SET, INCR };
     SetSubtensor(VarNode* x, VarNode* value, Kind kind, std::vector<AxisIndex> items,
                  const OperatorConfig& config);

@@ -127,6 +127,7 @@ private:
 //! `axes` index the input, empty removes every unit axis). Always a view of the input.
 class AxisAddRemove final : public OperatorNode {
 public:
+    //! Insert unit axes or remove them.
     enum class Kind : uint8_t { ADD, REMOVE };
     AxisAddRemove(VarNode* x, Kind kind, std::vector<int> axes, const OperatorConfig& config);
     //! Inserts the operator; throws ShapeError for a bad axis or removing a dim that is not 1.
