@@ -352,9 +352,12 @@ bool Elemwise::infer_output_shapes(const InferCtx& ctx, TensorShape* out) const 
 }
 
 int Elemwise::inplace_input(size_t) const {
-    // Input 0 qualifies when it has the output's shape and dtype; the planner checks both.
-    // WHERE's input 0 is the bool condition, so its candidate is the first branch.
-    return m_mode == ElemMode::WHERE ? 1 : 0;
+    // Input 0 qualifies when it has the output's shape; the planner checks it. WHERE's input 0
+    // is the bool condition, so its candidate is the first branch. A comparison's bool output
+    // cannot take over a wider input's memory.
+    if (m_mode == ElemMode::WHERE) return 1;
+    if (output(0)->dtype() != input(0)->dtype()) return -1;
+    return 0;
 }
 
 void Elemwise::execute(ExecCtx& ctx) {

@@ -300,3 +300,28 @@ TEST(ArangeOpr, ValuesLengthsAndErrors) {
     expect_error<ValueError>([&] { opr::arange(*g, 0, 1, 0); }, {"Arange", "step 0", "nonzero"});
     expect_error<DTypeError>([&] { opr::arange(*g, 0, 1, 1, dtype::Bool()); }, {"Arange", "bool"});
 }
+
+TEST(OperatorRegistry, EveryNewOperatorTypeIsRegistered) {
+    register_all_operators();
+    auto g = ComputingGraph::make();
+    auto x = opr::Input::make(*g, "x", dtype::Float32(), {4, 6});
+    auto ids = opr::Input::make(*g, "ids", dtype::Int32(), {4});
+    (void)opr::argmax(x);
+    (void)opr::transpose(x);
+    (void)opr::squeeze(opr::expand_dims(x, {0}));
+    (void)opr::softmax(x);
+    (void)opr::layer_norm(x);
+    (void)opr::rms_norm(x);
+    auto s = opr::subtensor(x, {opr::AxisIndex::index(0, 1)});
+    (void)opr::set_subtensor(x, s, {opr::AxisIndex::index(0, 2)});
+    (void)opr::incr_subtensor(x, s, {opr::AxisIndex::index(0, 2)});
+    (void)opr::indexing_one_hot(x, ids, 1);
+    (void)opr::gather(x, opr::expand_dims(ids, {1}), 1);
+    (void)opr::embedding(x, ids);
+    (void)opr::concat(opr::split(x, 1, size_t(2)), 1);
+    (void)opr::zeros_like(x);
+    (void)opr::arange(*g, 0, 3);
+    for (auto& opr : g->operators())
+        EXPECT_NE(OperatorRegistry::instance().find(opr->type_name()), nullptr)
+            << opr->type_name() << " is not registered";
+}
