@@ -161,16 +161,36 @@ template <typename T> T saturate_int(double v) {
 }
 } // namespace
 
+namespace {
+//! `v` rounded (to nearest even) to `bits` significant bits, for |v| in the normal range of
+//! float. Rounding a double straight to float16/bfloat16 through float would round twice:
+//! an int32 such as 2^24 + 2^16 + 1 first becomes the tie 2^24 + 2^16, then rounds down.
+double round_to_bits(double v, int bits) {
+    if (!std::isfinite(v) || std::fabs(v) < 1.17549435e-38) return v;
+    uint64_t u;
+    std::memcpy(&u, &v, 8);
+    int drop = 53 - bits;
+    uint64_t lsb = (u >> drop) & 1;
+    u += (uint64_t(1) << (drop - 1)) - 1 + lsb;
+    u &= ~((uint64_t(1) << drop) - 1);
+    std::memcpy(&v, &u, 8);
+    return v;
+}
+} // namespace
+
 void store_from_double(DType dt, void* base, size_t i, double v) {
     switch (dt.enumv()) {
     case DTypeEnum::FLOAT32:
         static_cast<float*>(base)[i] = float(v);
         break;
     case DTypeEnum::FLOAT16:
-        static_cast<uint16_t*>(base)[i] = float_to_half(float(v));
+        // Below 2^-14 float16 is subnormal with fewer bits; every value that gets there (a
+        // float, a small integer) is exact in float, so one rounding through float is right.
+        static_cast<uint16_t*>(base)[i] =
+            float_to_half(float(std::fabs(v) < 6.103515625e-05 ? v : round_to_bits(v, 11)));
         break;
     case DTypeEnum::BFLOAT16:
-        static_cast<uint16_t*>(base)[i] = float_to_bf16(float(v));
+        static_cast<uint16_t*>(base)[i] = float_to_bf16(float(round_to_bits(v, 8)));
         break;
     case DTypeEnum::INT8:
         static_cast<int8_t*>(base)[i] = saturate_int<int8_t>(v);
@@ -208,8 +228,42 @@ void convert_elements(DType src_dt, const void* src, DType dst_dt, void* dst, si
         for (size_t i = 0; i < n; ++i) d[i] = float_to_bf16(s[i]);
         return;
     }
-    // float32 -> float16/bfloat16 must round once, from the float value; everything
-    // else passes exactly through double.
+    if (src_dt == dtype::Float16() && dst_dt == dtype::Float32()) {
+        auto s = static_cast<const uint16_t*>(src);
+        auto d = static_cast<float*>(dst);
+        for (size_t i = 0; i < n; ++i) d[i] = half_to_float(s[i]);
+        return;
+    }
+    if (src_dt == dtype::BFloat16() && dst_dt == dtype::Float32()) {
+        auto s = static_cast<const uint16_t*>(src);
+        auto d = static_cast<float*>(dst);
+        for (size_t i = 0; i < n; ++i) d[i] = bf16_to_float(s[i]);
+        return;
+    }
+    if (src_dt == dtype::Int64() && dst_dt.is_float()) {
+        // int64 beyond 2^53 is inexact in double: round the integer itself to the target's
+        // significant bits, so the value reaches the target exactly and rounds once.
+        int bits = dst_dt == dtype::Float32() ? 24 : dst_dt == dtype::Float16() ? 11 : 8;
+        auto s = static_cast<const int64_t*>(src);
+        for (size_t i = 0; i < n; ++i) {
+            int64_t v = s[i];
+            uint64_t mag = v < 0 ? uint64_t(0) - uint64_t(v) : uint64_t(v);
+            int len = 64 - __builtin_clzll(mag | 1);
+            if (len > bits) {
+                int drop = len - bits;
+                uint64_t lsb = (mag >> drop) & 1;
+                uint64_t rest = mag & ((uint64_t(1) << drop) - 1), half = uint64_t(1) << (drop - 1);
+                mag >>= drop;
+                if (rest > half || (rest == half && lsb)) ++mag;
+                store_from_double(dst_dt, dst, i,
+                                  std::ldexp(v < 0 ? -double(mag) : double(mag), drop));
+            } else {
+                store_from_double(dst_dt, dst, i, double(v));
+            }
+        }
+        return;
+    }
+    // Floats and integers up to int32 are exact in double; store_from_double rounds once.
     for (size_t i = 0; i < n; ++i)
         store_from_double(dst_dt, dst, i, load_as_double(src_dt, src, i));
 }

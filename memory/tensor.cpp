@@ -2,6 +2,8 @@
 
 #include "base/error.h"
 
+#include <algorithm>
+
 namespace braid {
 
 Storage Storage::make(size_t size, std::shared_ptr<Allocator> alloc) {
@@ -33,10 +35,20 @@ Tensor::Tensor(const TensorShape& shape, DType dtype, std::shared_ptr<Allocator>
 
 Tensor::Tensor(Storage storage, size_t offset, const TensorLayout& layout)
     : m_storage(std::move(storage)), m_offset(offset), m_layout(layout) {
-    if (offset + layout.span_bytes() > m_storage.size())
+    if (layout.is_empty()) return;
+    // Element 0 sits at `offset`; negative strides address bytes below it.
+    ptrdiff_t lo = 0, hi = 0;
+    for (size_t i = 0; i < layout.ndim(); ++i) {
+        ptrdiff_t ext = ptrdiff_t(layout[i] - 1) * layout.stride[i];
+        (ext < 0 ? lo : hi) += ext;
+    }
+    ptrdiff_t es = ptrdiff_t(layout.dtype.size());
+    ptrdiff_t first = ptrdiff_t(offset) + lo * es, end = ptrdiff_t(offset) + (hi + 1) * es;
+    if (first < 0 || size_t(end) > m_storage.size())
         BRAID_THROW(ShapeError,
-                    "tensor view {} at byte offset {} needs {} bytes but the storage has {}",
-                    layout.to_string(), offset, offset + layout.span_bytes(), m_storage.size());
+                    "tensor view {} at byte offset {} addresses bytes [{}, {}) but the storage "
+                    "has {}",
+                    layout.to_string(), ptrdiff_t(offset), first, end, m_storage.size());
 }
 
 void Tensor::check_elem_size(size_t sz) const {
@@ -71,6 +83,115 @@ Tensor Tensor::copy(std::shared_ptr<Allocator> alloc) const {
     return res;
 }
 
+namespace {
+
+//! Copies `n` elements of `es` bytes with element strides `ds` and `ss`.
+template <typename T>
+void copy_run(uint8_t* d, ptrdiff_t ds, const uint8_t* s, ptrdiff_t ss, size_t n) {
+    T* dp = reinterpret_cast<T*>(d);
+    const T* sp = reinterpret_cast<const T*>(s);
+    if (ds == 1 && ss == 1) {
+        std::memcpy(dp, sp, n * sizeof(T));
+        return;
+    }
+    for (size_t i = 0; i < n; ++i) dp[ptrdiff_t(i) * ds] = sp[ptrdiff_t(i) * ss];
+}
+
+void copy_run_bytes(uint8_t* d, ptrdiff_t ds, const uint8_t* s, ptrdiff_t ss, size_t n, size_t es) {
+    switch (es) {
+    case 1:
+        return copy_run<uint8_t>(d, ds, s, ss, n);
+    case 2:
+        return copy_run<uint16_t>(d, ds, s, ss, n);
+    case 4:
+        return copy_run<uint32_t>(d, ds, s, ss, n);
+    case 8:
+        return copy_run<uint64_t>(d, ds, s, ss, n);
+    default:
+        for (size_t i = 0; i < n; ++i)
+            std::memcpy(d + ptrdiff_t(i) * ds * ptrdiff_t(es),
+                        s + ptrdiff_t(i) * ss * ptrdiff_t(es), es);
+    }
+}
+
+//! Strided copy of `shape` between two layouts (strides in elements). Dims are collapsed
+//! first; when the source is read across its contiguous dim (a transpose), the two
+//! innermost dims are walked in square tiles so both sides stay in cache.
+void strided_copy(uint8_t* dst, const TensorLayout& dl, const uint8_t* src,
+                  const TensorLayout& sl) {
+    size_t es = dl.dtype.size();
+    size_t shape[TensorShape::MAX_NDIM];
+    ptrdiff_t ds[TensorShape::MAX_NDIM], ss[TensorShape::MAX_NDIM];
+    size_t nd = 0;
+    for (size_t i = 0; i < dl.ndim(); ++i) {
+        if (dl[i] == 1) continue;
+        if (nd && ds[nd - 1] == dl.stride[i] * ptrdiff_t(dl[i]) &&
+            ss[nd - 1] == sl.stride[i] * ptrdiff_t(dl[i])) {
+            shape[nd - 1] *= dl[i];
+            ds[nd - 1] = dl.stride[i];
+            ss[nd - 1] = sl.stride[i];
+            continue;
+        }
+        shape[nd] = dl[i];
+        ds[nd] = dl.stride[i];
+        ss[nd] = sl.stride[i];
+        ++nd;
+    }
+    if (nd == 0) {
+        std::memcpy(dst, src, es);
+        return;
+    }
+    bool tiled = false;
+    if (nd >= 2 && ss[nd - 1] != 1 && ds[nd - 1] == 1) {
+        for (size_t k = 0; k + 1 < nd; ++k)
+            if (ss[k] == 1) {
+                std::swap(shape[k], shape[nd - 2]);
+                std::swap(ds[k], ds[nd - 2]);
+                std::swap(ss[k], ss[nd - 2]);
+                tiled = true;
+                break;
+            }
+    }
+    size_t outer_nd = tiled ? nd - 2 : nd - 1;
+    size_t outer = 1;
+    for (size_t i = 0; i < outer_nd; ++i) outer *= shape[i];
+    size_t idx[TensorShape::MAX_NDIM] = {};
+    ptrdiff_t doff = 0, soff = 0, bes = ptrdiff_t(es);
+    constexpr size_t TILE = 64;
+    for (size_t o = 0; o < outer; ++o) {
+        if (!tiled) {
+            copy_run_bytes(dst + doff * bes, ds[nd - 1], src + soff * bes, ss[nd - 1],
+                           shape[nd - 1], es);
+        } else {
+            size_t na = shape[nd - 2], nb = shape[nd - 1];
+            // Tiles sweep along the source's contiguous dim (a) innermost: the source is read
+            // as TILE sequential streams, which the prefetchers follow.
+            for (size_t b0 = 0; b0 < nb; b0 += TILE)
+                for (size_t a0 = 0; a0 < na; a0 += TILE)
+                    for (size_t a = a0; a < std::min(na, a0 + TILE); ++a) {
+                        ptrdiff_t da =
+                            doff + ptrdiff_t(a) * ds[nd - 2] + ptrdiff_t(b0) * ds[nd - 1];
+                        ptrdiff_t sa =
+                            soff + ptrdiff_t(a) * ss[nd - 2] + ptrdiff_t(b0) * ss[nd - 1];
+                        copy_run_bytes(dst + da * bes, ds[nd - 1], src + sa * bes, ss[nd - 1],
+                                       std::min(nb, b0 + TILE) - b0, es);
+                    }
+        }
+        for (size_t d = outer_nd; d-- > 0;) {
+            if (++idx[d] < shape[d]) {
+                doff += ds[d];
+                soff += ss[d];
+                break;
+            }
+            doff -= ptrdiff_t(idx[d] - 1) * ds[d];
+            soff -= ptrdiff_t(idx[d] - 1) * ss[d];
+            idx[d] = 0;
+        }
+    }
+}
+
+} // namespace
+
 void Tensor::copy_from(const Tensor& src) {
     if (src.shape() != shape() || src.dtype() != dtype())
         BRAID_THROW(ShapeError, "copy from {} {} into {} {}: shape or dtype differ",
@@ -81,20 +202,12 @@ void Tensor::copy_from(const Tensor& src) {
                     "Tensor::copy_from copies host memory only (from {} into {}); device memory "
                     "is copied with CompNode::copy",
                     src.device().to_string(), device().to_string());
-    size_t es = dtype().size();
     if (src.layout().is_contiguous() && m_layout.is_contiguous()) {
         if (nr_bytes()) std::memmove(raw_ptr(), src.raw_ptr(), nr_bytes());
         return;
     }
-    // Strided copy: walk the source and the destination in step.
-    std::vector<ptrdiff_t> dst_offs;
-    dst_offs.reserve(shape().total_nr_elems());
-    for_each_strided(m_layout, [&](size_t, ptrdiff_t off) { dst_offs.push_back(off); });
-    uint8_t* d = raw_ptr();
-    const uint8_t* s = src.raw_ptr();
-    for_each_strided(src.layout(), [&](size_t i, ptrdiff_t off) {
-        std::memcpy(d + dst_offs[i] * ptrdiff_t(es), s + off * ptrdiff_t(es), es);
-    });
+    if (shape().is_empty()) return;
+    strided_copy(raw_ptr(), m_layout, src.raw_ptr(), src.layout());
 }
 
 void Tensor::resize(const TensorShape& shape, DType dtype) {

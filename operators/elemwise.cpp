@@ -2,247 +2,277 @@
 
 #include "base/error.h"
 #include "base/hash.h"
+#include "operators/elemwise_kernels.h"
 #include "operators/io.h"
+#include "operators/kernel_utils.h"
 
-#include <cmath>
+#include <array>
+#include <cstring>
 
 namespace braid::opr {
 
-const char* elem_mode_name(ElemMode mode) {
-    switch (mode) {
-    case ElemMode::NEG:
-        return "NEG";
-    case ElemMode::ABS:
-        return "ABS";
-    case ElemMode::RELU:
-        return "RELU";
-    case ElemMode::EXP:
-        return "EXP";
-    case ElemMode::LOG:
-        return "LOG";
-    case ElemMode::TANH:
-        return "TANH";
-    case ElemMode::SIGMOID:
-        return "SIGMOID";
-    case ElemMode::ADD:
-        return "ADD";
-    case ElemMode::SUB:
-        return "SUB";
-    case ElemMode::MUL:
-        return "MUL";
-    case ElemMode::TRUE_DIV:
-        return "TRUE_DIV";
-    case ElemMode::FLOOR_DIV:
-        return "FLOOR_DIV";
-    case ElemMode::MAX:
-        return "MAX";
-    case ElemMode::MIN:
-        return "MIN";
-    }
-    return "?";
-}
-
-size_t elem_mode_arity(ElemMode mode) {
-    return mode >= ElemMode::ADD ? 2 : 1;
-}
-
 namespace {
 
-bool mode_allows_int(ElemMode m) {
-    switch (m) {
-    case ElemMode::NEG:
-    case ElemMode::ABS:
-    case ElemMode::RELU:
-    case ElemMode::ADD:
-    case ElemMode::SUB:
-    case ElemMode::MUL:
-    case ElemMode::FLOOR_DIV:
-    case ElemMode::MAX:
-    case ElemMode::MIN:
-        return true;
-    default:
-        return false;
-    }
-}
-
-bool mode_allows_float(ElemMode m) {
-    return m != ElemMode::FLOOR_DIV;
-}
-
-// ---- scalar functions, one struct per mode so loops specialise and vectorise ----
-#define BRAID_UNARY(NAME, EXPR)                                                                    \
-    struct NAME {                                                                                  \
-        template <typename T> static T apply(T x) { return EXPR; }                                 \
-    };
-BRAID_UNARY(NegOp, -x)
-BRAID_UNARY(AbsOp, x < T(0) ? -x : x)
-BRAID_UNARY(ReluOp, x > T(0) ? x : T(0))
-BRAID_UNARY(ExpOp, std::exp(x))
-BRAID_UNARY(LogOp, std::log(x))
-BRAID_UNARY(TanhOp, std::tanh(x))
-BRAID_UNARY(SigmoidOp, T(1) / (T(1) + std::exp(-x)))
-#undef BRAID_UNARY
-
-#define BRAID_BINARY(NAME, EXPR)                                                                   \
-    struct NAME {                                                                                  \
-        template <typename T> static T apply(T a, T b) { return EXPR; }                            \
-    };
-BRAID_BINARY(AddOp, a + b)
-BRAID_BINARY(SubOp, a - b)
-BRAID_BINARY(MulOp, a* b)
-BRAID_BINARY(DivOp, a / b)
-BRAID_BINARY(MaxOp, a > b ? a : b)
-BRAID_BINARY(MinOp, a < b ? a : b)
-#undef BRAID_BINARY
-
-struct FloorDivOp {
-    template <typename T> static T apply(T a, T b) {
-        if (b == 0) throw DTypeError("Elemwise(FLOOR_DIV): integer division by zero");
-        T q = a / b;
-        return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
-    }
+//! What a mode accepts and produces.
+enum ModeFlag : uint8_t {
+    FLOAT_IN = 1, //!< float32, float16, bfloat16 inputs
+    INT_IN = 2,   //!< int32, int64 inputs
+    BOOL_IN = 4,  //!< bool inputs
+    BOOL_OUT = 8, //!< the output is bool whatever the inputs
+    ANY_IN = 16,  //!< WHERE: a and b of any dtype
+    COSTLY = 32,  //!< a libm call or a long polynomial per element: parallel sooner
 };
 
-// Strided iteration: the output is contiguous; each input has its broadcast strides.
-// Dims are walked outermost-first, with the innermost dim as a tight loop.
-template <typename T, typename Op> void unary_loop(const T* x, ptrdiff_t sx, T* y, size_t n) {
-    if (sx == 1)
-        for (size_t i = 0; i < n; ++i) y[i] = Op::apply(x[i]);
-    else
-        for (size_t i = 0; i < n; ++i) y[i] = Op::apply(x[ptrdiff_t(i) * sx]);
+struct ModeTraits {
+    const char* name;
+    uint8_t arity;
+    uint8_t flags;
+};
+
+ModeTraits mode_traits(ElemMode mode) {
+    using M = ElemMode;
+    constexpr uint8_t NUM = FLOAT_IN | INT_IN, FLT = FLOAT_IN, FC = FLOAT_IN | COSTLY;
+    switch (mode) {
+    case M::NEG:
+        return {"NEG", 1, NUM};
+    case M::ABS:
+        return {"ABS", 1, NUM};
+    case M::SIGN:
+        return {"SIGN", 1, NUM};
+    case M::RELU:
+        return {"RELU", 1, NUM};
+    case M::EXP:
+        return {"EXP", 1, FC};
+    case M::EXPM1:
+        return {"EXPM1", 1, FC};
+    case M::LOG:
+        return {"LOG", 1, FC};
+    case M::LOG1P:
+        return {"LOG1P", 1, FC};
+    case M::SQRT:
+        return {"SQRT", 1, FLT};
+    case M::RSQRT:
+        return {"RSQRT", 1, FLT};
+    case M::SQUARE:
+        return {"SQUARE", 1, NUM};
+    case M::SIN:
+        return {"SIN", 1, FC};
+    case M::COS:
+        return {"COS", 1, FC};
+    case M::TANH:
+        return {"TANH", 1, FC};
+    case M::SIGMOID:
+        return {"SIGMOID", 1, FC};
+    case M::GELU:
+        return {"GELU", 1, FC};
+    case M::GELU_TANH:
+        return {"GELU_TANH", 1, FC};
+    case M::SILU:
+        return {"SILU", 1, FC};
+    case M::ERF:
+        return {"ERF", 1, FC};
+    case M::FLOOR:
+        return {"FLOOR", 1, FLT};
+    case M::CEIL:
+        return {"CEIL", 1, FLT};
+    case M::ROUND:
+        return {"ROUND", 1, FLT};
+    case M::LOGICAL_NOT:
+        return {"LOGICAL_NOT", 1, BOOL_IN | BOOL_OUT};
+    case M::ADD:
+        return {"ADD", 2, NUM};
+    case M::SUB:
+        return {"SUB", 2, NUM};
+    case M::MUL:
+        return {"MUL", 2, NUM};
+    case M::TRUE_DIV:
+        return {"TRUE_DIV", 2, FLT};
+    case M::FLOOR_DIV:
+        return {"FLOOR_DIV", 2, NUM};
+    case M::MOD:
+        return {"MOD", 2, NUM};
+    case M::POW:
+        return {"POW", 2, NUM | COSTLY};
+    case M::MAX:
+        return {"MAX", 2, NUM};
+    case M::MIN:
+        return {"MIN", 2, NUM};
+    case M::LT:
+        return {"LT", 2, NUM | BOOL_OUT};
+    case M::LEQ:
+        return {"LEQ", 2, NUM | BOOL_OUT};
+    case M::EQ:
+        return {"EQ", 2, NUM | BOOL_IN | BOOL_OUT};
+    case M::NEQ:
+        return {"NEQ", 2, NUM | BOOL_IN | BOOL_OUT};
+    case M::LOGICAL_AND:
+        return {"LOGICAL_AND", 2, BOOL_IN | BOOL_OUT};
+    case M::LOGICAL_OR:
+        return {"LOGICAL_OR", 2, BOOL_IN | BOOL_OUT};
+    case M::LOGICAL_XOR:
+        return {"LOGICAL_XOR", 2, BOOL_IN | BOOL_OUT};
+    case M::CLIP:
+        return {"CLIP", 3, NUM};
+    case M::WHERE:
+        return {"WHERE", 3, ANY_IN};
+    case M::COND_LEQ_MOV:
+        return {"COND_LEQ_MOV", 3, NUM};
+    case M::FMA3:
+        return {"FMA3", 3, NUM};
+    }
+    return {"?", 0, 0};
 }
 
-template <typename T, typename Op>
-void binary_loop(const T* a, ptrdiff_t sa, const T* b, ptrdiff_t sb, T* y, size_t n) {
-    if (sa == 1 && sb == 1) {
-        for (size_t i = 0; i < n; ++i) y[i] = Op::apply(a[i], b[i]);
-    } else if (sa == 1 && sb == 0) {
-        T bv = *b;
-        for (size_t i = 0; i < n; ++i) y[i] = Op::apply(a[i], bv);
-    } else if (sa == 0 && sb == 1) {
-        T av = *a;
-        for (size_t i = 0; i < n; ++i) y[i] = Op::apply(av, b[i]);
-    } else {
-        for (size_t i = 0; i < n; ++i) y[i] = Op::apply(a[ptrdiff_t(i) * sa], b[ptrdiff_t(i) * sb]);
+bool is_half(DType dt) {
+    return dt == dtype::Float16() || dt == dtype::BFloat16();
+}
+
+//! The broadcast shape of the inputs seen from the (contiguous) output: dims of size 1
+//! dropped and neighbours merged wherever every operand stays linear across them.
+struct BroadcastPlan {
+    size_t ndim = 0;
+    size_t shape[TensorShape::MAX_NDIM];
+    ptrdiff_t stride[3][TensorShape::MAX_NDIM]; //!< per input, in elements; 0 on broadcast
+};
+
+BroadcastPlan make_plan(const TensorShape& out, const Tensor* const* in, size_t nin) {
+    BroadcastPlan p;
+    size_t nd = out.ndim();
+    ptrdiff_t full[3][TensorShape::MAX_NDIM];
+    for (size_t k = 0; k < nin; ++k) {
+        const TensorLayout& l = in[k]->layout();
+        size_t off = nd - l.ndim();
+        for (size_t d = 0; d < nd; ++d)
+            full[k][d] = d < off || l[d - off] != out[d] ? 0 : l.stride[d - off];
+    }
+    for (size_t d = 0; d < nd; ++d) {
+        if (out[d] == 1) continue;
+        bool merge = p.ndim > 0;
+        for (size_t k = 0; k < nin && merge; ++k)
+            merge = p.stride[k][p.ndim - 1] == full[k][d] * ptrdiff_t(out[d]);
+        if (merge) {
+            p.shape[p.ndim - 1] *= out[d];
+            for (size_t k = 0; k < nin; ++k) p.stride[k][p.ndim - 1] = full[k][d];
+            continue;
+        }
+        p.shape[p.ndim] = out[d];
+        for (size_t k = 0; k < nin; ++k) p.stride[k][p.ndim] = full[k][d];
+        ++p.ndim;
+    }
+    if (p.ndim == 0) {
+        p.ndim = 1;
+        p.shape[0] = 1;
+        for (size_t k = 0; k < nin; ++k) p.stride[k][0] = 0;
+    }
+    return p;
+}
+
+//! Everything one run of the kernel needs; shared by the threads of a parallel region.
+struct ElemRun {
+    ElemKernel kernel;
+    BroadcastPlan plan;
+    size_t nin;
+    const uint8_t* base[3];
+    DType in_dt[3];
+    bool convert_in[3]; //!< stage this input through float32
+    uint8_t* out;
+    DType out_dt;
+    bool convert_out; //!< the kernel writes float32, stored as out_dt
+};
+
+constexpr size_t STAGE = 256;
+
+//! Runs the kernel on `n` outputs whose inputs start at `ptr` with element strides `step`,
+//! staging through float32 buffers where a dtype needs it or a stride is not 0 or 1.
+void run_segment(const ElemRun& r, const uint8_t* const* ptr, const ptrdiff_t* step, uint8_t* out,
+                 size_t n) {
+    bool direct = !r.convert_out;
+    uint8_t st[3];
+    for (size_t k = 0; k < r.nin; ++k) {
+        st[k] = uint8_t(step[k] != 0);
+        direct &= !r.convert_in[k] && (step[k] == 0 || step[k] == 1);
+    }
+    if (direct) {
+        r.kernel(reinterpret_cast<const void* const*>(ptr), st, out, n);
+        return;
+    }
+    alignas(64) uint64_t buf[3][STAGE];
+    alignas(64) float obuf[STAGE];
+    size_t oes = r.out_dt.size();
+    for (size_t done = 0; done < n; done += STAGE) {
+        size_t m = std::min(STAGE, n - done);
+        const void* src[3];
+        for (size_t k = 0; k < r.nin; ++k) {
+            size_t es = r.in_dt[k].size();
+            const uint8_t* p = ptr[k] + ptrdiff_t(done) * step[k] * ptrdiff_t(es);
+            size_t cnt = step[k] ? m : 1;
+            if (r.convert_in[k]) {
+                float* f = reinterpret_cast<float*>(buf[k]);
+                if (step[k] <= 1)
+                    convert_elements(r.in_dt[k], p, dtype::Float32(), f, cnt);
+                else
+                    for (size_t i = 0; i < cnt; ++i)
+                        f[i] = float(load_as_double(r.in_dt[k],
+                                                    p + ptrdiff_t(i) * step[k] * ptrdiff_t(es), 0));
+                src[k] = f;
+            } else if (step[k] <= 1) {
+                src[k] = p;
+            } else {
+                uint8_t* g = reinterpret_cast<uint8_t*>(buf[k]);
+                for (size_t i = 0; i < cnt; ++i)
+                    std::memcpy(g + i * es, p + ptrdiff_t(i) * step[k] * ptrdiff_t(es), es);
+                src[k] = g;
+            }
+        }
+        uint8_t* dst = out + done * oes;
+        r.kernel(src, st, r.convert_out ? static_cast<void*>(obuf) : dst, m);
+        if (r.convert_out) convert_elements(dtype::Float32(), obuf, r.out_dt, dst, m);
     }
 }
 
-//! Calls fn(offsets_of_inputs[], out_offset, inner_len) for each innermost row of `shape`.
-template <size_t N, typename Fn>
-void for_each_row(const TensorShape& shape, const std::array<const TensorLayout*, N>& in, Fn&& fn) {
-    size_t nd = shape.ndim();
-    size_t inner = nd ? shape[nd - 1] : 1;
-    size_t rows = inner ? shape.total_nr_elems() / inner : 0;
-    std::array<size_t, TensorShape::MAX_NDIM> idx{};
-    std::array<ptrdiff_t, N> off{};
-    for (size_t r = 0; r < rows; ++r) {
-        fn(off, ptrdiff_t(r * inner), inner);
-        for (size_t d = nd ? nd - 1 : 0; d-- > 0;) {
-            if (++idx[d] < shape[d]) {
-                for (size_t k = 0; k < N; ++k) off[k] += in[k]->stride[d];
+//! Computes outputs [begin, end) in row-major order, walking the broadcast plan.
+void run_range(const ElemRun& r, size_t begin, size_t end) {
+    const BroadcastPlan& p = r.plan;
+    size_t nd = p.ndim, inner = p.shape[nd - 1];
+    size_t row = begin / inner, col = begin % inner;
+    size_t idx[TensorShape::MAX_NDIM] = {};
+    ptrdiff_t off[3] = {0, 0, 0};
+    for (size_t d = nd - 1, rest = row; d-- > 0;) {
+        idx[d] = rest % p.shape[d];
+        rest /= p.shape[d];
+        for (size_t k = 0; k < r.nin; ++k) off[k] += ptrdiff_t(idx[d]) * p.stride[k][d];
+    }
+    ptrdiff_t step[3];
+    for (size_t k = 0; k < r.nin; ++k) step[k] = p.stride[k][nd - 1];
+    size_t oes = r.out_dt.size();
+    for (size_t pos = begin; pos < end;) {
+        size_t len = std::min(inner - col, end - pos);
+        const uint8_t* ptr[3];
+        for (size_t k = 0; k < r.nin; ++k)
+            ptr[k] = r.base[k] + (off[k] + ptrdiff_t(col) * step[k]) * ptrdiff_t(r.in_dt[k].size());
+        run_segment(r, ptr, step, r.out + pos * oes, len);
+        pos += len;
+        col = 0;
+        for (size_t d = nd - 1; d-- > 0;) {
+            if (++idx[d] < p.shape[d]) {
+                for (size_t k = 0; k < r.nin; ++k) off[k] += p.stride[k][d];
                 break;
             }
-            for (size_t k = 0; k < N; ++k) off[k] -= ptrdiff_t(idx[d] - 1) * in[k]->stride[d];
+            for (size_t k = 0; k < r.nin; ++k) off[k] -= ptrdiff_t(idx[d] - 1) * p.stride[k][d];
             idx[d] = 0;
         }
     }
 }
 
-template <typename T, typename Op> void run_unary(const Tensor& x, Tensor& y) {
-    const T* xp = x.ptr<T>();
-    T* yp = y.ptr<T>();
-    size_t n = y.shape().total_nr_elems();
-    if (x.shape() == y.shape()) {
-        unary_loop<T, Op>(xp, 1, yp, n);
-        return;
-    }
-    TensorLayout lx = x.layout().broadcast(y.shape());
-    std::array<const TensorLayout*, 1> ls{&lx};
-    size_t nd = lx.ndim();
-    ptrdiff_t s = nd ? lx.stride[nd - 1] : 0;
-    for_each_row<1>(y.shape(), ls, [&](auto& off, ptrdiff_t yoff, size_t len) {
-        unary_loop<T, Op>(xp + off[0], s, yp + yoff, len);
-    });
-}
-
-template <typename T, typename Op> void run_binary(const Tensor& a, const Tensor& b, Tensor& y) {
-    const T* ap = a.ptr<T>();
-    const T* bp = b.ptr<T>();
-    T* yp = y.ptr<T>();
-    size_t n = y.shape().total_nr_elems();
-    const auto& ys = y.shape();
-    size_t na = a.shape().total_nr_elems(), nb = b.shape().total_nr_elems();
-    if (na == n && nb == n) {
-        binary_loop<T, Op>(ap, 1, bp, 1, yp, n);
-        return;
-    }
-    if (na == n && nb == 1) {
-        binary_loop<T, Op>(ap, 1, bp, 0, yp, n);
-        return;
-    }
-    if (na == 1 && nb == n) {
-        binary_loop<T, Op>(ap, 0, bp, 1, yp, n);
-        return;
-    }
-    TensorLayout la = a.layout().broadcast(ys), lb = b.layout().broadcast(ys);
-    std::array<const TensorLayout*, 2> ls{&la, &lb};
-    size_t nd = ys.ndim();
-    ptrdiff_t sa = la.stride[nd - 1], sb = lb.stride[nd - 1];
-    for_each_row<2>(ys, ls, [&](auto& off, ptrdiff_t yoff, size_t len) {
-        binary_loop<T, Op>(ap + off[0], sa, bp + off[1], sb, yp + yoff, len);
-    });
-}
-
-template <typename T> void dispatch_mode(ElemMode mode, const Tensor* const* in, Tensor& out) {
-    switch (mode) {
-    case ElemMode::NEG:
-        return run_unary<T, NegOp>(*in[0], out);
-    case ElemMode::ABS:
-        return run_unary<T, AbsOp>(*in[0], out);
-    case ElemMode::RELU:
-        return run_unary<T, ReluOp>(*in[0], out);
-    case ElemMode::ADD:
-        return run_binary<T, AddOp>(*in[0], *in[1], out);
-    case ElemMode::SUB:
-        return run_binary<T, SubOp>(*in[0], *in[1], out);
-    case ElemMode::MUL:
-        return run_binary<T, MulOp>(*in[0], *in[1], out);
-    case ElemMode::MAX:
-        return run_binary<T, MaxOp>(*in[0], *in[1], out);
-    case ElemMode::MIN:
-        return run_binary<T, MinOp>(*in[0], *in[1], out);
-    default:
-        break;
-    }
-    if constexpr (std::is_floating_point_v<T>) {
-        switch (mode) {
-        case ElemMode::EXP:
-            return run_unary<T, ExpOp>(*in[0], out);
-        case ElemMode::LOG:
-            return run_unary<T, LogOp>(*in[0], out);
-        case ElemMode::TANH:
-            return run_unary<T, TanhOp>(*in[0], out);
-        case ElemMode::SIGMOID:
-            return run_unary<T, SigmoidOp>(*in[0], out);
-        case ElemMode::TRUE_DIV:
-            return run_binary<T, DivOp>(*in[0], *in[1], out);
-        default:
-            break;
-        }
-    } else {
-        if (mode == ElemMode::FLOOR_DIV) return run_binary<T, FloorDivOp>(*in[0], *in[1], out);
-    }
-    BRAID_ASSERT(false, "Elemwise mode {} not implemented for this dtype", elem_mode_name(mode));
-}
-
-Tensor to_float32(const Tensor& t) {
-    Tensor r(t.shape(), dtype::Float32());
-    convert_elements(t.dtype(), t.raw_ptr(), dtype::Float32(), r.raw_ptr(),
-                     t.shape().total_nr_elems());
-    return r;
-}
-
 } // namespace
+
+const char* elem_mode_name(ElemMode mode) {
+    return mode_traits(mode).name;
+}
+
+size_t elem_mode_arity(ElemMode mode) {
+    return mode_traits(mode).arity;
+}
 
 Elemwise::Elemwise(ElemMode mode, const VarNodeArray& inputs, const OperatorConfig& config)
     : OperatorNode(config), m_mode(mode) {
@@ -271,110 +301,181 @@ bool Elemwise::params_equal(const OperatorNode& rhs) const {
 }
 
 void Elemwise::init_output_dtypes() {
+    auto traits = mode_traits(m_mode);
+    if (m_mode == ElemMode::WHERE) {
+        if (input(0)->dtype() != dtype::Bool())
+            BRAID_THROW(DTypeError, "{}: the condition \"{}\" must be bool, got {}", describe(),
+                        input(0)->name(), input(0)->dtype().name());
+        if (input(1)->dtype() != input(2)->dtype())
+            BRAID_THROW(DTypeError,
+                        "{}: the two branches have different dtypes: \"{}\" is {}, \"{}\" is {}",
+                        describe(), input(1)->name(), input(1)->dtype().name(), input(2)->name(),
+                        input(2)->dtype().name());
+        output(0)->set_dtype(input(1)->dtype());
+        return;
+    }
     DType dt = input(0)->dtype();
     for (auto* in : inputs())
         if (in->dtype() != dt)
             BRAID_THROW(DTypeError, "{}: inputs have different dtypes: \"{}\" is {}, \"{}\" is {}",
                         describe(), input(0)->name(), dt.name(), in->name(), in->dtype().name());
-    bool ok = dt.is_float()
-                  ? mode_allows_float(m_mode)
-                  : (dt == dtype::Int32() || dt == dtype::Int64()) && mode_allows_int(m_mode);
-    if (!ok)
-        BRAID_THROW(DTypeError, "{}: dtype {} is not supported by this mode", describe(),
-                    dt.name());
-    output(0)->set_dtype(dt);
+    bool ok = (dt.is_float() && (traits.flags & FLOAT_IN)) ||
+              ((dt == dtype::Int32() || dt == dtype::Int64()) && (traits.flags & INT_IN)) ||
+              (dt == dtype::Bool() && (traits.flags & BOOL_IN));
+    if (!ok) {
+        std::string expected;
+        auto append = [&](const char* s) {
+            expected += (expected.empty() ? "" : ", ") + std::string(s);
+        };
+        if (traits.flags & FLOAT_IN) append("float32, float16, bfloat16");
+        if (traits.flags & INT_IN) append("int32, int64");
+        if (traits.flags & BOOL_IN) append("bool");
+        BRAID_THROW(DTypeError, "{}: input \"{}\" has dtype {}; this mode takes {}", describe(),
+                    input(0)->name(), dt.name(), expected);
+    }
+    output(0)->set_dtype((traits.flags & BOOL_OUT) ? dtype::Bool() : dt);
 }
 
 bool Elemwise::infer_output_shapes(const InferCtx& ctx, TensorShape* out) const {
-    std::vector<const TensorShape*> shapes;
+    std::array<const TensorShape*, 3> shapes{};
     for (size_t i = 0; i < ctx.nr_inputs(); ++i) {
         if (!ctx.shape(i)) return false;
-        shapes.push_back(ctx.shape(i));
+        shapes[i] = ctx.shape(i);
     }
-    if (!broadcast_shapes(shapes.data(), shapes.size(), out[0])) {
+    if (!broadcast_shapes(shapes.data(), ctx.nr_inputs(), out[0])) {
         std::string list;
-        for (auto* s : shapes) list += (list.empty() ? "" : " with ") + s->to_string();
+        for (size_t i = 0; i < ctx.nr_inputs(); ++i)
+            list += (list.empty() ? "" : " with ") + shapes[i]->to_string();
         BRAID_THROW(ShapeError, "{}: cannot broadcast {}", describe(), list);
     }
     return true;
 }
 
 int Elemwise::inplace_input(size_t) const {
-    // Any input with the output's shape qualifies; the planner checks the shapes.
+    // Input 0 qualifies when it has the output's shape; the planner checks it. WHERE's input 0
+    // is the bool condition, so its candidate is the first branch. A comparison's bool output
+    // cannot take over a wider input's memory.
+    if (m_mode == ElemMode::WHERE) return 1;
+    if (output(0)->dtype() != input(0)->dtype()) return -1;
     return 0;
 }
 
 void Elemwise::execute(ExecCtx& ctx) {
     Tensor& out = ctx.output(0);
-    size_t nin = ctx.nr_inputs();
-    std::array<const Tensor*, 3> in{};
-    for (size_t i = 0; i < nin; ++i) in[i] = &ctx.input(i);
-    switch (out.dtype().enumv()) {
-    case DTypeEnum::FLOAT32:
-        return dispatch_mode<float>(m_mode, in.data(), out);
-    case DTypeEnum::INT32:
-        return dispatch_mode<int32_t>(m_mode, in.data(), out);
-    case DTypeEnum::INT64:
-        return dispatch_mode<int64_t>(m_mode, in.data(), out);
-    case DTypeEnum::FLOAT16:
-    case DTypeEnum::BFLOAT16: {
-        std::array<Tensor, 3> conv;
-        for (size_t i = 0; i < nin; ++i) {
-            conv[i] = to_float32(*in[i]);
-            in[i] = &conv[i];
-        }
-        Tensor tmp(out.shape(), dtype::Float32());
-        dispatch_mode<float>(m_mode, in.data(), tmp);
-        convert_elements(dtype::Float32(), tmp.raw_ptr(), out.dtype(), out.raw_ptr(),
-                         out.shape().total_nr_elems());
-        return;
+    size_t n = out.shape().total_nr_elems();
+    if (n == 0) return;
+    ElemRun r;
+    r.nin = ctx.nr_inputs();
+    const Tensor* in[3] = {};
+    for (size_t k = 0; k < r.nin; ++k) {
+        in[k] = &ctx.input(k);
+        r.base[k] = in[k]->raw_ptr();
+        r.in_dt[k] = in[k]->dtype();
+        r.convert_in[k] = m_mode != ElemMode::WHERE && is_half(r.in_dt[k]);
     }
-    default:
-        BRAID_ASSERT(false, "{}: unexpected dtype {}", describe(), out.dtype().name());
+    DType compute = m_mode == ElemMode::WHERE ? r.in_dt[1] : r.in_dt[0];
+    if (r.convert_in[0]) compute = dtype::Float32();
+    r.kernel = find_elem_kernel(m_mode, compute.enumv());
+    BRAID_ASSERT(r.kernel, "{}: no kernel for dtype {}", describe(), compute.name());
+    r.out = out.raw_ptr();
+    r.out_dt = out.dtype();
+    r.convert_out = m_mode != ElemMode::WHERE && is_half(r.out_dt);
+    size_t cost = (mode_traits(m_mode).flags & COSTLY) ? 8 : 1;
+    bool small = n * cost < PARALLEL_MIN_ELEMS;
+
+    // Fast path for small outputs whose inputs are all full-size or single elements: no
+    // broadcast walk (an input with the output's element count has its layout).
+    bool direct = small && !r.convert_out && !r.convert_in[0];
+    uint8_t step[3];
+    for (size_t k = 0; k < r.nin && direct; ++k) {
+        size_t nk = in[k]->shape().total_nr_elems();
+        step[k] = nk == n;
+        direct = nk == n || nk == 1;
+    }
+    try {
+        if (direct) {
+            r.kernel(reinterpret_cast<const void* const*>(r.base), step, r.out, n);
+            return;
+        }
+        r.plan = make_plan(out.shape(), in, r.nin);
+        if (small) {
+            run_range(r, 0, n);
+        } else {
+            // Chunks of whole cache lines of output keep threads off each other's lines.
+            size_t unit = 64;
+            size_t units = (n + unit - 1) / unit;
+            parallel_range(units, unit * cost, [&](size_t b, size_t e) {
+                run_range(r, b * unit, std::min(n, e * unit));
+            });
+        }
+    } catch (const DTypeError& e) {
+        // Integer division by zero and negative integer powers surface from the kernels.
+        BRAID_THROW(DTypeError, "{}: {}", describe(), e.what());
     }
 }
 
-SymbolVar add(SymbolVar a, SymbolVar b) {
-    return Elemwise::make(ElemMode::ADD, {a, b});
-}
-SymbolVar sub(SymbolVar a, SymbolVar b) {
-    return Elemwise::make(ElemMode::SUB, {a, b});
-}
-SymbolVar mul(SymbolVar a, SymbolVar b) {
-    return Elemwise::make(ElemMode::MUL, {a, b});
-}
-SymbolVar true_div(SymbolVar a, SymbolVar b) {
-    return Elemwise::make(ElemMode::TRUE_DIV, {a, b});
-}
-SymbolVar floor_div(SymbolVar a, SymbolVar b) {
-    return Elemwise::make(ElemMode::FLOOR_DIV, {a, b});
-}
-SymbolVar maximum(SymbolVar a, SymbolVar b) {
-    return Elemwise::make(ElemMode::MAX, {a, b});
-}
-SymbolVar minimum(SymbolVar a, SymbolVar b) {
-    return Elemwise::make(ElemMode::MIN, {a, b});
-}
-SymbolVar neg(SymbolVar x) {
-    return Elemwise::make(ElemMode::NEG, {x});
-}
-SymbolVar abs(SymbolVar x) {
-    return Elemwise::make(ElemMode::ABS, {x});
-}
-SymbolVar relu(SymbolVar x) {
-    return Elemwise::make(ElemMode::RELU, {x});
-}
-SymbolVar exp(SymbolVar x) {
-    return Elemwise::make(ElemMode::EXP, {x});
-}
-SymbolVar log(SymbolVar x) {
-    return Elemwise::make(ElemMode::LOG, {x});
-}
-SymbolVar tanh(SymbolVar x) {
-    return Elemwise::make(ElemMode::TANH, {x});
-}
-SymbolVar sigmoid(SymbolVar x) {
-    return Elemwise::make(ElemMode::SIGMOID, {x});
+// ---------------------------------------------------------------- free functions
+#define BRAID_ELEM_FN1(NAME, MODE)                                                                 \
+    SymbolVar NAME(SymbolVar x) {                                                                  \
+        return Elemwise::make(ElemMode::MODE, {x});                                                \
+    }
+#define BRAID_ELEM_FN2(NAME, MODE)                                                                 \
+    SymbolVar NAME(SymbolVar a, SymbolVar b) {                                                     \
+        return Elemwise::make(ElemMode::MODE, {a, b});                                             \
+    }
+#define BRAID_ELEM_FN3(NAME, MODE)                                                                 \
+    SymbolVar NAME(SymbolVar a, SymbolVar b, SymbolVar c) {                                        \
+        return Elemwise::make(ElemMode::MODE, {a, b, c});                                          \
+    }
+BRAID_ELEM_FN2(add, ADD)
+BRAID_ELEM_FN2(sub, SUB)
+BRAID_ELEM_FN2(mul, MUL)
+BRAID_ELEM_FN2(true_div, TRUE_DIV)
+BRAID_ELEM_FN2(floor_div, FLOOR_DIV)
+BRAID_ELEM_FN2(mod, MOD)
+BRAID_ELEM_FN2(pow, POW)
+BRAID_ELEM_FN2(maximum, MAX)
+BRAID_ELEM_FN2(minimum, MIN)
+BRAID_ELEM_FN1(neg, NEG)
+BRAID_ELEM_FN1(abs, ABS)
+BRAID_ELEM_FN1(sign, SIGN)
+BRAID_ELEM_FN1(relu, RELU)
+BRAID_ELEM_FN1(exp, EXP)
+BRAID_ELEM_FN1(expm1, EXPM1)
+BRAID_ELEM_FN1(log, LOG)
+BRAID_ELEM_FN1(log1p, LOG1P)
+BRAID_ELEM_FN1(sqrt, SQRT)
+BRAID_ELEM_FN1(rsqrt, RSQRT)
+BRAID_ELEM_FN1(square, SQUARE)
+BRAID_ELEM_FN1(sin, SIN)
+BRAID_ELEM_FN1(cos, COS)
+BRAID_ELEM_FN1(tanh, TANH)
+BRAID_ELEM_FN1(sigmoid, SIGMOID)
+BRAID_ELEM_FN1(gelu, GELU)
+BRAID_ELEM_FN1(gelu_tanh, GELU_TANH)
+BRAID_ELEM_FN1(silu, SILU)
+BRAID_ELEM_FN1(erf, ERF)
+BRAID_ELEM_FN1(floor, FLOOR)
+BRAID_ELEM_FN1(ceil, CEIL)
+BRAID_ELEM_FN1(round, ROUND)
+BRAID_ELEM_FN3(clip, CLIP)
+BRAID_ELEM_FN2(less, LT)
+BRAID_ELEM_FN2(less_equal, LEQ)
+BRAID_ELEM_FN2(equal, EQ)
+BRAID_ELEM_FN2(not_equal, NEQ)
+BRAID_ELEM_FN2(logical_and, LOGICAL_AND)
+BRAID_ELEM_FN2(logical_or, LOGICAL_OR)
+BRAID_ELEM_FN2(logical_xor, LOGICAL_XOR)
+BRAID_ELEM_FN1(logical_not, LOGICAL_NOT)
+BRAID_ELEM_FN3(where, WHERE)
+BRAID_ELEM_FN3(cond_leq_mov, COND_LEQ_MOV)
+BRAID_ELEM_FN3(fma3, FMA3)
+#undef BRAID_ELEM_FN1
+#undef BRAID_ELEM_FN2
+#undef BRAID_ELEM_FN3
+
+SymbolVar clip(SymbolVar x, double lo, double hi) {
+    return clip(x, scalar_like(x, lo), scalar_like(x, hi));
 }
 
 SymbolVar scalar_like(SymbolVar like, double value) {

@@ -53,7 +53,13 @@ void register_all_operators() {
         reg.add({"Pooling", "pooling"});
         reg.add({"BatchNorm", "batch_norm"});
         reg.add({"Attention", "attention"});
-        reg.add({"Reduce", "reduce"});
+        for (auto* t : {"Reduce", "ArgReduce"}) reg.add({t, "reduce"});
+        for (auto* t : {"Dimshuffle", "AxisAddRemove"}) reg.add({t, "tensor_manip"});
+        for (auto* t : {"Softmax", "LayerNorm", "RMSNorm"}) reg.add({t, "normalization"});
+        for (auto* t : {"Subtensor", "SetSubtensor", "IncrSubtensor"}) reg.add({t, "subtensor"});
+        for (auto* t : {"Gather", "IndexingOneHot", "Embedding"}) reg.add({t, "indexing"});
+        for (auto* t : {"Concat", "Split"}) reg.add({t, "concat_split"});
+        for (auto* t : {"Fill", "Arange"}) reg.add({t, "fill"});
         reg.add({"ParamUpdate", "optimizer"});
         reg.add({"Copy", "copy"});
 

@@ -2,6 +2,9 @@
 
 #include "base/error.h"
 #include "base/hash.h"
+#include "operators/kernel_utils.h"
+
+#include <algorithm>
 
 namespace braid::opr {
 
@@ -16,12 +19,6 @@ std::vector<long> shape_value_to_dims(const Tensor& value, const std::string& wh
 
 namespace {
 
-std::string dims_string(const std::vector<long>& d) {
-    std::string s = "{";
-    for (size_t i = 0; i < d.size(); ++i) s += (i ? "," : "") + std::to_string(d[i]);
-    return s + "}";
-}
-
 TensorShape resolve_reshape(const TensorShape& in, const std::vector<long>& target,
                             const std::string& who) {
     size_t known = 1;
@@ -30,10 +27,11 @@ TensorShape resolve_reshape(const TensorShape& in, const std::vector<long>& targ
         if (target[i] == -1) {
             if (unknown_at >= 0)
                 BRAID_THROW(ShapeError, "{}: target {} has more than one -1", who,
-                            dims_string(target));
+                            dims_to_string(target));
             unknown_at = int(i);
         } else if (target[i] < 0) {
-            BRAID_THROW(ShapeError, "{}: target {} has a negative dim", who, dims_string(target));
+            BRAID_THROW(ShapeError, "{}: target {} has a negative dim", who,
+                        dims_to_string(target));
         } else {
             known *= size_t(target[i]);
         }
@@ -45,11 +43,11 @@ TensorShape resolve_reshape(const TensorShape& in, const std::vector<long>& targ
     if (unknown_at >= 0) {
         if (known == 0 || total % known != 0)
             BRAID_THROW(ShapeError, "{}: cannot reshape {} ({} elements) to {}", who,
-                        in.to_string(), total, dims_string(target));
+                        in.to_string(), total, dims_to_string(target));
         res[size_t(unknown_at)] = total / known;
     } else if (known != total) {
         BRAID_THROW(ShapeError, "{}: cannot reshape {} ({} elements) to {} ({} elements)", who,
-                    in.to_string(), total, dims_string(target), known);
+                    in.to_string(), total, dims_to_string(target), known);
     }
     return res;
 }
@@ -88,7 +86,7 @@ bool Reshape::params_equal(const OperatorNode& rhs) const {
 }
 
 std::string Reshape::param_string() const {
-    return inputs().size() > 1 ? std::string() : dims_string(m_target);
+    return inputs().size() > 1 ? std::string() : dims_to_string(m_target);
 }
 
 void Reshape::init_output_dtypes() {
@@ -246,8 +244,210 @@ bool TypeCvt::infer_output_shapes(const InferCtx& ctx, TensorShape* out) const {
 
 void TypeCvt::execute(ExecCtx& ctx) {
     const Tensor& x = ctx.input(0);
-    convert_elements(x.dtype(), x.raw_ptr(), m_dtype, ctx.output(0).raw_ptr(),
-                     x.shape().total_nr_elems());
+    Tensor& y = ctx.output(0);
+    size_t xs = x.dtype().size(), ys = m_dtype.size();
+    parallel_range(x.shape().total_nr_elems(), 2, [&](size_t b, size_t e) {
+        convert_elements(x.dtype(), x.raw_ptr() + b * xs, m_dtype, y.raw_ptr() + b * ys, e - b);
+    });
+}
+
+// ---------------------------------------------------------------- Dimshuffle
+namespace {
+bool keeps_axis_order(const std::vector<int>& pattern) {
+    int last = -1;
+    for (int p : pattern) {
+        if (p < 0) continue;
+        if (p < last) return false;
+        last = p;
+    }
+    return true;
+}
+} // namespace
+
+Dimshuffle::Dimshuffle(VarNode* x, std::vector<int> pattern, const OperatorConfig& config)
+    : OperatorNode(config), m_pattern(std::move(pattern)), m_is_view(keeps_axis_order(m_pattern)) {
+    add_input(x);
+    add_output();
+}
+
+SymbolVar Dimshuffle::make(SymbolVar x, std::vector<int> pattern, const OperatorConfig& config) {
+    return x.graph()
+        .insert_opr(std::make_unique<Dimshuffle>(x.node(), std::move(pattern), config))
+        ->output(0);
+}
+
+void Dimshuffle::hash_params(Hasher& h) const {
+    for (int p : m_pattern) h.add_pod(p);
+}
+
+bool Dimshuffle::params_equal(const OperatorNode& rhs) const {
+    return static_cast<const Dimshuffle&>(rhs).m_pattern == m_pattern;
+}
+
+std::string Dimshuffle::param_string() const {
+    return dims_to_string(std::vector<long>(m_pattern.begin(), m_pattern.end()));
+}
+
+TensorLayout Dimshuffle::view_layout(const TensorLayout& x) const {
+    size_t nd = x.ndim();
+    std::vector<int> seen(nd, 0);
+    auto bad = [&](const std::string& why) {
+        BRAID_THROW(ShapeError, "{}: pattern {} does not fit a rank-{} input {}: {}", describe(),
+                    param_string(), nd, x.TensorShape::to_string(), why);
+    };
+    TensorLayout res;
+    res.dtype = x.dtype;
+    res.set_ndim(m_pattern.size());
+    for (size_t i = 0; i < m_pattern.size(); ++i) {
+        int p = m_pattern[i];
+        if (p == -1) {
+            res[i] = 1;
+            res.stride[i] = 0;
+            continue;
+        }
+        if (p < -1 || p >= int(nd))
+            bad(fmt::format("entry {} is neither an axis (0..{}) nor -1 (a new axis)", p,
+                            long(nd) - 1));
+        if (seen[size_t(p)]++) bad(fmt::format("axis {} appears twice", p));
+        res[i] = x[size_t(p)];
+        res.stride[i] = x.stride[size_t(p)];
+    }
+    for (size_t a = 0; a < nd; ++a)
+        if (!seen[a]) bad(fmt::format("axis {} is missing (every input axis appears once)", a));
+    return res;
+}
+
+bool Dimshuffle::infer_output_shapes(const InferCtx& ctx, TensorShape* out) const {
+    if (!ctx.shape(0)) return false;
+    out[0] = view_layout(TensorLayout(*ctx.shape(0), input(0)->dtype()));
+    return true;
+}
+
+void Dimshuffle::execute(ExecCtx& ctx) {
+    const Tensor& x = ctx.input(0);
+    Tensor view = x.view(view_layout(x.layout()));
+    if (m_is_view) {
+        ctx.output(0) = view;
+    } else {
+        parallel_copy(ctx.output(0), view);
+    }
+}
+
+SymbolVar dimshuffle(SymbolVar x, std::vector<int> pattern) {
+    return Dimshuffle::make(x, std::move(pattern));
+}
+
+SymbolVar transpose(SymbolVar x, std::vector<int> perm) {
+    size_t nd = x.shape().ndim();
+    std::vector<int> pattern;
+    if (perm.empty())
+        for (size_t i = nd; i-- > 0;) pattern.push_back(int(i));
+    for (int p : perm) {
+        if (p < -long(nd) || p >= long(nd))
+            BRAID_THROW(ShapeError,
+                        "transpose of \"{}\": axis {} out of range for a rank-{} input "
+                        "(valid: {}..{})",
+                        x.name(), p, nd, -long(nd), long(nd) - 1);
+        pattern.push_back(p < 0 ? p + int(nd) : p);
+    }
+    return Dimshuffle::make(x, std::move(pattern));
+}
+
+// ---------------------------------------------------------------- AxisAddRemove
+AxisAddRemove::AxisAddRemove(VarNode* x, Kind kind, std::vector<int> axes,
+                             const OperatorConfig& config)
+    : OperatorNode(config), m_kind(kind), m_axes(std::move(axes)) {
+    add_input(x);
+    add_output();
+}
+
+SymbolVar AxisAddRemove::make(SymbolVar x, Kind kind, std::vector<int> axes,
+                              const OperatorConfig& config) {
+    return x.graph()
+        .insert_opr(std::make_unique<AxisAddRemove>(x.node(), kind, std::move(axes), config))
+        ->output(0);
+}
+
+void AxisAddRemove::hash_params(Hasher& h) const {
+    h.add_pod(m_kind);
+    for (int a : m_axes) h.add_pod(a);
+}
+
+bool AxisAddRemove::params_equal(const OperatorNode& rhs) const {
+    auto& o = static_cast<const AxisAddRemove&>(rhs);
+    return o.m_kind == m_kind && o.m_axes == m_axes;
+}
+
+std::string AxisAddRemove::param_string() const {
+    return std::string(m_kind == Kind::ADD ? "ADD " : "REMOVE ") +
+           dims_to_string(std::vector<long>(m_axes.begin(), m_axes.end()));
+}
+
+TensorLayout AxisAddRemove::view_layout(const TensorLayout& x) const {
+    size_t nd = x.ndim();
+    TensorLayout res;
+    res.dtype = x.dtype;
+    if (m_kind == Kind::ADD) {
+        size_t out_nd = nd + m_axes.size();
+        if (out_nd > TensorShape::MAX_NDIM)
+            BRAID_THROW(ShapeError, "{}: a rank-{} input with {} new axes exceeds rank {}",
+                        describe(), nd, m_axes.size(), TensorShape::MAX_NDIM);
+        std::vector<bool> is_new(out_nd, false);
+        for (int a : m_axes) {
+            long v = a < 0 ? long(a) + long(out_nd) : long(a);
+            if (v < 0 || v >= long(out_nd))
+                BRAID_THROW(ShapeError,
+                            "{}: new axis {} out of range for the rank-{} output of a rank-{} "
+                            "input (valid: {}..{})",
+                            describe(), a, out_nd, nd, -long(out_nd), long(out_nd) - 1);
+            if (is_new[size_t(v)])
+                BRAID_THROW(ShapeError, "{}: new axis {} given twice", describe(), a);
+            is_new[size_t(v)] = true;
+        }
+        res.set_ndim(out_nd);
+        for (size_t i = 0, src = 0; i < out_nd; ++i) {
+            res[i] = is_new[i] ? 1 : x[src];
+            res.stride[i] = is_new[i] ? 0 : x.stride[src++];
+        }
+        return res;
+    }
+    std::vector<bool> drop(nd, false);
+    if (m_axes.empty())
+        for (size_t i = 0; i < nd; ++i) drop[i] = x[i] == 1;
+    for (int a : m_axes) {
+        size_t v = normalize_axis(a, nd, describe());
+        if (x[v] != 1)
+            BRAID_THROW(ShapeError, "{}: cannot remove axis {} of {}: its size is {}, not 1",
+                        describe(), a, x.TensorShape::to_string(), x[v]);
+        drop[v] = true;
+    }
+    size_t k = 0;
+    res.set_ndim(nd - size_t(std::count(drop.begin(), drop.end(), true)));
+    for (size_t i = 0; i < nd; ++i)
+        if (!drop[i]) {
+            res[k] = x[i];
+            res.stride[k++] = x.stride[i];
+        }
+    return res;
+}
+
+bool AxisAddRemove::infer_output_shapes(const InferCtx& ctx, TensorShape* out) const {
+    if (!ctx.shape(0)) return false;
+    out[0] = view_layout(TensorLayout(*ctx.shape(0), input(0)->dtype()));
+    return true;
+}
+
+void AxisAddRemove::execute(ExecCtx& ctx) {
+    const Tensor& x = ctx.input(0);
+    ctx.output(0) = x.view(view_layout(x.layout()));
+}
+
+SymbolVar expand_dims(SymbolVar x, std::vector<int> axes) {
+    return AxisAddRemove::make(x, AxisAddRemove::Kind::ADD, std::move(axes));
+}
+
+SymbolVar squeeze(SymbolVar x, std::vector<int> axes) {
+    return AxisAddRemove::make(x, AxisAddRemove::Kind::REMOVE, std::move(axes));
 }
 
 } // namespace braid::opr

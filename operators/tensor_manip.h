@@ -1,4 +1,10 @@
-// Shape manipulation: Reshape (a view), GetVarShape (a shape as a value), Broadcast, TypeCvt.
+// Shape manipulation: Reshape (a view), GetVarShape (a shape as a value), Broadcast, TypeCvt,
+// Dimshuffle (transpose / new axes) and AxisAddRemove (expand_dims / squeeze).
+//
+// Views: Reshape of a contiguous input, AxisAddRemove, and a Dimshuffle that keeps the input
+// axes in order are read-only views of their input (no copy). A Dimshuffle that really
+// permutes axes writes a contiguous copy (tiled, so both sides stay in cache): every consumer
+// then reads packed memory instead of copying the strided view on its own.
 #pragma once
 
 #include "graph/computing_graph.h"
@@ -89,6 +95,69 @@ public:
 private:
     DType m_dtype;
 };
+
+//! Permutes axes and inserts unit axes: output dim i is input dim pattern[i], or a new axis of
+//! size 1 where pattern[i] is -1. Every input axis appears exactly once.
+class Dimshuffle final : public OperatorNode {
+public:
+    Dimshuffle(VarNode* x, std::vector<int> pattern, const OperatorConfig& config);
+    //! Inserts the operator; throws ShapeError for a pattern that misses or repeats an axis.
+    static SymbolVar make(SymbolVar x, std::vector<int> pattern, const OperatorConfig& config = {});
+
+    const char* type_name() const override { return "Dimshuffle"; }
+    const std::vector<int>& pattern() const { return m_pattern; }
+    void hash_params(Hasher& h) const override;
+    bool params_equal(const OperatorNode& rhs) const override;
+    std::string param_string() const override;
+    bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
+    //! A view when the input axes keep their order, else a contiguous copy.
+    OutputMem output_mem(size_t) const override {
+        return m_is_view ? OutputMem::READONLY_FORWARD : OutputMem::PLANNED;
+    }
+    bool accepts_strided_inputs() const override { return true; }
+    void execute(ExecCtx& ctx) override;
+
+private:
+    //! The output layout as a view of `x`; throws ShapeError for a bad pattern.
+    TensorLayout view_layout(const TensorLayout& x) const;
+    std::vector<int> m_pattern;
+    bool m_is_view;
+};
+
+//! Inserts unit axes (ADD: `axes` index the output) or removes axes of size 1 (REMOVE;
+//! `axes` index the input, empty removes every unit axis). Always a view of the input.
+class AxisAddRemove final : public OperatorNode {
+public:
+    //! Insert unit axes or remove them.
+    enum class Kind : uint8_t { ADD, REMOVE };
+    AxisAddRemove(VarNode* x, Kind kind, std::vector<int> axes, const OperatorConfig& config);
+    //! Inserts the operator; throws ShapeError for a bad axis or removing a dim that is not 1.
+    static SymbolVar make(SymbolVar x, Kind kind, std::vector<int> axes,
+                          const OperatorConfig& config = {});
+
+    const char* type_name() const override { return "AxisAddRemove"; }
+    void hash_params(Hasher& h) const override;
+    bool params_equal(const OperatorNode& rhs) const override;
+    std::string param_string() const override;
+    bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
+    OutputMem output_mem(size_t) const override { return OutputMem::READONLY_FORWARD; }
+    bool accepts_strided_inputs() const override { return true; }
+    void execute(ExecCtx& ctx) override;
+
+private:
+    TensorLayout view_layout(const TensorLayout& x) const;
+    Kind m_kind;
+    std::vector<int> m_axes;
+};
+
+//! Dimshuffle: output dim i is input dim pattern[i], -1 inserts a unit axis.
+SymbolVar dimshuffle(SymbolVar x, std::vector<int> pattern);
+//! Permutes axes by `perm` (negative axes count from the end; empty reverses the axes).
+SymbolVar transpose(SymbolVar x, std::vector<int> perm = {});
+//! Inserts unit axes at `axes` of the output (negative counts from the output's end).
+SymbolVar expand_dims(SymbolVar x, std::vector<int> axes);
+//! Removes the unit axes `axes` (empty: every unit axis).
+SymbolVar squeeze(SymbolVar x, std::vector<int> axes = {});
 
 //! Reads a 1-D int32/int64 shape tensor; throws ShapeError naming `who` for bad values.
 std::vector<long> shape_value_to_dims(const Tensor& value, const std::string& who);

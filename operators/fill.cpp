@@ -1,0 +1,183 @@
+#include "operators/fill.h"
+
+#include "base/error.h"
+#include "base/hash.h"
+#include "operators/kernel_utils.h"
+#include "operators/tensor_manip.h"
+
+#include <cmath>
+#include <cstring>
+
+namespace braid::opr {
+
+namespace {
+
+template <typename T> void fill_elems(uint8_t* p, const void* bits, size_t n) {
+    T v;
+    std::memcpy(&v, bits, sizeof(T));
+    T* q = reinterpret_cast<T*>(p);
+    parallel_range(n, 1, [&](size_t b, size_t e) { std::fill(q + b, q + e, v); });
+}
+
+//! Fills a contiguous tensor with `value` converted to its dtype.
+void fill_tensor(Tensor& t, double value) {
+    size_t n = t.shape().total_nr_elems();
+    if (!n) return;
+    uint64_t bits = 0;
+    store_from_double(t.dtype(), &bits, 0, value);
+    switch (t.dtype().size()) {
+    case 1:
+        return fill_elems<uint8_t>(t.raw_ptr(), &bits, n);
+    case 2:
+        return fill_elems<uint16_t>(t.raw_ptr(), &bits, n);
+    case 4:
+        return fill_elems<uint32_t>(t.raw_ptr(), &bits, n);
+    default:
+        return fill_elems<uint64_t>(t.raw_ptr(), &bits, n);
+    }
+}
+
+} // namespace
+
+// ---------------------------------------------------------------- Fill
+Fill::Fill(VarNode* shape_var, const TensorShape& shape, double value, DType dtype,
+           const OperatorConfig& config)
+    : OperatorNode(config), m_shape(shape), m_value(value), m_dtype(dtype) {
+    if (shape_var) add_input(shape_var);
+    add_output();
+}
+
+SymbolVar Fill::make(ComputingGraph& graph, const TensorShape& shape, double value, DType dtype,
+                     const OperatorConfig& config) {
+    return graph.insert_opr(std::make_unique<Fill>(nullptr, shape, value, dtype, config))
+        ->output(0);
+}
+
+SymbolVar Fill::make(SymbolVar shape_var, double value, DType dtype, const OperatorConfig& config) {
+    return shape_var.graph()
+        .insert_opr(std::make_unique<Fill>(shape_var.node(), TensorShape{}, value, dtype, config))
+        ->output(0);
+}
+
+void Fill::hash_params(Hasher& h) const {
+    for (size_t d : m_shape.dims()) h.add_pod(d);
+    h.add_pod(m_shape.ndim()).add_pod(m_value).add_pod(m_dtype.enumv());
+}
+
+bool Fill::params_equal(const OperatorNode& rhs) const {
+    auto& o = static_cast<const Fill&>(rhs);
+    // Compare the bits so that fills of NaN deduplicate and 0.0 / -0.0 stay apart.
+    return o.m_shape == m_shape && std::memcmp(&o.m_value, &m_value, sizeof(double)) == 0 &&
+           o.m_dtype == m_dtype;
+}
+
+std::string Fill::param_string() const {
+    return fmt::format("{} {}", m_value, m_dtype.name());
+}
+
+void Fill::init_output_dtypes() {
+    if (!m_dtype.valid()) BRAID_THROW(DTypeError, "{}: the dtype is invalid", describe());
+    if (!inputs().empty() && !input(0)->dtype().is_integer())
+        BRAID_THROW(DTypeError, "{}: the shape var \"{}\" has dtype {}; expected an integer type",
+                    describe(), input(0)->name(), input(0)->dtype().name());
+    output(0)->set_dtype(m_dtype);
+}
+
+bool Fill::infer_output_shapes(const InferCtx& ctx, TensorShape* out) const {
+    if (ctx.nr_inputs() == 0) {
+        out[0] = m_shape;
+        return true;
+    }
+    if (!ctx.value(0)) return false;
+    std::vector<size_t> dims;
+    for (long v : shape_value_to_dims(*ctx.value(0), describe())) {
+        if (v < 0)
+            BRAID_THROW(ShapeError, "{}: negative dim {} in the target shape", describe(), v);
+        dims.push_back(size_t(v));
+    }
+    out[0] = TensorShape(dims);
+    return true;
+}
+
+void Fill::execute(ExecCtx& ctx) {
+    fill_tensor(ctx.output(0), m_value);
+}
+
+SymbolVar fill(ComputingGraph& graph, const TensorShape& shape, double value, DType dtype) {
+    return Fill::make(graph, shape, value, dtype);
+}
+SymbolVar zeros(ComputingGraph& graph, const TensorShape& shape, DType dtype) {
+    return Fill::make(graph, shape, 0.0, dtype);
+}
+SymbolVar ones(ComputingGraph& graph, const TensorShape& shape, DType dtype) {
+    return Fill::make(graph, shape, 1.0, dtype);
+}
+SymbolVar full_like(SymbolVar x, double value) {
+    return Fill::make(x.symshape(), value, x.dtype());
+}
+SymbolVar zeros_like(SymbolVar x) {
+    return full_like(x, 0.0);
+}
+SymbolVar ones_like(SymbolVar x) {
+    return full_like(x, 1.0);
+}
+
+// ---------------------------------------------------------------- Arange
+Arange::Arange(double start, double stop, double step, DType dtype, const OperatorConfig& config)
+    : OperatorNode(config), m_start(start), m_stop(stop), m_step(step), m_dtype(dtype) {
+    if (step == 0 || !std::isfinite(step) || !std::isfinite(start) || !std::isfinite(stop))
+        BRAID_THROW(ValueError,
+                    "Arange: start {}, stop {}, step {}: the bounds must be finite and the step "
+                    "finite and nonzero",
+                    start, stop, step);
+    add_output();
+}
+
+SymbolVar Arange::make(ComputingGraph& graph, double start, double stop, double step, DType dtype,
+                       const OperatorConfig& config) {
+    return graph.insert_opr(std::make_unique<Arange>(start, stop, step, dtype, config))->output(0);
+}
+
+void Arange::hash_params(Hasher& h) const {
+    h.add_pod(m_start).add_pod(m_stop).add_pod(m_step).add_pod(m_dtype.enumv());
+}
+
+bool Arange::params_equal(const OperatorNode& rhs) const {
+    auto& o = static_cast<const Arange&>(rhs);
+    return o.m_start == m_start && o.m_stop == m_stop && o.m_step == m_step && o.m_dtype == m_dtype;
+}
+
+std::string Arange::param_string() const {
+    return fmt::format("{}:{}:{} {}", m_start, m_stop, m_step, m_dtype.name());
+}
+
+void Arange::init_output_dtypes() {
+    if (!m_dtype.valid() || m_dtype == dtype::Bool())
+        BRAID_THROW(DTypeError, "{}: dtype {} is not supported; expected a float or integer type",
+                    describe(), m_dtype.name());
+    output(0)->set_dtype(m_dtype);
+}
+
+bool Arange::infer_output_shapes(const InferCtx&, TensorShape* out) const {
+    double len = std::ceil((m_stop - m_start) / m_step);
+    out[0] = TensorShape{len > 0 ? size_t(len) : size_t(0)};
+    return true;
+}
+
+void Arange::execute(ExecCtx& ctx) {
+    Tensor& y = ctx.output(0);
+    size_t n = y.shape().total_nr_elems();
+    if (y.dtype() == dtype::Float32()) {
+        float* p = y.ptr<float>();
+        for (size_t i = 0; i < n; ++i) p[i] = float(m_start + double(i) * m_step);
+    } else {
+        for (size_t i = 0; i < n; ++i)
+            store_from_double(y.dtype(), y.raw_ptr(), i, m_start + double(i) * m_step);
+    }
+}
+
+SymbolVar arange(ComputingGraph& graph, double start, double stop, double step, DType dtype) {
+    return Arange::make(graph, start, stop, step, dtype);
+}
+
+} // namespace braid::opr

@@ -1,0 +1,84 @@
+// Tensor generators: Fill (a constant of a static shape or of the shape held by an int32
+// shape var, e.g. another var's symshape()) and Arange (start, start + step, ... < stop).
+//
+// Both fold to constants at build time when their shape is static and small. Fill of a shape
+// var needs the var's value for its shape, so its output shape is static exactly when that
+// value is. The value converts to the dtype with the usual rules (float16/bfloat16 round to
+// nearest even, integers truncate toward zero).
+#pragma once
+
+#include "graph/computing_graph.h"
+#include "graph/symbol_var.h"
+
+namespace braid::opr {
+
+//! A tensor filled with one value: of a static shape (no input), or of the shape held by
+//! input 0 (a 1-D integer shape var).
+class Fill final : public OperatorNode {
+public:
+    Fill(VarNode* shape_var, const TensorShape& shape, double value, DType dtype,
+         const OperatorConfig& config);
+    //! A fill of a static shape on `config`'s comp node (default: the graph's).
+    static SymbolVar make(ComputingGraph& graph, const TensorShape& shape, double value,
+                          DType dtype, const OperatorConfig& config = {});
+    //! A fill of the shape held by `shape_var`; throws DTypeError for a non-integer shape var.
+    static SymbolVar make(SymbolVar shape_var, double value, DType dtype,
+                          const OperatorConfig& config = {});
+
+    const char* type_name() const override { return "Fill"; }
+    void hash_params(Hasher& h) const override;
+    bool params_equal(const OperatorNode& rhs) const override;
+    std::string param_string() const override;
+    void init_output_dtypes() override;
+    bool shape_needs_value(size_t i) const override { return i == 0; }
+    bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
+    bool accepts_strided_inputs() const override { return true; }
+    void execute(ExecCtx& ctx) override;
+
+private:
+    TensorShape m_shape;
+    double m_value;
+    DType m_dtype;
+};
+
+//! The 1-D sequence start, start + step, ... (values < stop for step > 0, > stop for step
+//! < 0), computed in double and stored in `dtype` (float or integer).
+class Arange final : public OperatorNode {
+public:
+    Arange(double start, double stop, double step, DType dtype, const OperatorConfig& config);
+    //! Inserts the operator; throws ValueError for a zero or non-finite step or bounds,
+    //! DTypeError for a bool dtype.
+    static SymbolVar make(ComputingGraph& graph, double start, double stop, double step = 1,
+                          DType dtype = dtype::Float32(), const OperatorConfig& config = {});
+
+    const char* type_name() const override { return "Arange"; }
+    void hash_params(Hasher& h) const override;
+    bool params_equal(const OperatorNode& rhs) const override;
+    std::string param_string() const override;
+    void init_output_dtypes() override;
+    bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
+    void execute(ExecCtx& ctx) override;
+
+private:
+    double m_start, m_stop, m_step;
+    DType m_dtype;
+};
+
+//! A tensor of `shape` filled with `value`.
+SymbolVar fill(ComputingGraph& graph, const TensorShape& shape, double value,
+               DType dtype = dtype::Float32());
+//! Zeros of `shape`.
+SymbolVar zeros(ComputingGraph& graph, const TensorShape& shape, DType dtype = dtype::Float32());
+//! Ones of `shape`.
+SymbolVar ones(ComputingGraph& graph, const TensorShape& shape, DType dtype = dtype::Float32());
+//! `value` in x's shape and dtype (follows x's shape when it changes).
+SymbolVar full_like(SymbolVar x, double value);
+//! Zeros in x's shape and dtype.
+SymbolVar zeros_like(SymbolVar x);
+//! Ones in x's shape and dtype.
+SymbolVar ones_like(SymbolVar x);
+//! start, start + step, ... before stop.
+SymbolVar arange(ComputingGraph& graph, double start, double stop, double step = 1,
+                 DType dtype = dtype::Float32());
+
+} // namespace braid::opr

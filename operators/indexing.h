@@ -1,0 +1,81 @@
+// Indexing by an int32 index tensor: Gather (numpy take_along_axis), IndexingOneHot (one
+// element per position along an axis) and Embedding (rows of a table).
+//
+// Indices must lie in [0, size); an index outside is a ValueError at execution that names the
+// index, its position and the valid range. Outputs are contiguous; rows copy with memcpy and
+// large outputs split across the shared kernel pool. x may have any dtype.
+#pragma once
+
+#include "graph/computing_graph.h"
+#include "graph/symbol_var.h"
+
+namespace braid::opr {
+
+//! out[..., j, ...] = x[..., index[..., j, ...], ...] along `axis`: index has x's rank and
+//! x's dims except along `axis`; the output has index's shape.
+class Gather final : public OperatorNode {
+public:
+    Gather(VarNode* x, VarNode* index, int axis, const OperatorConfig& config);
+    //! Inserts the operator; throws ShapeError for a bad axis or index shape, DTypeError
+    //! when index is not int32.
+    static SymbolVar make(SymbolVar x, SymbolVar index, int axis,
+                          const OperatorConfig& config = {});
+
+    const char* type_name() const override { return "Gather"; }
+    void hash_params(Hasher& h) const override;
+    bool params_equal(const OperatorNode& rhs) const override;
+    std::string param_string() const override;
+    void init_output_dtypes() override;
+    bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
+    void execute(ExecCtx& ctx) override;
+
+private:
+    int m_axis;
+};
+
+//! out[p] = x[p with `axis` = index[p]]: index has x's shape without `axis`; so does the output
+//! (with a unit axis kept when keepdims). Picks e.g. each row's label logit.
+class IndexingOneHot final : public OperatorNode {
+public:
+    IndexingOneHot(VarNode* x, VarNode* index, int axis, bool keepdims,
+                   const OperatorConfig& config);
+    //! Inserts the operator; throws ShapeError for a bad axis or index shape, DTypeError
+    //! when index is not int32.
+    static SymbolVar make(SymbolVar x, SymbolVar index, int axis, bool keepdims = false,
+                          const OperatorConfig& config = {});
+
+    const char* type_name() const override { return "IndexingOneHot"; }
+    void hash_params(Hasher& h) const override;
+    bool params_equal(const OperatorNode& rhs) const override;
+    std::string param_string() const override;
+    void init_output_dtypes() override;
+    bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
+    void execute(ExecCtx& ctx) override;
+
+private:
+    int m_axis;
+    bool m_keepdims;
+};
+
+//! Embedding lookup: table [V, D], ids (int32, any shape) -> ids.shape + [D].
+class Embedding final : public OperatorNode {
+public:
+    Embedding(VarNode* table, VarNode* ids, const OperatorConfig& config);
+    //! Inserts the operator; throws ShapeError when the table is not 2-D or the output rank
+    //! exceeds the maximum, DTypeError when ids are not int32.
+    static SymbolVar make(SymbolVar table, SymbolVar ids, const OperatorConfig& config = {});
+
+    const char* type_name() const override { return "Embedding"; }
+    void init_output_dtypes() override;
+    bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
+    void execute(ExecCtx& ctx) override;
+};
+
+//! Gather along `axis` (take_along_axis).
+SymbolVar gather(SymbolVar x, SymbolVar index, int axis);
+//! One element per position along `axis`, chosen by index.
+SymbolVar indexing_one_hot(SymbolVar x, SymbolVar index, int axis, bool keepdims = false);
+//! Rows of `table` for each id.
+SymbolVar embedding(SymbolVar table, SymbolVar ids);
+
+} // namespace braid::opr

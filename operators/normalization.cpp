@@ -1,0 +1,367 @@
+#include "operators/normalization.h"
+
+#include "base/error.h"
+#include "base/hash.h"
+#include "operators/kernel_utils.h"
+#include "operators/vec_math.h"
+
+#include <cmath>
+
+namespace braid::opr {
+
+namespace {
+
+constexpr size_t LANES = 16;
+constexpr size_t BLOCK = 1024; //!< float32 lanes are widened to double every BLOCK elements
+constexpr size_t TILE = 256;   //!< columns per work item when the axis is not the last
+
+BRAID_INLINE float row_max(const float* x, size_t n) {
+    float acc[LANES];
+    for (size_t j = 0; j < LANES; ++j) acc[j] = -INFINITY;
+    size_t i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (size_t j = 0; j < LANES; ++j) acc[j] = x[i + j] > acc[j] ? x[i + j] : acc[j];
+    float m = -INFINITY;
+    for (size_t j = 0; j < LANES; ++j) m = acc[j] > m ? acc[j] : m;
+    for (; i < n; ++i) m = x[i] > m ? x[i] : m;
+    return m;
+}
+
+//! sum of e^{x - m}; stores each term in y when y is not null.
+BRAID_INLINE double row_sum_exp(const float* x, float m, float* y, size_t n) {
+    double total = 0;
+    for (size_t b = 0; b < n; b += BLOCK) {
+        size_t len = std::min(BLOCK, n - b);
+        const float* p = x + b;
+        float acc[LANES] = {};
+        size_t i = 0;
+        if (y) {
+            float* q = y + b;
+            for (; i + LANES <= len; i += LANES)
+                for (size_t j = 0; j < LANES; ++j) {
+                    float e = vmath::exp(p[i + j] - m);
+                    q[i + j] = e;
+                    acc[j] += e;
+                }
+            for (; i < len; ++i) {
+                q[i] = vmath::exp(p[i] - m);
+                acc[0] += q[i];
+            }
+        } else {
+            for (; i + LANES <= len; i += LANES)
+                for (size_t j = 0; j < LANES; ++j) acc[j] += vmath::exp(p[i + j] - m);
+            for (; i < len; ++i) acc[0] += vmath::exp(p[i] - m);
+        }
+        for (size_t j = 0; j < LANES; ++j) total += acc[j];
+    }
+    return total;
+}
+
+BRAID_SIMD_CLONES void softmax_row_range(const float* x, float* y, size_t b, size_t e, size_t n,
+                                         bool log) {
+    for (size_t r = b; r < e; ++r) {
+        const float* xr = x + r * n;
+        float* yr = y + r * n;
+        float m = row_max(xr, n);
+        if (log) {
+            // (x - m) is exact near the maximum; adding m back to log(sum) first would
+            // round the result to the ulp of m.
+            float ls = float(std::log(row_sum_exp(xr, m, nullptr, n)));
+            for (size_t i = 0; i < n; ++i) yr[i] = (xr[i] - m) - ls;
+        } else {
+            float inv = float(1.0 / row_sum_exp(xr, m, yr, n));
+            for (size_t i = 0; i < n; ++i) yr[i] *= inv;
+        }
+    }
+}
+
+void softmax_rows(const float* x, float* y, size_t rows, size_t n, bool log) {
+    parallel_range(rows, n * 4, [&](size_t b, size_t e) { softmax_row_range(x, y, b, e, n, log); });
+}
+
+//! Softmax along the middle axis of (outer, n, inner) for work items [b, e), each a tile of
+//! up to TILE columns of one outer index.
+BRAID_SIMD_CLONES void softmax_tile_range(const float* x, float* y, size_t b, size_t e, size_t n,
+                                          size_t inner, bool log) {
+    size_t tiles = (inner + TILE - 1) / TILE;
+    float mx[TILE], sum[TILE];
+    for (size_t it = b; it < e; ++it) {
+        size_t o = it / tiles, i0 = (it % tiles) * TILE, w = std::min(TILE, inner - i0);
+        const float* xo = x + o * n * inner + i0;
+        float* yo = y + o * n * inner + i0;
+        for (size_t i = 0; i < w; ++i) {
+            mx[i] = -INFINITY;
+            sum[i] = 0.f;
+        }
+        for (size_t k = 0; k < n; ++k)
+            for (size_t i = 0; i < w; ++i) {
+                float v = xo[k * inner + i];
+                mx[i] = v > mx[i] ? v : mx[i];
+            }
+        for (size_t k = 0; k < n; ++k)
+            for (size_t i = 0; i < w; ++i) {
+                float ev = vmath::exp(xo[k * inner + i] - mx[i]);
+                if (!log) yo[k * inner + i] = ev;
+                sum[i] += ev;
+            }
+        if (log) {
+            for (size_t i = 0; i < w; ++i) sum[i] = vmath::log(sum[i]);
+            for (size_t k = 0; k < n; ++k)
+                for (size_t i = 0; i < w; ++i)
+                    yo[k * inner + i] = (xo[k * inner + i] - mx[i]) - sum[i];
+        } else {
+            for (size_t i = 0; i < w; ++i) sum[i] = 1.f / sum[i];
+            for (size_t k = 0; k < n; ++k)
+                for (size_t i = 0; i < w; ++i) yo[k * inner + i] *= sum[i];
+        }
+    }
+}
+
+void softmax_cols(const float* x, float* y, size_t outer, size_t n, size_t inner, bool log) {
+    size_t tiles = (inner + TILE - 1) / TILE;
+    parallel_range(outer * tiles, n * std::min(inner, TILE) * 4,
+                   [&](size_t b, size_t e) { softmax_tile_range(x, y, b, e, n, inner, log); });
+}
+
+//! sum of (x - shift)^2 over n elements.
+BRAID_INLINE double row_sum_sq(const float* x, float shift, size_t n) {
+    double total = 0;
+    for (size_t b = 0; b < n; b += BLOCK) {
+        size_t len = std::min(BLOCK, n - b);
+        const float* p = x + b;
+        float acc[LANES] = {};
+        size_t i = 0;
+        for (; i + LANES <= len; i += LANES)
+            for (size_t j = 0; j < LANES; ++j) {
+                float d = p[i + j] - shift;
+                acc[j] += d * d;
+            }
+        for (; i < len; ++i) acc[0] += (p[i] - shift) * (p[i] - shift);
+        for (size_t j = 0; j < LANES; ++j) total += acc[j];
+    }
+    return total;
+}
+
+BRAID_INLINE double row_sum(const float* x, size_t n) {
+    double total = 0;
+    for (size_t b = 0; b < n; b += BLOCK) {
+        size_t len = std::min(BLOCK, n - b);
+        const float* p = x + b;
+        float acc[LANES] = {};
+        size_t i = 0;
+        for (; i + LANES <= len; i += LANES)
+            for (size_t j = 0; j < LANES; ++j) acc[j] += p[i + j];
+        for (; i < len; ++i) acc[0] += p[i];
+        for (size_t j = 0; j < LANES; ++j) total += acc[j];
+    }
+    return total;
+}
+
+template <bool W, bool B>
+BRAID_INLINE void norm_apply(const float* x, float shift, float rstd, const float* w,
+                             const float* b, float* y, size_t n) {
+    for (size_t i = 0; i < n; ++i) {
+        float v = (x[i] - shift) * rstd;
+        if constexpr (W) v *= w[i];
+        if constexpr (B) v += b[i];
+        y[i] = v;
+    }
+}
+
+BRAID_SIMD_CLONES void norm_row_range(bool layer, const float* x, const float* w, const float* b,
+                                      float* y, size_t rb, size_t re, size_t n, float eps) {
+    for (size_t r = rb; r < re; ++r) {
+        const float* xr = x + r * n;
+        // Two passes (mean, then squared deviations) stay accurate when |mean| >> std.
+        float shift = layer ? float(row_sum(xr, n) / double(n)) : 0.f;
+        double var = row_sum_sq(xr, shift, n) / double(n);
+        float rstd = float(1.0 / std::sqrt(var + double(eps)));
+        float* yr = y + r * n;
+        if (w && b)
+            norm_apply<true, true>(xr, shift, rstd, w, b, yr, n);
+        else if (w)
+            norm_apply<true, false>(xr, shift, rstd, w, b, yr, n);
+        else if (b)
+            norm_apply<false, true>(xr, shift, rstd, w, b, yr, n);
+        else
+            norm_apply<false, false>(xr, shift, rstd, w, b, yr, n);
+    }
+}
+
+void norm_rows(bool layer, const float* x, const float* w, const float* b, float* y, size_t rows,
+               size_t n, float eps) {
+    parallel_range(rows, n * 3, [&](size_t rb, size_t re) {
+        norm_row_range(layer, x, w, b, y, rb, re, n, eps);
+    });
+}
+
+void check_float_input(const OperatorNode& opr, VarNode* var, const char* role) {
+    DType dt = var->dtype();
+    if (!dt.is_float())
+        BRAID_THROW(DTypeError, "{}: {} \"{}\" has dtype {}; expected {}", opr.describe(), role,
+                    var->name(), dt.name(),
+                    dtype_list({dtype::Float32(), dtype::Float16(), dtype::BFloat16()}));
+}
+
+} // namespace
+
+// ---------------------------------------------------------------- Softmax
+Softmax::Softmax(VarNode* x, Param param, const OperatorConfig& config)
+    : OperatorNode(config), m_param(param) {
+    add_input(x);
+    add_output();
+}
+
+SymbolVar Softmax::make(SymbolVar x, Param param, const OperatorConfig& config) {
+    return x.graph().insert_opr(std::make_unique<Softmax>(x.node(), param, config))->output(0);
+}
+
+SymbolVar softmax(SymbolVar x, int axis) {
+    return Softmax::make(x, {axis, false});
+}
+
+SymbolVar log_softmax(SymbolVar x, int axis) {
+    return Softmax::make(x, {axis, true});
+}
+
+void Softmax::hash_params(Hasher& h) const {
+    h.add_pod(m_param.axis).add_pod(m_param.log);
+}
+
+bool Softmax::params_equal(const OperatorNode& rhs) const {
+    auto& o = static_cast<const Softmax&>(rhs).m_param;
+    return o.axis == m_param.axis && o.log == m_param.log;
+}
+
+std::string Softmax::param_string() const {
+    return fmt::format("{}axis={}", m_param.log ? "LOG " : "", m_param.axis);
+}
+
+void Softmax::init_output_dtypes() {
+    check_float_input(*this, input(0), "input");
+    output(0)->set_dtype(input(0)->dtype());
+}
+
+bool Softmax::infer_output_shapes(const InferCtx& ctx, TensorShape* out) const {
+    if (!ctx.shape(0)) return false;
+    normalize_axis(m_param.axis, ctx.shape(0)->ndim(), describe());
+    out[0] = *ctx.shape(0);
+    return true;
+}
+
+void Softmax::execute(ExecCtx& ctx) {
+    Tensor& y = ctx.output(0);
+    if (y.shape().is_empty()) return;
+    Tensor x = as_float32(ctx.input(0));
+    Tensor yf = float32_like(y);
+    size_t axis = normalize_axis(m_param.axis, x.shape().ndim(), describe());
+    AxisSplit sp = split_shape(x.shape(), axis, axis + 1);
+    if (sp.inner == 1)
+        softmax_rows(x.ptr<float>(), yf.ptr<float>(), sp.outer, sp.n, m_param.log);
+    else
+        softmax_cols(x.ptr<float>(), yf.ptr<float>(), sp.outer, sp.n, sp.inner, m_param.log);
+    store_float32(yf, y);
+}
+
+// ---------------------------------------------------------------- LayerNorm / RMSNorm
+Normalization::Normalization(VarNode* x, VarNode* weight, VarNode* bias, Param param,
+                             const OperatorConfig& config)
+    : OperatorNode(config), m_param(param) {
+    m_param.has_weight = weight != nullptr;
+    m_param.has_bias = bias != nullptr;
+    add_input(x);
+    if (weight) add_input(weight);
+    if (bias) add_input(bias);
+    add_output();
+}
+
+SymbolVar Normalization::make(SymbolVar x, SymbolVar weight, SymbolVar bias, Param param,
+                              const OperatorConfig& config) {
+    return x.graph()
+        .insert_opr(
+            std::make_unique<Normalization>(x.node(), weight.node(), bias.node(), param, config))
+        ->output(0);
+}
+
+SymbolVar layer_norm(SymbolVar x, SymbolVar weight, SymbolVar bias, size_t normalized_ndim,
+                     float eps) {
+    return Normalization::make(x, weight, bias,
+                               {Normalization::Kind::LAYER, normalized_ndim, eps, false, false});
+}
+
+SymbolVar rms_norm(SymbolVar x, SymbolVar weight, SymbolVar bias, size_t normalized_ndim,
+                   float eps) {
+    return Normalization::make(x, weight, bias,
+                               {Normalization::Kind::RMS, normalized_ndim, eps, false, false});
+}
+
+void Normalization::hash_params(Hasher& h) const {
+    h.add_pod(m_param.kind)
+        .add_pod(m_param.normalized_ndim)
+        .add_pod(m_param.eps)
+        .add_pod(m_param.has_weight)
+        .add_pod(m_param.has_bias);
+}
+
+bool Normalization::params_equal(const OperatorNode& rhs) const {
+    auto& o = static_cast<const Normalization&>(rhs).m_param;
+    return o.kind == m_param.kind && o.normalized_ndim == m_param.normalized_ndim &&
+           o.eps == m_param.eps && o.has_weight == m_param.has_weight &&
+           o.has_bias == m_param.has_bias;
+}
+
+std::string Normalization::param_string() const {
+    return fmt::format("ndim={} eps={}", m_param.normalized_ndim, m_param.eps);
+}
+
+void Normalization::init_output_dtypes() {
+    check_float_input(*this, input(0), "input");
+    for (size_t i = 1; i < inputs().size(); ++i) {
+        const char* role = (i == 1 && m_param.has_weight) ? "weight" : "bias";
+        if (input(i)->dtype() != input(0)->dtype())
+            BRAID_THROW(DTypeError, "{}: {} \"{}\" has dtype {}; expected {} like the input",
+                        describe(), role, input(i)->name(), input(i)->dtype().name(),
+                        input(0)->dtype().name());
+    }
+    output(0)->set_dtype(input(0)->dtype());
+}
+
+bool Normalization::infer_output_shapes(const InferCtx& ctx, TensorShape* out) const {
+    for (size_t i = 0; i < ctx.nr_inputs(); ++i)
+        if (!ctx.shape(i)) return false;
+    const TensorShape& xs = *ctx.shape(0);
+    size_t k = m_param.normalized_ndim;
+    if (k == 0 || k > xs.ndim())
+        BRAID_THROW(ShapeError,
+                    "{}: normalized_ndim {} does not fit a rank-{} input {} (expected 1..{})",
+                    describe(), k, xs.ndim(), xs.to_string(), xs.ndim());
+    std::vector<size_t> dims = xs.dims();
+    TensorShape expected(std::vector<size_t>(dims.end() - long(k), dims.end()));
+    for (size_t i = 1; i < ctx.nr_inputs(); ++i) {
+        const char* role = (i == 1 && m_param.has_weight) ? "weight" : "bias";
+        if (*ctx.shape(i) != expected)
+            BRAID_THROW(ShapeError, "{}: {} has shape {}; expected {} (the last {} dims of {})",
+                        describe(), role, ctx.shape(i)->to_string(), expected.to_string(), k,
+                        xs.to_string());
+    }
+    out[0] = xs;
+    return true;
+}
+
+void Normalization::execute(ExecCtx& ctx) {
+    Tensor& y = ctx.output(0);
+    if (y.shape().is_empty()) return;
+    Tensor x = as_float32(ctx.input(0));
+    Tensor w, b;
+    size_t next = 1;
+    if (m_param.has_weight) w = as_float32(ctx.input(next++));
+    if (m_param.has_bias) b = as_float32(ctx.input(next++));
+    Tensor yf = float32_like(y);
+    size_t nd = x.shape().ndim();
+    AxisSplit sp = split_shape(x.shape(), nd - m_param.normalized_ndim, nd);
+    norm_rows(m_param.kind == Kind::LAYER, x.ptr<float>(), w.empty() ? nullptr : w.ptr<float>(),
+              b.empty() ? nullptr : b.ptr<float>(), yf.ptr<float>(), sp.outer, sp.n, m_param.eps);
+    store_float32(yf, y);
+}
+
+} // namespace braid::opr

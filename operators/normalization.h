@@ -1,0 +1,93 @@
+// Normalization blocks: Softmax (and log-softmax) over one axis, LayerNorm and RMSNorm over
+// the last k dims with optional elementwise weight and bias.
+//
+// All take float32, float16 and bfloat16 and compute in float32. Softmax subtracts the
+// maximum before exponentiating, so large inputs neither overflow nor lose the small terms.
+// Row statistics accumulate in float32 lanes combined in double; rows run in parallel on the
+// shared kernel pool when the tensor is large. The output may reuse the input's memory.
+#pragma once
+
+#include "graph/computing_graph.h"
+#include "graph/symbol_var.h"
+
+namespace braid::opr {
+
+//! softmax(x)_i = e^{x_i - m} / sum_j e^{x_j - m} along `axis`, m the maximum; with `log`,
+//! log-softmax: x_i - m - log(sum_j e^{x_j - m}).
+class Softmax final : public OperatorNode {
+public:
+    //! The axis and the variant.
+    struct Param {
+        int axis = -1;    //!< negative counts from the end
+        bool log = false; //!< log-softmax
+    };
+    Softmax(VarNode* x, Param param, const OperatorConfig& config);
+    //! Inserts the operator; throws ShapeError for a bad axis, DTypeError for non-float input.
+    static SymbolVar make(SymbolVar x, Param param, const OperatorConfig& config = {});
+
+    const char* type_name() const override { return "Softmax"; }
+    const Param& param() const { return m_param; }
+    void hash_params(Hasher& h) const override;
+    bool params_equal(const OperatorNode& rhs) const override;
+    std::string param_string() const override;
+    void init_output_dtypes() override;
+    bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
+    int inplace_input(size_t) const override { return 0; }
+    void execute(ExecCtx& ctx) override;
+
+private:
+    Param m_param;
+};
+
+//! Layer or RMS normalization over the trailing `normalized_ndim` dims of x:
+//!   LAYER: y = (x - mean) / sqrt(var + eps) * weight + bias (var is the biased variance);
+//!   RMS:   y = x / sqrt(mean(x^2) + eps) * weight + bias.
+//! weight and bias are optional inputs with shape x.shape[-normalized_ndim:] and x's dtype.
+class Normalization final : public OperatorNode {
+public:
+    //! Layer norm (centred) or RMS norm.
+    enum class Kind : uint8_t { LAYER, RMS };
+    //! The variant, the normalized dims and epsilon.
+    struct Param {
+        Kind kind = Kind::LAYER;    //!< which normalization
+        size_t normalized_ndim = 1; //!< trailing dims normalized together
+        float eps = 1e-5f;          //!< added to the variance (mean square) before the root
+        bool has_weight = false;    //!< set by make() from the inputs given
+        bool has_bias = false;      //!< set by make() from the inputs given
+    };
+    Normalization(VarNode* x, VarNode* weight, VarNode* bias, Param param,
+                  const OperatorConfig& config);
+    //! Inserts the operator; `weight` and `bias` may be invalid (absent) SymbolVars. Throws
+    //! ShapeError when normalized_ndim exceeds x's rank or weight/bias have the wrong shape,
+    //! DTypeError for non-float inputs or a weight/bias dtype other than x's.
+    static SymbolVar make(SymbolVar x, SymbolVar weight, SymbolVar bias, Param param,
+                          const OperatorConfig& config = {});
+
+    const char* type_name() const override {
+        return m_param.kind == Kind::LAYER ? "LayerNorm" : "RMSNorm";
+    }
+    const Param& param() const { return m_param; }
+    void hash_params(Hasher& h) const override;
+    bool params_equal(const OperatorNode& rhs) const override;
+    std::string param_string() const override;
+    void init_output_dtypes() override;
+    bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
+    int inplace_input(size_t) const override { return 0; }
+    void execute(ExecCtx& ctx) override;
+
+private:
+    Param m_param;
+};
+
+//! Softmax along `axis`.
+SymbolVar softmax(SymbolVar x, int axis = -1);
+//! Log-softmax along `axis`.
+SymbolVar log_softmax(SymbolVar x, int axis = -1);
+//! Layer norm over the last `normalized_ndim` dims; weight and bias may be omitted ({}).
+SymbolVar layer_norm(SymbolVar x, SymbolVar weight = {}, SymbolVar bias = {},
+                     size_t normalized_ndim = 1, float eps = 1e-5f);
+//! RMS norm over the last `normalized_ndim` dims; weight and bias may be omitted ({}).
+SymbolVar rms_norm(SymbolVar x, SymbolVar weight = {}, SymbolVar bias = {},
+                   size_t normalized_ndim = 1, float eps = 1e-6f);
+
+} // namespace braid::opr
