@@ -11,9 +11,41 @@ namespace braid::opr::cuda {
 
 namespace {
 
-static_assert(int(ElemMode::NEG) == 0 && int(ElemMode::SIGMOID) == 6 && int(ElemMode::ADD) == 7 &&
-                  int(ElemMode::FLOOR_DIV) == 11 && int(ElemMode::MIN) == 13,
-              "elemwise.cu numbers the modes like ElemMode");
+//! The mode numbering of elemwise.cu, or -1 for modes that have no CUDA kernel yet.
+int cuda_mode(ElemMode mode) {
+    switch (mode) {
+    case ElemMode::NEG:
+        return 0;
+    case ElemMode::ABS:
+        return 1;
+    case ElemMode::RELU:
+        return 2;
+    case ElemMode::EXP:
+        return 3;
+    case ElemMode::LOG:
+        return 4;
+    case ElemMode::TANH:
+        return 5;
+    case ElemMode::SIGMOID:
+        return 6;
+    case ElemMode::ADD:
+        return 7;
+    case ElemMode::SUB:
+        return 8;
+    case ElemMode::MUL:
+        return 9;
+    case ElemMode::TRUE_DIV:
+        return 10;
+    case ElemMode::FLOOR_DIV:
+        return 11;
+    case ElemMode::MAX:
+        return 12;
+    case ElemMode::MIN:
+        return 13;
+    default:
+        return -1;
+    }
+}
 
 //! A device-visible error flag in pinned memory (integer division by zero).
 struct ElemwiseState final : KernelState {
@@ -27,7 +59,10 @@ void elemwise_cuda(OperatorNode& opr, ExecCtx& ctx) {
     braid::cuda::ElemwiseLaunch L;
     L.n = int64_t(y.shape().total_nr_elems());
     if (L.n == 0) return;
-    L.mode = int(ew.mode());
+    L.mode = cuda_mode(ew.mode());
+    if (L.mode < 0)
+        BRAID_THROW(GraphError, "{} has no CUDA kernel for mode {} on {}", opr.describe(),
+                    elem_mode_name(ew.mode()), opr.comp_node().locator());
     L.dtype = dtype_code(y.dtype());
     L.arity = int(ctx.nr_inputs());
     L.out = y.raw_ptr();
