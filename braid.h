@@ -12,3 +12,4 @@
 #include "operators/reduce.h"
 #include "operators/registry.h"
 #include "operators/tensor_manip.h"
+#include "serialization/serializer.h"

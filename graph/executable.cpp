@@ -290,7 +290,13 @@ void Executable::run_step(Step& step) {
             }
     }
     ExecCtx ctx(step.inputs.data(), step.inputs.size(), step.outputs.data(), step.outputs.size());
-    opr->execute(ctx);
+    if (m_step_observer) [[unlikely]] {
+        auto begin = std::chrono::steady_clock::now();
+        opr->execute(ctx);
+        m_step_observer(*opr, begin, std::chrono::steady_clock::now());
+    } else {
+        opr->execute(ctx);
+    }
     for (auto& [idx, cb] : step.callbacks) cb(m_tensors[idx]);
 }
 

@@ -44,3 +44,17 @@ SymbolVar reduce_max(SymbolVar x, std::vector<int> axes = {}, bool keepdims = fa
 SymbolVar reduce_min(SymbolVar x, std::vector<int> axes = {}, bool keepdims = false);
 
 } // namespace braid::opr
+
+// ---- serialization: params dump and load (serialization/params.h), one pair per type,
+// registered in register_all_operators().
+namespace braid {
+class ParamWriter;
+struct OprLoadContext;
+} // namespace braid
+
+namespace braid::opr {
+//! Writes Reduce's params into a model.
+void dump_reduce(const OperatorNode& opr, ParamWriter& w);
+//! Rebuilds a Reduce from a model.
+SymbolVarArray load_reduce(const OprLoadContext& ctx);
+} // namespace braid::opr
