@@ -17,7 +17,7 @@ build: configure
 	@cmake --build $(BUILD_DIR) -j$(JOBS)
 
 run: build
-	./$(BUILD_DIR)/examples/mlp
+	./$(BUILD_DIR)/tools/braid-run $(BUILD_DIR)/examples/models/mlp.braid
 
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j$(JOBS) -LE slow
