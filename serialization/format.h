@@ -42,6 +42,15 @@ uint64_t model_checksum(const uint8_t* data, size_t size, size_t checksum_at);
 //! when the field is absent.
 size_t checksum_field_offset(const uint8_t* data);
 
+//! Throws SerializationError naming `what` unless the 8-byte elements of `vec` (may be null)
+//! are 8-byte aligned: the flatbuffers verifier only checks the 4-byte length prefix.
+template <typename T>
+void check_aligned(const flatbuffers::Vector<T>* vec, const std::string& what) {
+    if (vec && reinterpret_cast<uintptr_t>(vec->data()) % alignof(T) != 0)
+        BRAID_THROW(SerializationError, "{}: corrupt: a list of {}-byte values is misaligned", what,
+                    sizeof(T));
+}
+
 //! Reads a DType stored as a byte; throws SerializationError naming `what` when invalid.
 DType dtype_from_file(uint8_t value, const std::string& what);
 //! Reads a stored shape (at most MAX_NDIM non-negative dims; -1 allowed when `allow_open`).

@@ -175,6 +175,7 @@ std::vector<long> dims_from_file(const flatbuffers::Vector<int64_t>* dims, bool 
                                  const std::string& what) {
     std::vector<long> res;
     if (!dims) return res;
+    check_aligned(dims, what);
     if (dims->size() > TensorShape::MAX_NDIM)
         BRAID_THROW(SerializationError, "{}: {} dims (at most {})", what, dims->size(),
                     TensorShape::MAX_NDIM);
@@ -350,6 +351,8 @@ ModelDescription describe_verified(const ModelBytes& bytes, const fbs::Model* mo
             mo.outputs = indices(o->outputs(), "output");
             if (o->params())
                 for (auto* p : *o->params()) {
+                    check_aligned(p->int_list(), what);
+                    check_aligned(p->float_list(), what);
                     if (p->kind() == fbs::ParamKind::TENSOR && p->tensor() >= d.tensors.size())
                         BRAID_THROW(SerializationError,
                                     "{}: corrupt: param \"{}\" refers to tensor #{} ({} stored)",
