@@ -437,7 +437,7 @@ void dump_elemwise(const OperatorNode& opr, ParamWriter& w) {
 }
 
 SymbolVarArray load_elemwise(const OprLoadContext& ctx) {
-    auto mode = ctx.params.read_enum<ElemMode>("mode", elem_mode_name, size_t(ElemMode::MIN) + 1);
+    auto mode = ctx.params.read_enum<ElemMode>("mode", elem_mode_name);
     size_t arity = elem_mode_arity(mode);
     ctx.expect_inputs(arity, arity);
     return {Elemwise::make(mode, ctx.inputs, ctx.config)};

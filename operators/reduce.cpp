@@ -218,8 +218,7 @@ void dump_reduce(const OperatorNode& opr, ParamWriter& w) {
 SymbolVarArray load_reduce(const OprLoadContext& ctx) {
     ctx.expect_inputs(1, 1);
     Reduce::Param p;
-    p.mode =
-        ctx.params.read_enum<ReduceMode>("mode", reduce_mode_name, size_t(ReduceMode::MIN) + 1);
+    p.mode = ctx.params.read_enum<ReduceMode>("mode", reduce_mode_name);
     p.axes = ctx.params.read_int_list<int>("axes");
     p.keepdims = ctx.params.read_bool("keepdims");
     return {Reduce::make(ctx.input(0), std::move(p), ctx.config)};

@@ -43,10 +43,11 @@ uint64_t model_checksum(const uint8_t* data, size_t size, size_t checksum_at);
 size_t checksum_field_offset(const uint8_t* data);
 
 //! Throws SerializationError naming `what` unless the 8-byte elements of `vec` (may be null)
-//! are 8-byte aligned: the flatbuffers verifier only checks the 4-byte length prefix.
+//! are 8-byte aligned: the flatbuffers verifier only checks the 4-byte length prefix. (An
+//! empty list may sit anywhere: the builder does not align what it never reads.)
 template <typename T>
 void check_aligned(const flatbuffers::Vector<T>* vec, const std::string& what) {
-    if (vec && reinterpret_cast<uintptr_t>(vec->data()) % alignof(T) != 0)
+    if (vec && vec->size() && reinterpret_cast<uintptr_t>(vec->data()) % alignof(T) != 0)
         BRAID_THROW(SerializationError, "{}: corrupt: a list of {}-byte values is misaligned", what,
                     sizeof(T));
 }

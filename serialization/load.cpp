@@ -9,6 +9,7 @@
 
 #include <cstring>
 #include <map>
+#include <optional>
 #include <set>
 
 namespace braid {
@@ -215,14 +216,15 @@ LoadedModel build_graph(const serial::ModelBytes& bytes, const LoadOptions& opti
                                 what, mo.outputs[a]);
         }
 
-        FileParamReader reader(model->operators()->Get(flatbuffers::uoffset_t(i)), tensors,
-                               fmt::format("{} \"{}\"", mo.type_name, mo.name));
+        std::optional<FileParamReader> reader;
         SymbolVarArray outs;
         try {
+            reader.emplace(model->operators()->Get(flatbuffers::uoffset_t(i)), tensors,
+                           fmt::format("{} \"{}\"", mo.type_name, mo.name));
             CompNode cn = forced_cn.valid() ? forced_cn : CompNode::load(mo.comp_node);
             OperatorConfig config(mo.name, cn);
             OprLoadContext ctx{
-                *res.graph,          inputs, reader, config, options.collective, options.bindings,
+                *res.graph,          inputs, *reader, config, options.collective, options.bindings,
                 options.input_shapes};
             outs = traits->load(ctx);
         } catch (const SerializationError& e) {
@@ -251,7 +253,7 @@ LoadedModel build_graph(const serial::ModelBytes& bytes, const LoadOptions& opti
             if (!mv.name.empty()) v.node()->set_name(mv.name);
             vars[mo.outputs[k]] = v;
         }
-        auto unread = reader.unread();
+        auto unread = reader->unread();
         if (!unread.empty())
             logger()->warn("{}: params not read by the loader: {}", what, fmt::join(unread, ", "));
     }

@@ -100,13 +100,20 @@ public:
     TensorShape read_shape(std::string_view name) const;
     //! A dtype written by ParamWriter::write_dtype().
     DType read_dtype(std::string_view name) const;
-    //! An enum written as its name: `name_of` maps each value in [0, count) to its name.
+    //! An enum written as its name: `name_of` maps each value to its name (values past the
+    //! last one share a placeholder name such as "?", which never matches). Values in
+    //! [0, `count`) are tried, so modes added later load without touching the loader.
     template <typename E>
-    E read_enum(std::string_view name, const char* (*name_of)(E), size_t count) const {
+    E read_enum(std::string_view name, const char* (*name_of)(E), size_t count = 256) const {
         std::string s = read_string(name);
+        size_t found = count, matches = 0;
         for (size_t i = 0; i < count; ++i)
-            if (s == name_of(E(i))) return E(i);
-        throw_bad_value(name, s);
+            if (s == name_of(E(i))) {
+                found = i;
+                ++matches;
+            }
+        if (matches != 1) throw_bad_value(name, s);
+        return E(found);
     }
 
     //! Throws SerializationError: field `name` holds `value`, which is not valid here.

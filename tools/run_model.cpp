@@ -227,7 +227,8 @@ LoadOptions load_options(const RunConfig& cfg, const std::string& comp_node,
 //! Each rank loads with a CollectiveBinding {rank, world size, server, backend}; once
 //! CollectiveComm exists its loader reads that binding, and `--devices N` must start an
 //! in-process group manager here and pass its address in binding.server.
-std::vector<RankResult> run_ranks(const RunConfig& cfg, LoadedModel& model0, double load0_ms,
+std::vector<RankResult> run_ranks(const RunConfig& cfg, const std::string& comp_node,
+                                  LoadedModel& model0, double load0_ms,
                                   const std::vector<ResolvedInput>& inputs,
                                   Clock::time_point origin) {
     size_t n = cfg.devices;
@@ -243,7 +244,7 @@ std::vector<RankResult> run_ranks(const RunConfig& cfg, LoadedModel& model0, dou
                 }
                 CollectiveBinding binding{int(r), int(n), "",
                                           cfg.backend.empty() ? "local" : cfg.backend};
-                std::string cn = rank_comp_node(cfg.comp_node, int(r));
+                std::string cn = rank_comp_node(comp_node, int(r));
                 auto t0 = Clock::now();
                 auto model = stage(EXIT_BAD_FILE, fmt::format("rank {}: ", r), [&] {
                     return load(cfg.model_path, load_options(cfg, cn, binding));
@@ -371,19 +372,21 @@ RunResult run_model(const RunConfig& cfg) {
 
     if (cfg.threads) set_kernel_threads(cfg.threads);
     result.kernel_threads = kernel_threads();
-    stage(EXIT_USAGE, "--comp-node: ", [&] { return CompNode::load(cfg.comp_node); });
+    // Ranks as threads need one comp node each: from --comp-node, else from cpu0.
+    std::string comp_node = cfg.comp_node.empty() && cfg.devices > 1 ? "cpu0" : cfg.comp_node;
+    if (!comp_node.empty())
+        stage(EXIT_USAGE, "--comp-node: ", [&] { return CompNode::load(comp_node); });
     for (size_t r = 1; r < cfg.devices; ++r)
         stage(EXIT_USAGE, fmt::format("--devices {}: rank {}: ", cfg.devices, r),
-              [&] { return CompNode::load(rank_comp_node(cfg.comp_node, int(r))); });
+              [&] { return CompNode::load(rank_comp_node(comp_node, int(r))); });
 
     auto origin = Clock::now();
     if (cfg.devices > 1) {
         binding.rank = 0;
         binding.world_size = int(cfg.devices);
     }
-    auto model = stage(EXIT_BAD_FILE, "", [&] {
-        return load(cfg.model_path, load_options(cfg, cfg.comp_node, binding));
-    });
+    auto model = stage(EXIT_BAD_FILE, "",
+                       [&] { return load(cfg.model_path, load_options(cfg, comp_node, binding)); });
     double load_ms = ms_since(origin);
     result.info = model.info;
     result.inputs = resolve_inputs(cfg, model);
@@ -398,7 +401,7 @@ RunResult run_model(const RunConfig& cfg) {
     if (cfg.devices == 1)
         result.ranks.push_back(run_rank(cfg, 0, model, load_ms, result.inputs, origin));
     else
-        result.ranks = run_ranks(cfg, model, load_ms, result.inputs, origin);
+        result.ranks = run_ranks(cfg, comp_node, model, load_ms, result.inputs, origin);
 
     if (!cfg.profile_path.empty()) {
         std::vector<TraceEvent> all;

@@ -46,8 +46,8 @@ struct RunConfig {
     std::vector<InputSpec> inputs;
     size_t iterations = 10;
     size_t warmup = 1;
-    size_t threads = 0; //!< 0: keep the default (BRAID_NUM_THREADS or the hardware threads)
-    std::string comp_node = "cpu0";
+    size_t threads = 0;    //!< 0: keep the default (BRAID_NUM_THREADS or the hardware threads)
+    std::string comp_node; //!< empty: the comp nodes recorded in the model
     std::string output_dir;
     bool json = false;
     std::string profile_path;
