@@ -81,3 +81,13 @@ TEST(OperatorParams, ShapesAndDTypesAreChecked) {
     r.text = "float16";
     EXPECT_EQ(r.read_dtype("dtype"), dtype::Float16());
 }
+
+TEST(LoadHardening, ShapesWhoseSizeOverflowsAreRefusedAtBuildTime) {
+    // A shape var (e.g. a constant in a crafted model) whose dims multiply past 2^64.
+    auto g = ComputingGraph::make();
+    Tensor dims(TensorShape{4}, dtype::Int32());
+    for (size_t i = 0; i < 4; ++i) dims.ptr<int32_t>()[i] = 65536;
+    auto shape_var = opr::ImmutableTensor::make(*g, dims);
+    auto x = opr::ImmutableTensor::make_scalar(*g, 1.0, dtype::Float32());
+    EXPECT_THROW(opr::Broadcast::make(x, shape_var), ShapeError);
+}
