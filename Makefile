@@ -3,7 +3,7 @@ BUILD_DIR ?= build
 JOBS ?= 2
 CMAKE_FLAGS ?=
 
-.PHONY: all bootstrap configure build run test bench format clean
+.PHONY: all bootstrap configure build run test bench fuzz format clean
 
 all: build
 
@@ -17,10 +17,16 @@ build: configure
 	@cmake --build $(BUILD_DIR) -j$(JOBS)
 
 run: build
-	./$(BUILD_DIR)/examples/mlp
+	./$(BUILD_DIR)/tools/braid-run $(BUILD_DIR)/examples/models/mlp.braid
 
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j$(JOBS) -LE slow
+
+# The model loader's fuzzer, longer than the 20 s run in `make test`.
+FUZZ_SECONDS ?= 600
+fuzz: build
+	bash tests/fuzz/run_fuzz.sh $(BUILD_DIR)/fuzz/build/fuzz_load $(BUILD_DIR)/fuzz/seeds \
+		$(BUILD_DIR)/fuzz/long $(FUZZ_SECONDS)
 
 bench: build
 	./$(BUILD_DIR)/bench/bench_dispatch --json

@@ -24,3 +24,4 @@
 #include "operators/registry.h"
 #include "operators/subtensor.h"
 #include "operators/tensor_manip.h"
+#include "serialization/serializer.h"

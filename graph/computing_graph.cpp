@@ -121,6 +121,16 @@ void ComputingGraph::infer_opr(OperatorNode* opr, bool may_block) {
     std::vector<TensorShape> out_shapes(outputs.size());
     for (auto* out : outputs) out->clear_shape();
     if (!opr->infer_output_shapes(ctx, out_shapes.data())) return; // dynamic
+    // A shape whose byte size overflows would make every later size computation wrong (a
+    // loaded model can ask for one through a shape var); refuse it here.
+    for (size_t k = 0; k < outputs.size(); ++k) {
+        size_t bytes = outputs[k]->dtype().valid() ? outputs[k]->dtype().size() : 1;
+        for (size_t i = 0; i < out_shapes[k].ndim(); ++i)
+            if (__builtin_mul_overflow(bytes, out_shapes[k][i], &bytes) ||
+                bytes > (size_t(1) << 56))
+                BRAID_THROW(ShapeError, "{}: output shape {} is too large to address",
+                            opr->describe(), out_shapes[k].to_string());
+    }
     for (size_t k = 0; k < outputs.size(); ++k) outputs[k]->set_shape(out_shapes[k]);
 
     auto vi = opr->value_inference();

@@ -381,7 +381,13 @@ void Executable::run_step(Step& step) {
             }
     }
     ExecCtx ctx(step.inputs.data(), step.inputs.size(), step.outputs.data(), step.outputs.size());
-    step.kernel(*opr, ctx);
+    if (m_step_observer) [[unlikely]] {
+        auto begin = std::chrono::steady_clock::now();
+        step.kernel(*opr, ctx);
+        m_step_observer(*opr, begin, std::chrono::steady_clock::now());
+    } else {
+        step.kernel(*opr, ctx);
+    }
     for (auto& [idx, cb] : step.callbacks) {
         const Tensor& t = m_tensors[idx];
         if (on_host(t))

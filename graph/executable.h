@@ -10,7 +10,9 @@
 #include "graph/symbol_var.h"
 
 #include <atomic>
+#include <chrono>
 #include <exception>
+#include <functional>
 #include <mutex>
 
 namespace braid {
@@ -61,6 +63,15 @@ public:
     const MemoryReport& memory_report() const { return m_memory_plan->report(); }
     ComputingGraph& graph() const { return *m_graph; }
 
+    //! Called right after each operator ran, on its comp node's thread, with the kernel's
+    //! start and end times (profilers). Must be thread-safe: comp nodes call it concurrently.
+    using StepObserver =
+        std::function<void(const OperatorNode& opr, std::chrono::steady_clock::time_point begin,
+                           std::chrono::steady_clock::time_point end)>;
+    //! Installs `observer` (null: none, the default, which costs one branch per operator).
+    //! Call between runs, not while one is in flight.
+    void set_step_observer(StepObserver observer) { m_step_observer = std::move(observer); }
+
 private:
     struct Step;
     struct NodeSeq;
@@ -94,6 +105,7 @@ private:
     std::atomic<bool> m_failed{false};
     std::mutex m_error_mutex;
     std::exception_ptr m_error;
+    StepObserver m_step_observer;
 };
 
 } // namespace braid

@@ -527,3 +527,21 @@ SymbolVar operator/(double a, SymbolVar b) {
     return scalar_like(b, a) / b;
 }
 } // namespace braid
+
+// ---- serialization: params dump and load, registered in register_all_operators()
+#include "serialization/params.h"
+
+namespace braid::opr {
+
+void dump_elemwise(const OperatorNode& opr, ParamWriter& w) {
+    w.write_string("mode", elem_mode_name(opr_cast<Elemwise>(opr).mode()));
+}
+
+SymbolVarArray load_elemwise(const OprLoadContext& ctx) {
+    auto mode = ctx.params.read_enum<ElemMode>("mode", elem_mode_name);
+    size_t arity = elem_mode_arity(mode);
+    ctx.expect_inputs(arity, arity);
+    return {Elemwise::make(mode, ctx.inputs, ctx.config)};
+}
+
+} // namespace braid::opr

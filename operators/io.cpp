@@ -125,3 +125,45 @@ bool SharedParam::infer_output_shapes(const InferCtx&, TensorShape* out) const {
 }
 
 } // namespace braid::opr
+
+// ---- serialization: params dump and load, registered in register_all_operators()
+#include "serialization/params.h"
+
+namespace braid::opr {
+
+void dump_input(const OperatorNode& opr, ParamWriter& w) {
+    auto& in = opr_cast<Input>(opr);
+    w.write_dtype("dtype", in.declared_dtype());
+    // The shape the graph's static shapes currently follow (a fed shape, else the declared).
+    auto* var = in.output(0);
+    w.write_shape("shape", var->shape_known() ? var->shape() : in.declared_shape());
+}
+
+SymbolVarArray load_input(const OprLoadContext& ctx) {
+    ctx.expect_inputs(0, 0);
+    TensorShape shape = ctx.params.read_shape("shape");
+    auto it = ctx.input_shapes.find(ctx.config.name);
+    if (it != ctx.input_shapes.end()) shape = it->second;
+    return {Input::make(ctx.graph, ctx.config.name, ctx.params.read_dtype("dtype"), shape,
+                        ctx.config.comp_node)};
+}
+
+void dump_immutable_tensor(const OperatorNode& opr, ParamWriter& w) {
+    w.write_tensor("value", opr_cast<ImmutableTensor>(opr).value());
+}
+
+SymbolVarArray load_immutable_tensor(const OprLoadContext& ctx) {
+    ctx.expect_inputs(0, 0);
+    return {ImmutableTensor::make(ctx.graph, ctx.params.read_tensor("value"), ctx.config)};
+}
+
+void dump_shared_param(const OperatorNode& opr, ParamWriter& w) {
+    w.write_tensor("value", *opr_cast<SharedParam>(opr).param());
+}
+
+SymbolVarArray load_shared_param(const OprLoadContext& ctx) {
+    ctx.expect_inputs(0, 0);
+    return {SharedParam::make(ctx.graph, ctx.params.read_shared_tensor("value"), ctx.config)};
+}
+
+} // namespace braid::opr

@@ -226,3 +226,22 @@ void BatchedMatMul::execute(ExecCtx& ctx) {
 }
 
 } // namespace braid::opr
+
+// ---- serialization: params dump and load, registered in register_all_operators()
+#include "serialization/params.h"
+
+namespace braid::opr {
+
+void dump_matmul(const OperatorNode& opr, ParamWriter& w) {
+    auto& p = opr_cast<MatMul>(opr).param();
+    w.write_bool("transpose_a", p.transpose_a);
+    w.write_bool("transpose_b", p.transpose_b);
+}
+
+SymbolVarArray load_matmul(const OprLoadContext& ctx) {
+    ctx.expect_inputs(2, 2);
+    MatMul::Param p{ctx.params.read_bool("transpose_a"), ctx.params.read_bool("transpose_b")};
+    return {MatMul::make(ctx.input(0), ctx.input(1), p, ctx.config)};
+}
+
+} // namespace braid::opr

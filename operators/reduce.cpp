@@ -480,3 +480,26 @@ void ArgReduce::execute(ExecCtx& ctx) {
 }
 
 } // namespace braid::opr
+
+// ---- serialization: params dump and load, registered in register_all_operators()
+#include "serialization/params.h"
+
+namespace braid::opr {
+
+void dump_reduce(const OperatorNode& opr, ParamWriter& w) {
+    auto& p = opr_cast<Reduce>(opr).param();
+    w.write_string("mode", reduce_mode_name(p.mode));
+    w.write_int_list("axes", p.axes);
+    w.write_bool("keepdims", p.keepdims);
+}
+
+SymbolVarArray load_reduce(const OprLoadContext& ctx) {
+    ctx.expect_inputs(1, 1);
+    Reduce::Param p;
+    p.mode = ctx.params.read_enum<ReduceMode>("mode", reduce_mode_name);
+    p.axes = ctx.params.read_int_list<int>("axes");
+    p.keepdims = ctx.params.read_bool("keepdims");
+    return {Reduce::make(ctx.input(0), std::move(p), ctx.config)};
+}
+
+} // namespace braid::opr

@@ -1,7 +1,13 @@
 #include "operators/registry.h"
 
+#include "base/hash.h"
 #include "operators/copy.h"
+#include "operators/elemwise.h"
 #include "operators/grad_util.h"
+#include "operators/io.h"
+#include "operators/matmul.h"
+#include "operators/reduce.h"
+#include "operators/tensor_manip.h"
 
 #include <mutex>
 
@@ -32,6 +38,10 @@ const OperatorTraits* OperatorRegistry::find(const std::string& type_name) const
     return it == m_types.end() ? nullptr : &it->second;
 }
 
+uint64_t operator_type_id(std::string_view type_name) {
+    return xxhash64(type_name.data(), type_name.size());
+}
+
 std::vector<std::string> OperatorRegistry::type_names() const {
     std::lock_guard lk(g_registry_mutex);
     std::vector<std::string> names;
@@ -43,17 +53,25 @@ void register_all_operators() {
     static std::once_flag once;
     std::call_once(once, [] {
         auto& reg = OperatorRegistry::instance();
-        // One line per family; each lists the types its file pair defines.
-        for (auto* t : {"Input", "ImmutableTensor", "SharedParam"}) reg.add({t, "io"});
-        reg.add({"Elemwise", "elemwise"});
-        for (auto* t : {"Reshape", "GetVarShape", "Broadcast", "TypeCvt"})
-            reg.add({t, "tensor_manip"});
-        for (auto* t : {"MatMul", "BatchedMatMul"}) reg.add({t, "matmul"});
+        // One line per type: name, family, and (for serializable types) the params dumper
+        // and loader defined at the end of the family's .cpp.
+        using namespace opr;
+        reg.add({"Input", "io", dump_input, load_input});
+        reg.add({"ImmutableTensor", "io", dump_immutable_tensor, load_immutable_tensor});
+        reg.add({"SharedParam", "io", dump_shared_param, load_shared_param});
+        reg.add({"Elemwise", "elemwise", dump_elemwise, load_elemwise});
+        reg.add({"Reshape", "tensor_manip", dump_reshape, load_reshape});
+        reg.add({"GetVarShape", "tensor_manip", dump_get_var_shape, load_get_var_shape});
+        reg.add({"Broadcast", "tensor_manip", dump_broadcast, load_broadcast});
+        reg.add({"TypeCvt", "tensor_manip", dump_type_cvt, load_type_cvt});
+        reg.add({"MatMul", "matmul", dump_matmul, load_matmul});
+        reg.add({"Reduce", "reduce", dump_reduce, load_reduce});
+        reg.add({"BatchedMatMul", "matmul"});
         reg.add({"Conv2d", "conv"});
         reg.add({"Pooling", "pooling"});
         reg.add({"BatchNorm", "batch_norm"});
         reg.add({"Attention", "attention"});
-        for (auto* t : {"Reduce", "ArgReduce"}) reg.add({t, "reduce"});
+        reg.add({"ArgReduce", "reduce"});
         for (auto* t : {"Dimshuffle", "AxisAddRemove"}) reg.add({t, "tensor_manip"});
         for (auto* t : {"Softmax", "LayerNorm", "RMSNorm"}) reg.add({t, "normalization"});
         for (auto* t : {"Subtensor", "SetSubtensor", "IncrSubtensor"}) reg.add({t, "subtensor"});

@@ -2,9 +2,13 @@
 //
 // register_all_operators() lists every operator family; tools and tests call it once.
 // Registration is explicit so that no operator depends on the linker keeping a static
-// constructor. Serialization attaches each type's params dump/load here.
+// constructor. Each type also names its params dumper and loader (serialization/params.h),
+// so a model file can name the type and rebuild it.
 #pragma once
 
+#include "serialization/params.h"
+
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <string>
@@ -17,7 +21,17 @@ struct OperatorTraits {
     std::string type_name;
     //! The family (file pair) that defines it, e.g. "elemwise".
     std::string family;
+    //! Writes an operator's params into a model; null: the type cannot be dumped.
+    ParamsDumper dump_params = nullptr;
+    //! Rebuilds the operator from a model; null: the type cannot be loaded.
+    OperatorLoader load = nullptr;
+    //! Version of the params layout; bump it when a field's meaning changes, and keep the
+    //! loader reading older versions (ParamReader::version()).
+    uint32_t version = 1;
 };
+
+//! The stable id of an operator type stored in model files: xxHash64 of the type name.
+uint64_t operator_type_id(std::string_view type_name);
 
 //! Process-wide table of operator types. Registration is thread-safe; lookups after
 //! registration are read-only.

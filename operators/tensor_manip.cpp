@@ -474,3 +474,48 @@ SymbolVar SymbolVar::symshape() const {
     return GetVarShape::make(*this);
 }
 } // namespace braid
+
+// ---- serialization: params dump and load, registered in register_all_operators()
+#include "serialization/params.h"
+
+namespace braid::opr {
+
+void dump_reshape(const OperatorNode& opr, ParamWriter& w) {
+    auto& r = opr_cast<Reshape>(opr);
+    if (r.inputs().size() == 1) w.write_int_list("target", r.target()); // else from input 1
+}
+
+SymbolVarArray load_reshape(const OprLoadContext& ctx) {
+    ctx.expect_inputs(1, 2);
+    if (ctx.inputs.size() == 2) return {Reshape::make(ctx.input(0), ctx.input(1), ctx.config)};
+    return {Reshape::make(ctx.input(0), ctx.params.read_int_list<long>("target"), ctx.config)};
+}
+
+void dump_get_var_shape(const OperatorNode&, ParamWriter&) {}
+
+SymbolVarArray load_get_var_shape(const OprLoadContext& ctx) {
+    ctx.expect_inputs(1, 1);
+    return {GetVarShape::make(ctx.input(0), ctx.config)};
+}
+
+void dump_broadcast(const OperatorNode& opr, ParamWriter& w) {
+    auto& b = opr_cast<Broadcast>(opr);
+    if (b.inputs().size() == 1) w.write_shape("target", b.target()); // else from input 1
+}
+
+SymbolVarArray load_broadcast(const OprLoadContext& ctx) {
+    ctx.expect_inputs(1, 2);
+    if (ctx.inputs.size() == 2) return {Broadcast::make(ctx.input(0), ctx.input(1), ctx.config)};
+    return {Broadcast::make(ctx.input(0), ctx.params.read_shape("target"), ctx.config)};
+}
+
+void dump_type_cvt(const OperatorNode& opr, ParamWriter& w) {
+    w.write_dtype("dtype", opr_cast<TypeCvt>(opr).target_dtype());
+}
+
+SymbolVarArray load_type_cvt(const OprLoadContext& ctx) {
+    ctx.expect_inputs(1, 1);
+    return {TypeCvt::make(ctx.input(0), ctx.params.read_dtype("dtype"), ctx.config)};
+}
+
+} // namespace braid::opr

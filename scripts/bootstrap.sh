@@ -13,7 +13,7 @@ PACKAGES=(
   libopenblas-dev
   libopenmpi-dev openmpi-bin
   libcli11-dev libasio-dev
-  clang clang-format
+  clang clang-format libclang-rt-dev
 )
 
 missing=()

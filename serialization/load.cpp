@@ -1,0 +1,344 @@
+// load(): a model file to a graph. The file-level checks live in model_file.cpp; this file
+// rebuilds the operators through their registered loaders, checking every index it follows.
+#include "base/log.h"
+#include "graph/input_node.h"
+#include "operators/registry.h"
+#include "serialization/format.h"
+
+#include <fmt/ranges.h>
+
+#include <cstring>
+#include <map>
+#include <optional>
+#include <set>
+
+namespace braid {
+
+namespace {
+
+const char* kind_name(fbs::ParamKind k) {
+    switch (k) {
+    case fbs::ParamKind::INT:
+        return "int";
+    case fbs::ParamKind::FLOAT:
+        return "float";
+    case fbs::ParamKind::BOOL:
+        return "bool";
+    case fbs::ParamKind::STRING:
+        return "string";
+    case fbs::ParamKind::INT_LIST:
+        return "int list";
+    case fbs::ParamKind::FLOAT_LIST:
+        return "float list";
+    case fbs::ParamKind::TENSOR:
+        return "tensor";
+    }
+    return "unknown kind";
+}
+
+//! The parameter tensors of a model being loaded: made on first use, shared afterwards.
+class TensorSource {
+public:
+    TensorSource(const serial::ModelBytes& bytes, const ModelDescription& desc,
+                 uint64_t data_offset, size_t map_min_bytes)
+        : m_bytes(bytes), m_desc(desc), m_data_offset(data_offset), m_map_min_bytes(map_min_bytes),
+          m_shared(desc.tensors.size()) {}
+
+    std::shared_ptr<Tensor> get(uint32_t idx) {
+        BRAID_ASSERT(idx < m_shared.size(), "tensor index {} checked by describe_verified", idx);
+        if (m_shared[idx]) return m_shared[idx];
+        const ModelTensor& t = m_desc.tensors[idx];
+        const uint8_t* src = m_bytes.data + m_data_offset + t.offset;
+        TensorLayout layout(t.shape, t.dtype);
+        Tensor value;
+        if (m_bytes.mapped && t.size >= m_map_min_bytes &&
+            reinterpret_cast<uintptr_t>(src) % MODEL_DATA_ALIGNMENT == 0) {
+            // In place: the storage shares ownership of the whole mapping, and its identity
+            // (block_id) is this tensor's first byte, distinct from every other tensor's.
+            std::shared_ptr<void> keep(m_bytes.keep_alive, const_cast<uint8_t*>(src));
+            value = Tensor(Storage::wrap(const_cast<uint8_t*>(src), t.size, Device::cpu(), keep), 0,
+                           layout);
+            m_mapped_bytes += t.size;
+        } else {
+            value = Tensor(t.shape, t.dtype);
+            if (t.size) std::memcpy(value.raw_ptr(), src, t.size);
+        }
+        m_shared[idx] = std::make_shared<Tensor>(std::move(value));
+        return m_shared[idx];
+    }
+
+    size_t mapped_bytes() const { return m_mapped_bytes; }
+
+private:
+    const serial::ModelBytes& m_bytes;
+    const ModelDescription& m_desc;
+    uint64_t m_data_offset;
+    size_t m_map_min_bytes;
+    std::vector<std::shared_ptr<Tensor>> m_shared;
+    size_t m_mapped_bytes = 0;
+};
+
+//! Reads one operator's params from the flatbuffer.
+class FileParamReader final : public ParamReader {
+public:
+    FileParamReader(const fbs::Operator* opr, TensorSource& tensors, std::string context)
+        : m_opr(opr), m_tensors(tensors), m_context(std::move(context)) {
+        if (opr->params())
+            for (auto* p : *opr->params()) {
+                std::string name = serial::str(p->name());
+                if (!m_fields.emplace(name, p).second)
+                    BRAID_THROW(SerializationError, "{}: corrupt: param \"{}\" appears twice",
+                                m_context, name);
+            }
+    }
+
+    bool has(std::string_view name) const override {
+        return m_fields.count(std::string(name)) != 0;
+    }
+    int64_t read_int(std::string_view name) const override {
+        return field(name, fbs::ParamKind::INT)->int_value();
+    }
+    double read_float(std::string_view name) const override {
+        return field(name, fbs::ParamKind::FLOAT)->float_value();
+    }
+    bool read_bool(std::string_view name) const override {
+        return field(name, fbs::ParamKind::BOOL)->int_value() != 0;
+    }
+    std::string read_string(std::string_view name) const override {
+        return serial::str(field(name, fbs::ParamKind::STRING)->string_value());
+    }
+    std::vector<int64_t> read_ints(std::string_view name) const override {
+        auto* v = field(name, fbs::ParamKind::INT_LIST)->int_list();
+        return v ? std::vector<int64_t>(v->begin(), v->end()) : std::vector<int64_t>{};
+    }
+    std::vector<double> read_floats(std::string_view name) const override {
+        auto* v = field(name, fbs::ParamKind::FLOAT_LIST)->float_list();
+        return v ? std::vector<double>(v->begin(), v->end()) : std::vector<double>{};
+    }
+    Tensor read_tensor(std::string_view name) const override { return *read_shared_tensor(name); }
+    std::shared_ptr<Tensor> read_shared_tensor(std::string_view name) const override {
+        return m_tensors.get(field(name, fbs::ParamKind::TENSOR)->tensor());
+    }
+    uint32_t version() const override { return m_opr->version(); }
+    const std::string& context() const override { return m_context; }
+
+    //! Fields the loader never read (logged: a sign of a params version mismatch).
+    std::vector<std::string> unread() const {
+        std::vector<std::string> res;
+        for (auto& [name, _] : m_fields)
+            if (!m_read.count(name)) res.push_back(name);
+        return res;
+    }
+
+private:
+    const fbs::Param* field(std::string_view name, fbs::ParamKind kind) const {
+        auto it = m_fields.find(std::string(name));
+        if (it == m_fields.end())
+            BRAID_THROW(SerializationError, "{}: param \"{}\" is missing", m_context, name);
+        if (it->second->kind() != kind)
+            BRAID_THROW(SerializationError, "{}: param \"{}\" is a {}, expected a {}", m_context,
+                        name, kind_name(it->second->kind()), kind_name(kind));
+        m_read.insert(it->first);
+        return it->second;
+    }
+
+    const fbs::Operator* m_opr;
+    TensorSource& m_tensors;
+    std::string m_context;
+    std::map<std::string, const fbs::Param*> m_fields;
+    mutable std::set<std::string> m_read;
+};
+
+LoadedModel build_graph(const serial::ModelBytes& bytes, const LoadOptions& options) {
+    register_all_operators();
+    const fbs::Model* model = serial::check_model(bytes, options.verify_integrity);
+    ModelDescription desc = serial::describe_verified(bytes, model);
+    const std::string& src = bytes.source;
+
+    // Load-time input shapes must name inputs and fit their recorded shapes.
+    for (auto& [name, shape] : options.input_shapes) {
+        const ModelIO* io = nullptr;
+        for (auto& in : desc.inputs)
+            if (in.name == name) io = &in;
+        if (!io)
+            BRAID_THROW(SerializationError,
+                        "{}: LoadOptions::input_shapes names \"{}\", which is "
+                        "not an input of the model",
+                        src, name);
+        if (!io->accepts(shape))
+            BRAID_THROW(ShapeError, "input \"{}\": shape {} does not fit the model's {}", name,
+                        shape.to_string(), io->shape_string());
+    }
+
+    LoadedModel res;
+    GraphOptions gopt = options.graph_options;
+    if (!options.comp_node.empty()) gopt.default_comp_node = options.comp_node;
+    res.graph = ComputingGraph::make(gopt);
+    CompNode forced_cn;
+    if (!options.comp_node.empty()) forced_cn = CompNode::load(options.comp_node);
+
+    TensorSource tensors(bytes, desc, model->data_offset(), options.map_min_bytes);
+    std::vector<SymbolVar> vars(desc.vars.size());
+    auto& registry = OperatorRegistry::instance();
+    bool shapes_as_recorded = options.input_shapes.empty();
+
+    for (size_t i = 0; i < desc.operators.size(); ++i) {
+        const ModelOperator& mo = desc.operators[i];
+        std::string what = fmt::format("{}: operator #{} {} \"{}\"", src, i, mo.type_name, mo.name);
+        const OperatorTraits* traits = registry.find(mo.type_name);
+        if (!traits)
+            BRAID_THROW(SerializationError,
+                        "{}: unknown operator type \"{}\" (operator #{} \"{}\"): this build of "
+                        "braid does not have it",
+                        src, mo.type_name, i, mo.name);
+        if (!traits->load)
+            BRAID_THROW(SerializationError, "{}: operator type \"{}\" has no loader registered",
+                        what, mo.type_name);
+        if (mo.version == 0 || mo.version > traits->version)
+            BRAID_THROW(SerializationError,
+                        "{}: params version {} is not supported (this build reads 1 to {})", what,
+                        mo.version, traits->version);
+        SymbolVarArray inputs;
+        for (uint32_t k : mo.inputs) {
+            if (!vars[k].valid())
+                BRAID_THROW(SerializationError,
+                            "{}: corrupt: input var #{} is not produced by an earlier operator",
+                            what, k);
+            inputs.push_back(vars[k]);
+        }
+        for (size_t a = 0; a < mo.outputs.size(); ++a) {
+            if (vars[mo.outputs[a]].valid())
+                BRAID_THROW(SerializationError, "{}: corrupt: output var #{} is produced twice",
+                            what, mo.outputs[a]);
+            for (size_t b = 0; b < a; ++b)
+                if (mo.outputs[a] == mo.outputs[b])
+                    BRAID_THROW(SerializationError, "{}: corrupt: output var #{} listed twice",
+                                what, mo.outputs[a]);
+        }
+
+        std::optional<FileParamReader> reader;
+        SymbolVarArray outs;
+        try {
+            reader.emplace(model->operators()->Get(flatbuffers::uoffset_t(i)), tensors,
+                           fmt::format("{} \"{}\"", mo.type_name, mo.name));
+            CompNode cn = forced_cn.valid() ? forced_cn : CompNode::load(mo.comp_node);
+            OperatorConfig config(mo.name, cn);
+            OprLoadContext ctx{
+                *res.graph,          inputs, *reader, config, options.collective, options.bindings,
+                options.input_shapes};
+            outs = traits->load(ctx);
+        } catch (const SerializationError& e) {
+            BRAID_THROW(SerializationError, "{}: {}", src, e.what());
+        } catch (const std::exception& e) {
+            // Shape, dtype and graph errors from make(), a bad comp node, allocation failures:
+            // the file describes a graph this build cannot construct.
+            BRAID_THROW(SerializationError, "{}: {}", what, e.what());
+        }
+        if (outs.size() != mo.outputs.size())
+            BRAID_THROW(SerializationError, "{}: the loader made {} outputs, the model records {}",
+                        what, outs.size(), mo.outputs.size());
+        for (size_t k = 0; k < outs.size(); ++k) {
+            const ModelVar& mv = desc.vars[mo.outputs[k]];
+            SymbolVar v = outs[k];
+            if (!v.valid() || v.node()->graph() != res.graph.get())
+                BRAID_THROW(SerializationError, "{}: the loader returned an invalid var", what);
+            if (v.dtype() != mv.dtype)
+                BRAID_THROW(SerializationError, "{}: var \"{}\" loads as {}, the model records {}",
+                            what, mv.name, v.dtype().name(), mv.dtype.name());
+            if (shapes_as_recorded && mv.shape_known && v.node()->shape_known() &&
+                v.node()->shape() != mv.shape)
+                BRAID_THROW(SerializationError,
+                            "{}: var \"{}\" loads with shape {}, the model records {}", what,
+                            mv.name, v.node()->shape().to_string(), mv.shape.to_string());
+            if (!mv.name.empty()) v.node()->set_name(mv.name);
+            vars[mo.outputs[k]] = v;
+        }
+        auto unread = reader->unread();
+        if (!unread.empty())
+            logger()->warn("{}: params not read by the loader: {}", what, fmt::join(unread, ", "));
+    }
+
+    auto bind = [&](std::vector<ModelIO>& ios, bool is_input) {
+        auto* list = is_input ? model->inputs() : model->outputs();
+        for (size_t i = 0; i < ios.size(); ++i) {
+            ModelIO& io = ios[i];
+            uint32_t idx = list->Get(flatbuffers::uoffset_t(i))->var();
+            SymbolVar v = vars[idx];
+            std::string what =
+                fmt::format("{}: {} \"{}\"", src, is_input ? "input" : "output", io.name);
+            if (!v.valid())
+                BRAID_THROW(SerializationError, "{}: corrupt: var #{} is produced by no operator",
+                            what, idx);
+            if (v.dtype() != io.dtype)
+                BRAID_THROW(SerializationError, "{}: corrupt: dtype {} differs from its var's {}",
+                            what, io.dtype.name(), v.dtype().name());
+            if (is_input) {
+                auto* in = dynamic_cast<InputNode*>(v.node()->owner());
+                if (!in || in->input_name() != io.name)
+                    BRAID_THROW(SerializationError,
+                                "{}: corrupt: var #{} is not the output of an input operator of "
+                                "that name",
+                                what, idx);
+                auto it = options.input_shapes.find(io.name);
+                if (it != options.input_shapes.end()) io.default_shape = it->second;
+            }
+            io.var = v;
+        }
+    };
+    res.inputs = desc.inputs;
+    res.outputs = desc.outputs;
+    for (size_t a = 0; a < res.inputs.size(); ++a)
+        for (size_t b = 0; b < a; ++b)
+            if (res.inputs[a].name == res.inputs[b].name)
+                BRAID_THROW(SerializationError, "{}: corrupt: two inputs are named \"{}\"", src,
+                            res.inputs[a].name);
+    for (size_t a = 0; a < res.outputs.size(); ++a)
+        for (size_t b = 0; b < a; ++b)
+            if (res.outputs[a].name == res.outputs[b].name)
+                BRAID_THROW(SerializationError, "{}: corrupt: two outputs are named \"{}\"", src,
+                            res.outputs[a].name);
+    bind(res.inputs, true);
+    bind(res.outputs, false);
+    if (res.outputs.empty()) BRAID_THROW(SerializationError, "{}: corrupt: no outputs", src);
+
+    res.info = desc.info;
+    res.info.mapped_bytes = tensors.mapped_bytes();
+    return res;
+}
+
+const ModelIO& find_io(const std::vector<ModelIO>& ios, const std::string& name, const char* kind) {
+    for (auto& io : ios)
+        if (io.name == name) return io;
+    std::string known;
+    for (auto& io : ios) known += (known.empty() ? "" : ", ") + io.name;
+    BRAID_THROW(GraphError, "the model has no {} named \"{}\" ({}s: {})", kind, name, kind,
+                known.empty() ? "none" : known);
+}
+
+} // namespace
+
+const ModelIO& LoadedModel::input(const std::string& name) const {
+    return find_io(inputs, name, "input");
+}
+
+const ModelIO& LoadedModel::output(const std::string& name) const {
+    return find_io(outputs, name, "output");
+}
+
+std::unique_ptr<Executable> LoadedModel::compile() const {
+    std::vector<OutputSpec> specs;
+    for (auto& o : outputs) specs.emplace_back(o.var);
+    return graph->compile(specs);
+}
+
+LoadedModel load(const std::string& path, const LoadOptions& options) {
+    auto bytes = serial::map_file(path);
+    return build_graph(bytes, options);
+}
+
+LoadedModel load(std::span<const uint8_t> buffer, const LoadOptions& options) {
+    auto bytes = serial::copy_buffer(buffer);
+    return build_graph(bytes, options);
+}
+
+} // namespace braid

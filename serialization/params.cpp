@@ -1,0 +1,59 @@
+#include "serialization/params.h"
+
+namespace braid {
+
+TensorShape ParamReader::read_shape(std::string_view name) const {
+    auto dims = read_ints(name);
+    if (dims.size() > TensorShape::MAX_NDIM)
+        BRAID_THROW(SerializationError, "{}: param \"{}\" has {} dims (at most {})", context(),
+                    name, dims.size(), TensorShape::MAX_NDIM);
+    TensorShape shape;
+    shape.set_ndim(dims.size());
+    // Element counts stay below 2^48 so that no size computed from the shape overflows.
+    constexpr uint64_t MAX_ELEMS = uint64_t(1) << 48;
+    uint64_t elems = 1;
+    for (size_t i = 0; i < dims.size(); ++i) {
+        if (dims[i] < 0)
+            BRAID_THROW(SerializationError, "{}: param \"{}\" has a negative dim {}", context(),
+                        name, dims[i]);
+        if (dims[i] > 0 && elems > MAX_ELEMS / uint64_t(dims[i]))
+            BRAID_THROW(SerializationError,
+                        "{}: param \"{}\" is a shape of more than 2^48 elements", context(), name);
+        elems *= uint64_t(dims[i]);
+        shape[i] = size_t(dims[i]);
+    }
+    return shape;
+}
+
+DType ParamReader::read_dtype(std::string_view name) const {
+    std::string s = read_string(name);
+    try {
+        return DType::from_name(s);
+    } catch (const DTypeError&) {
+        throw_bad_value(name, s);
+    }
+}
+
+void ParamReader::throw_bad_value(std::string_view name, std::string_view value) const {
+    BRAID_THROW(SerializationError, "{}: param \"{}\" has an invalid value \"{}\"", context(), name,
+                value);
+}
+
+SymbolVar OprLoadContext::input(size_t i) const {
+    if (i >= inputs.size())
+        BRAID_THROW(SerializationError, "{}: needs input {}, the model gives {} inputs",
+                    params.context(), i, inputs.size());
+    return inputs[i];
+}
+
+void OprLoadContext::expect_inputs(size_t lo, size_t hi) const {
+    if (inputs.size() < lo || inputs.size() > hi) {
+        if (lo == hi)
+            BRAID_THROW(SerializationError, "{}: takes {} inputs, the model gives {}",
+                        params.context(), lo, inputs.size());
+        BRAID_THROW(SerializationError, "{}: takes {} to {} inputs, the model gives {}",
+                    params.context(), lo, hi, inputs.size());
+    }
+}
+
+} // namespace braid

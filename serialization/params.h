@@ -1,0 +1,172 @@
+// Operator params in a model file: the small interface each operator type's dump and load
+// functions use, free of any file-format type.
+//
+// An operator type serializes through two functions registered in register_all_operators():
+//
+//     // next to the operator (operators/foo.cpp):
+//     void dump_foo(const OperatorNode& opr, ParamWriter& w) {
+//         auto& foo = opr_cast<Foo>(opr);
+//         w.write_int("axis", foo.axis());
+//     }
+//     SymbolVarArray load_foo(const OprLoadContext& ctx) {
+//         return {Foo::make(ctx.input(0), ctx.params.read_int_as<int>("axis"), ctx.config)};
+//     }
+//     // operators/registry.cpp:
+//     reg.add({"Foo", "foo", dump_foo, load_foo});
+//
+// Params are typed, named fields (int, float, bool, string, int list, float list, tensor).
+// A reader throws SerializationError naming the operator and the field for a missing field or
+// a field of another type, so a loader only states what it needs.
+#pragma once
+
+#include "base/error.h"
+#include "graph/computing_graph.h"
+#include "graph/symbol_var.h"
+
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace braid {
+
+//! Writes one operator's params while a model is dumped. Field names are unique per operator.
+class ParamWriter {
+public:
+    virtual ~ParamWriter() = default;
+    virtual void write_int(std::string_view name, int64_t value) = 0;
+    virtual void write_float(std::string_view name, double value) = 0;
+    virtual void write_bool(std::string_view name, bool value) = 0;
+    virtual void write_string(std::string_view name, std::string_view value) = 0;
+    virtual void write_ints(std::string_view name, const std::vector<int64_t>& values) = 0;
+    virtual void write_floats(std::string_view name, const std::vector<double>& values) = 0;
+    //! Stores a host tensor's values in the model (once per distinct content) and refers to it.
+    virtual void write_tensor(std::string_view name, const Tensor& value) = 0;
+
+    //! An integer list of any integer type.
+    template <typename T> void write_int_list(std::string_view name, const std::vector<T>& values) {
+        write_ints(name, std::vector<int64_t>(values.begin(), values.end()));
+    }
+    //! A shape's dims as an int list.
+    void write_shape(std::string_view name, const TensorShape& shape) {
+        write_int_list(name, shape.dims());
+    }
+    //! A dtype by name ("float32").
+    void write_dtype(std::string_view name, DType dtype) { write_string(name, dtype.name()); }
+};
+
+//! Reads one operator's params while a model is loaded. Every read throws SerializationError
+//! naming the operator and field when the field is missing or of another type.
+class ParamReader {
+public:
+    virtual ~ParamReader() = default;
+    //! Whether the operator has a field named `name`.
+    virtual bool has(std::string_view name) const = 0;
+    virtual int64_t read_int(std::string_view name) const = 0;
+    virtual double read_float(std::string_view name) const = 0;
+    virtual bool read_bool(std::string_view name) const = 0;
+    virtual std::string read_string(std::string_view name) const = 0;
+    virtual std::vector<int64_t> read_ints(std::string_view name) const = 0;
+    virtual std::vector<double> read_floats(std::string_view name) const = 0;
+    //! The tensor a field refers to: a host tensor, used in place from a memory-mapped model
+    //! file when possible (no copy), else a copy.
+    virtual Tensor read_tensor(std::string_view name) const = 0;
+    //! The same, as a shared tensor: fields that refer to one stored tensor share one object.
+    virtual std::shared_ptr<Tensor> read_shared_tensor(std::string_view name) const = 0;
+    //! The operator type's params version the model was written with.
+    virtual uint32_t version() const = 0;
+    //! The operator being loaded, for messages: `MatMul "fc1"`.
+    virtual const std::string& context() const = 0;
+
+    //! An integer that must fit `T`.
+    template <typename T> T read_int_as(std::string_view name) const {
+        int64_t v = read_int(name);
+        check_range<T>(name, v);
+        return T(v);
+    }
+    //! An integer list whose items must fit `T`.
+    template <typename T> std::vector<T> read_int_list(std::string_view name) const {
+        std::vector<T> res;
+        for (int64_t v : read_ints(name)) {
+            check_range<T>(name, v);
+            res.push_back(T(v));
+        }
+        return res;
+    }
+    //! A shape: an int list of at most TensorShape::MAX_NDIM non-negative dims.
+    TensorShape read_shape(std::string_view name) const;
+    //! A dtype written by ParamWriter::write_dtype().
+    DType read_dtype(std::string_view name) const;
+    //! An enum written as its name: `name_of` maps each value to its name (values past the
+    //! last one share a placeholder name such as "?", which never matches). Values in
+    //! [0, `count`) are tried, so modes added later load without touching the loader.
+    template <typename E>
+    E read_enum(std::string_view name, const char* (*name_of)(E), size_t count = 256) const {
+        std::string s = read_string(name);
+        size_t found = count, matches = 0;
+        for (size_t i = 0; i < count; ++i)
+            if (s == name_of(E(i))) {
+                found = i;
+                ++matches;
+            }
+        if (matches != 1) throw_bad_value(name, s);
+        return E(found);
+    }
+
+    //! Throws SerializationError: field `name` holds `value`, which is not valid here.
+    [[noreturn]] void throw_bad_value(std::string_view name, std::string_view value) const;
+
+private:
+    template <typename T> void check_range(std::string_view name, int64_t v) const {
+        if (v < int64_t(std::numeric_limits<T>::min()) ||
+            (std::numeric_limits<T>::max() <= uint64_t(std::numeric_limits<int64_t>::max()) &&
+             v > int64_t(std::numeric_limits<T>::max())))
+            throw_bad_value(name, std::to_string(v));
+    }
+};
+
+//! Per-rank facts bound when a model is loaded rather than stored in it, so one file serves
+//! every rank. Operators that communicate read them in their loader.
+struct CollectiveBinding {
+    int rank = -1;       //!< -1: assigned by the group manager
+    int world_size = 0;  //!< 0: as recorded in the model
+    std::string server;  //!< group manager address "host:port"; empty: in-process
+    std::string backend; //!< "local", "mpi" or "nccl"; empty: as recorded in the model
+};
+
+//! What an operator type's loader receives: the graph being built, the operator's loaded
+//! inputs, its params and config (name and comp node), and the load-time bindings.
+struct OprLoadContext {
+    ComputingGraph& graph;
+    const SymbolVarArray& inputs;
+    const ParamReader& params;
+    const OperatorConfig& config;
+    const CollectiveBinding& collective;
+    //! Free-form load-time values (LoadOptions::bindings).
+    const std::map<std::string, std::string>& bindings;
+    //! Input shapes chosen at load time, by input name (LoadOptions::input_shapes).
+    const std::map<std::string, TensorShape>& input_shapes;
+
+    //! Input i; throws SerializationError naming the operator when the model gave fewer.
+    SymbolVar input(size_t i) const;
+    //! Throws SerializationError unless the operator has between `lo` and `hi` inputs.
+    void expect_inputs(size_t lo, size_t hi) const;
+};
+
+//! Writes an operator's params; registered per type in OperatorTraits.
+using ParamsDumper = void (*)(const OperatorNode& opr, ParamWriter& writer);
+//! Rebuilds an operator from its loaded inputs and params by calling its make(); returns its
+//! outputs in order. Registered per type in OperatorTraits.
+using OperatorLoader = SymbolVarArray (*)(const OprLoadContext& ctx);
+
+//! The operator as its concrete type, for a dumper (the registry dispatches by type name).
+template <typename T> const T& opr_cast(const OperatorNode& opr) {
+    auto* p = dynamic_cast<const T*>(&opr);
+    BRAID_ASSERT(p, "{} dumped with the params dumper of another type", opr.describe());
+    return *p;
+}
+
+} // namespace braid

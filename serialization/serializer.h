@@ -1,0 +1,173 @@
+// Dumping a graph to a model file and loading it back (format: serialization/model.fbs).
+//
+//     braid::dump({y}, "mlp.braid");                       // any graph built with the C++ API
+//     auto model = braid::load("mlp.braid");               // graph + named inputs and outputs
+//     auto exec = model.compile();
+//     exec->feed("x", x).run();
+//
+// Loading checks the file before it trusts it: identifier, format version, size, checksum,
+// then the flatbuffers structure, then every index, shape, dtype and size it reads. Anything
+// wrong is a SerializationError that says what ("<file>: truncated: ..."), never a crash.
+// Parameter tensors of a file loaded by path are used in place from a private memory mapping
+// (no second copy); the mapping lives as long as any tensor that uses it.
+#pragma once
+
+#include "graph/computing_graph.h"
+#include "graph/executable.h"
+#include "serialization/params.h"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace braid {
+
+//! The format version this build writes; it reads every version with the same major.
+constexpr uint16_t MODEL_FORMAT_MAJOR = 1;
+constexpr uint16_t MODEL_FORMAT_MINOR = 0;
+//! Alignment of every parameter tensor in a model file (and of the data section).
+constexpr size_t MODEL_DATA_ALIGNMENT = 64;
+
+//! How dump() writes a model.
+struct DumpOptions {
+    //! Who wrote the model; stored as is.
+    std::string producer = "braid";
+    //! User key-values stored in the model (e.g. "source", "license").
+    std::vector<std::pair<std::string, std::string>> metadata;
+    //! Input shapes to record, by input name, with -1 for a dim fixed at run time (e.g.
+    //! {-1, 784}); the other dims must equal the input's current shape. Inputs not named here
+    //! are recorded with their current shape.
+    std::map<std::string, std::vector<long>> input_shapes;
+};
+
+//! How load() builds the graph.
+struct LoadOptions {
+    //! Options of the new graph.
+    GraphOptions graph_options;
+    //! When set, every operator runs on this comp node (e.g. "cpu:default"); otherwise on the
+    //! comp node recorded in the model.
+    std::string comp_node;
+    //! Input shapes to build the graph with, by input name; each must agree with the shape the
+    //! model records (-1 dims free). Inputs not named here take their recorded default shape.
+    std::map<std::string, TensorShape> input_shapes;
+    //! Rank, world size, server and backend of collective operators.
+    CollectiveBinding collective;
+    //! Further load-time values handed to every operator's loader.
+    std::map<std::string, std::string> bindings;
+    //! Tensors of at least this many bytes are used in place from a mapped file; smaller ones
+    //! are copied.
+    size_t map_min_bytes = 4096;
+    //! Check the file size and checksum. Turn off only to exercise the structural checks
+    //! (fuzzing): a file with a bad checksum is then still verified, never trusted blindly.
+    bool verify_integrity = true;
+};
+
+//! A named model input or output.
+struct ModelIO {
+    std::string name;
+    DType dtype;
+    //! The recorded shape; -1 marks a dim fixed at run time.
+    std::vector<long> shape;
+    //! Inputs: the concrete shape the model was built with. Outputs: the recorded shape.
+    TensorShape default_shape;
+    //! The var in the loaded graph (invalid in a ModelDescription).
+    SymbolVar var;
+
+    //! Whether `actual` fits `shape` (same rank, equal fixed dims).
+    bool accepts(const TensorShape& actual) const;
+    //! "{-1,784}".
+    std::string shape_string() const;
+};
+
+//! Facts about a model file.
+struct ModelInfo {
+    uint16_t format_major = 0, format_minor = 0;
+    std::string producer;
+    std::vector<std::pair<std::string, std::string>> metadata;
+    size_t file_size = 0;
+    size_t nr_operators = 0;
+    size_t nr_vars = 0;
+    size_t nr_tensors = 0;   //!< distinct parameter tensors stored
+    size_t tensor_bytes = 0; //!< their bytes
+    size_t mapped_bytes = 0; //!< bytes used in place from the mapped file (load only)
+    uint64_t checksum = 0;
+};
+
+//! A loaded model: the graph, its inputs and outputs by name, and facts about the file.
+struct LoadedModel {
+    std::shared_ptr<ComputingGraph> graph;
+    std::vector<ModelIO> inputs;
+    std::vector<ModelIO> outputs;
+    ModelInfo info;
+
+    //! The input named `name`; throws GraphError listing the inputs when there is none.
+    const ModelIO& input(const std::string& name) const;
+    //! The output named `name`; throws GraphError listing the outputs when there is none.
+    const ModelIO& output(const std::string& name) const;
+    //! Compiles every output, in the model's order.
+    std::unique_ptr<Executable> compile() const;
+};
+
+//! One operator of a model file, as recorded.
+struct ModelOperator {
+    std::string type_name;
+    std::string name;
+    std::string comp_node;
+    uint32_t version = 0;
+    std::vector<uint32_t> inputs, outputs; //!< var indices
+    //! Params as display text, in the recorded order: ("mode", "ADD"), ("value", "tensor #0").
+    std::vector<std::pair<std::string, std::string>> params;
+};
+
+//! One var of a model file, as recorded.
+struct ModelVar {
+    std::string name;
+    DType dtype;
+    bool shape_known = false;
+    TensorShape shape;
+};
+
+//! One stored parameter tensor.
+struct ModelTensor {
+    DType dtype;
+    TensorShape shape;
+    uint64_t offset = 0; //!< from the data section's start
+    uint64_t size = 0;
+    uint64_t content_hash = 0;
+};
+
+//! The structure of a model file, read without building a graph (operators of types this
+//! build does not know are fine here).
+struct ModelDescription {
+    ModelInfo info;
+    std::vector<ModelVar> vars;
+    std::vector<ModelOperator> operators;
+    std::vector<ModelTensor> tensors;
+    std::vector<ModelIO> inputs, outputs;
+};
+
+//! Writes the graph computing `outputs` to the file at `path` (replaced atomically).
+//! Throws SerializationError for an operator type without a params dumper, duplicate output
+//! names, or a bad DumpOptions::input_shapes entry; Error subclasses for I/O failures.
+void dump(const SymbolVarArray& outputs, const std::string& path, const DumpOptions& options = {});
+//! The same, into `buffer` (replaced).
+void dump(const SymbolVarArray& outputs, std::vector<uint8_t>& buffer,
+          const DumpOptions& options = {});
+
+//! Loads the model file at `path` (memory-mapped). Throws SerializationError for a file
+//! that cannot be read, is not a braid model, is truncated, corrupt or tampered with, has a
+//! newer major format version, or names an operator type this build does not know.
+LoadedModel load(const std::string& path, const LoadOptions& options = {});
+//! Loads a model from memory; the bytes are copied where needed and may be freed afterwards.
+LoadedModel load(std::span<const uint8_t> buffer, const LoadOptions& options = {});
+
+//! Reads a model file's structure (verified like load(), no graph built).
+ModelDescription describe_model(const std::string& path);
+//! The same, from memory.
+ModelDescription describe_model(std::span<const uint8_t> buffer);
+
+} // namespace braid

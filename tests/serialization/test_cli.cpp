@@ -1,0 +1,243 @@
+// braid-run and braid-inspect as a user runs them: each flag, and the exit status and one-line
+// message of each kind of error.
+#include "base/hash.h"
+#include "helpers.h"
+#include "model_patch.h"
+#include "serialization/npy.h"
+#include "tools/example_models.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sys/wait.h>
+
+using namespace braid;
+using namespace braid::test;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+namespace {
+
+const std::string RUN = BRAID_RUN_PATH;
+const std::string INSPECT = BRAID_INSPECT_PATH;
+const std::string MLP = std::string(BRAID_EXAMPLE_MODELS_DIR) + "/mlp.braid";
+
+struct Result {
+    int status = -1;
+    std::string out, err;
+    //! Lines on stderr.
+    size_t err_lines() const { return size_t(std::count(err.begin(), err.end(), '\n')); }
+};
+
+std::string quote(const std::string& s) {
+    std::string r = "'";
+    for (char c : s) r += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return r + "'";
+}
+
+Result run(const std::string& binary, const std::vector<std::string>& args) {
+    static TempDir scratch;
+    std::string cmd = quote(binary);
+    for (auto& a : args) cmd += " " + quote(a);
+    std::string out = scratch.file("stdout"), err = scratch.file("stderr");
+    cmd += " > " + quote(out) + " 2> " + quote(err);
+    int raw = std::system(cmd.c_str());
+    Result r;
+    r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+    auto o = read_file(out), e = read_file(err);
+    r.out.assign(o.begin(), o.end());
+    r.err.assign(e.begin(), e.end());
+    return r;
+}
+
+//! The value of "key":"..." in a JSON text (first occurrence).
+std::string json_string(const std::string& json, const std::string& key) {
+    auto at = json.find("\"" + key + "\":\"");
+    if (at == std::string::npos) return "";
+    at += key.size() + 4;
+    return json.substr(at, json.find('"', at) - at);
+}
+
+std::string checksum_of(const Tensor& t) {
+    Tensor c = t.contiguous();
+    return fmt::format("{:016x}", xxhash64(c.raw_ptr(), c.nr_bytes()));
+}
+
+//! Expects a failure with `status` and one stderr line containing `message`.
+void expect_error(const Result& r, int status, const std::string& message) {
+    EXPECT_EQ(r.status, status) << r.err;
+    EXPECT_EQ(r.err_lines(), 1u) << r.err;
+    EXPECT_THAT(r.err, HasSubstr(message));
+}
+
+} // namespace
+
+TEST(BraidRunCli, DefaultRunPrintsTimingsAndOutputs) {
+    auto r = run(RUN, {MLP});
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(r.err, "");
+    EXPECT_THAT(r.out, HasSubstr("load: "));
+    EXPECT_THAT(r.out, HasSubstr("input x: random float32 {64,784} (model shape {-1,784})"));
+    EXPECT_THAT(r.out, HasSubstr("iterations: 10 after 1 warm-up"));
+    EXPECT_THAT(r.out, HasSubstr("time per iteration (ms): min "));
+    for (auto* stat : {"median", "mean", "p90", "p99", "max"}) EXPECT_THAT(r.out, HasSubstr(stat));
+    EXPECT_THAT(r.out, HasSubstr("output logits: float32 {64,10} checksum "));
+    EXPECT_THAT(r.out, HasSubstr("first values: "));
+}
+
+TEST(BraidRunCli, JsonHoldsTheSameFactsAndMatchesAnInProcessRun) {
+    TempDir dir;
+    Tensor x = random_input({5, 784}, 9);
+    write_npy(dir.file("x.npy"), x);
+    auto r = run(
+        RUN, {MLP, "--json", "--iter", "3", "--warmup", "0", "--input", "x=" + dir.file("x.npy")});
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_THAT(r.out, StartsWith("{"));
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1); // one object, one line
+    for (auto* key : {"\"load_ms\":", "\"compile_ms\":", "\"latency_ms\":{\"min\":", "\"median\":",
+                      "\"p90\":", "\"p99\":", "\"outputs\":[{\"name\":\"logits\"",
+                      "\"shape\":[5,10]", "\"first_values\":["})
+        EXPECT_THAT(r.out, HasSubstr(key));
+    auto iters = r.out.substr(r.out.find("\"iteration_ms\":["));
+    iters = iters.substr(0, iters.find(']'));
+    EXPECT_EQ(std::count(iters.begin(), iters.end(), ','), 2); // 3 samples
+
+    auto model = load(MLP);
+    auto exec = model.compile();
+    exec->feed("x", x).run();
+    EXPECT_EQ(json_string(r.out, "checksum"), checksum_of(exec->output(0)));
+}
+
+TEST(BraidRunCli, ThreadsCompNodeMemoryPlanAndDevicesFlags) {
+    auto r = run(RUN, {MLP, "--json", "--iter", "2", "--threads", "1", "--comp-node", "cpu:default",
+                       "--no-mem-plan"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_THAT(r.out, HasSubstr("\"kernel_threads\":1,"));
+    EXPECT_THAT(r.out, HasSubstr("\"comp_node\":\"cpu:default\""));
+    EXPECT_THAT(r.out, HasSubstr("\"memory_plan\":false"));
+
+    auto d = run(RUN, {MLP, "--json", "--iter", "2", "--devices", "2"});
+    ASSERT_EQ(d.status, 0) << d.err;
+    EXPECT_THAT(d.out, HasSubstr("\"devices\":2"));
+    EXPECT_THAT(d.out, HasSubstr("\"ranks\":[{\"rank\":0,\"comp_node\":\"cpu0\""));
+    EXPECT_THAT(d.out, HasSubstr("{\"rank\":1,\"comp_node\":\"cpu1\""));
+
+    auto s = run(RUN, {MLP, "--iter", "1", "--server", "127.0.0.1:29500", "--rank", "1",
+                       "--world-size", "2"});
+    ASSERT_EQ(s.status, 0) << s.err;
+    EXPECT_THAT(s.out, HasSubstr("rank 1 of 2 (local backend, server 127.0.0.1:29500)"));
+}
+
+TEST(BraidRunCli, RandomShapeOutputDirProfileAndMemReport) {
+    TempDir dir;
+    auto r = run(RUN, {MLP, "--iter", "2", "--input", "x=random:4x784", "--output-dir",
+                       dir.file("out"), "--profile", dir.file("trace.json"), "--mem-report"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_THAT(r.out, HasSubstr("input x: random:4x784 float32 {4,784}"));
+    Tensor logits = read_npy(dir.file("out/logits.npy"));
+    EXPECT_EQ(logits.shape(), (TensorShape{4, 10}));
+    EXPECT_THAT(r.out, HasSubstr("checksum " + checksum_of(logits)));
+    auto trace = read_file(dir.file("trace.json"));
+    std::string text(trace.begin(), trace.end());
+    EXPECT_THAT(text, HasSubstr("\"traceEvents\":["));
+    EXPECT_THAT(text, HasSubstr("\"ph\":\"X\",\"name\":\"MatMul(AB) "));
+    EXPECT_THAT(text, HasSubstr("\"name\":\"iteration 1\""));
+    EXPECT_THAT(r.out, HasSubstr("memory"));
+    EXPECT_THAT(r.out, HasSubstr("cpu0: "));
+}
+
+TEST(BraidRunCli, UsageErrorsExitWithStatus2) {
+    expect_error(run(RUN, {}), 2, "braid-run: error: model is required");
+    expect_error(run(RUN, {MLP, "--bogus"}), 2, "--bogus");
+    expect_error(run(RUN, {MLP, "--iter", "0"}), 2, "--iter");
+    expect_error(run(RUN, {MLP, "--comp-node", "gpu7"}), 2, "invalid comp node locator \"gpu7\"");
+    expect_error(run(RUN, {MLP, "--input", "y=random"}), 2,
+                 "--input y: the model has no input named \"y\" (inputs: x)");
+    expect_error(run(RUN, {MLP, "--input", "x=random:4x783"}), 2,
+                 "shape {4,783} does not fit the model's {-1,784}");
+    expect_error(run(RUN, {MLP, "--input", "x=random:4xq"}), 2, "bad shape \"4xq\"");
+    expect_error(run(RUN, {MLP, "--devices", "2", "--server", "h:1"}), 2, "excludes");
+    expect_error(run(RUN, {MLP, "--server", "localhost", "--rank", "0", "--world-size", "2"}), 2,
+                 "expected HOST:PORT");
+    expect_error(run(RUN, {MLP, "--server", "h:1", "--rank", "2", "--world-size", "2"}), 2,
+                 "--rank 2 is out of range for --world-size 2");
+    expect_error(run(RUN, {MLP, "--backend", "tcp"}), 2, "--backend");
+}
+
+TEST(BraidRunCli, BadModelAndInputFilesExitWithStatus3) {
+    TempDir dir;
+    expect_error(run(RUN, {dir.file("missing.braid")}), 3, "missing.braid: cannot open");
+    write_file(dir.file("empty.braid"), {});
+    expect_error(run(RUN, {dir.file("empty.braid")}), 3, "empty file (0 bytes)");
+    auto bytes = read_file(MLP);
+    auto flipped = bytes;
+    flipped[flipped.size() / 2] ^= 4;
+    write_file(dir.file("flipped.braid"), flipped);
+    expect_error(run(RUN, {dir.file("flipped.braid")}), 3, "checksum mismatch");
+    write_file(dir.file("cut.braid"), {bytes.begin(), bytes.begin() + 1000});
+    expect_error(run(RUN, {dir.file("cut.braid")}), 3, "truncated");
+    auto renamed = bytes;
+    rename_operator_type(renamed, "MatMul", "MatMux");
+    write_file(dir.file("unknown.braid"), renamed);
+    expect_error(run(RUN, {dir.file("unknown.braid")}), 3, "unknown operator type \"MatMux\"");
+
+    // Input files: Fortran order, unsupported dtype, wrong dtype, wrong shape.
+    Tensor x = random_input({2, 784}, 1);
+    auto npy = encode_npy(x);
+    std::string header(npy.begin(), npy.begin() + 64);
+    auto fortran = npy;
+    auto at = header.find("False");
+    std::memcpy(fortran.data() + at, "True ", 5);
+    write_file(dir.file("f.npy"), fortran);
+    expect_error(run(RUN, {MLP, "--input", "x=" + dir.file("f.npy")}), 3,
+                 "input \"x\": " + dir.file("f.npy") + ": Fortran-order arrays are not supported");
+    auto f8 = npy;
+    std::memcpy(f8.data() + header.find("<f4"), "<f8", 3);
+    write_file(dir.file("f8.npy"), f8);
+    expect_error(run(RUN, {MLP, "--input", "x=" + dir.file("f8.npy")}), 3,
+                 "dtype '<f8' is not supported");
+    write_npy(dir.file("i.npy"), Tensor(TensorShape{2, 784}, dtype::Int32()));
+    expect_error(run(RUN, {MLP, "--input", "x=" + dir.file("i.npy")}), 3,
+                 "holds int32, the model expects float32");
+    write_npy(dir.file("s.npy"), random_input({2, 783}, 1));
+    expect_error(run(RUN, {MLP, "--input", "x=" + dir.file("s.npy")}), 3,
+                 "has shape {2,783}, the model expects {-1,784}");
+}
+
+TEST(BraidRunCli, KernelFailureExitsWithStatus4) {
+    TempDir dir;
+    auto g = ComputingGraph::make();
+    auto x = opr::Input::make(*g, "n", dtype::Int32(), {64});
+    dump({opr::floor_div(x, x).rename("q")}, dir.file("div.braid"));
+    // Random int inputs are in [0, 9]: 64 of them include a zero.
+    expect_error(run(RUN, {dir.file("div.braid"), "--iter", "1"}), 4, "division by zero");
+}
+
+TEST(BraidInspectCli, SummaryDotAndErrors) {
+    auto r = run(INSPECT, {MLP});
+    ASSERT_EQ(r.status, 0) << r.err;
+    for (auto* s : {"format: 1.0", "x: float32 {-1,784} (default {64,784})",
+                    "logits: float32 {64,10}", "MatMul", "SharedParam",
+                    "parameters: 4 tensors, "
+                    "814120 bytes",
+                    "w1                       float32 {784,256}", "memory"})
+        EXPECT_THAT(r.out, HasSubstr(s));
+    auto d = run(INSPECT, {MLP, "--dot"});
+    ASSERT_EQ(d.status, 0);
+    EXPECT_THAT(d.out, StartsWith("digraph model {"));
+    EXPECT_THAT(d.out, HasSubstr("-> out0"));
+
+    TempDir dir;
+    auto renamed = read_file(MLP);
+    rename_operator_type(renamed, "MatMul", "MatMux");
+    write_file(dir.file("unknown.braid"), renamed);
+    auto u = run(INSPECT, {dir.file("unknown.braid")});
+    EXPECT_EQ(u.status, 0) << u.err;
+    EXPECT_THAT(u.out, HasSubstr("MatMux"));
+    EXPECT_THAT(u.out, HasSubstr("memory: unavailable: "));
+    write_file(dir.file("junk.braid"), {1, 2, 3, 4, 5, 6, 7, 8, 9});
+    expect_error(run(INSPECT, {dir.file("junk.braid")}), 3, "wrong file identifier");
+    expect_error(run(INSPECT, {MLP, "--frobnicate"}), 2, "--frobnicate");
+}

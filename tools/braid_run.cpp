@@ -1,0 +1,264 @@
+// braid-run: runs a serialized model and reports load time, latency statistics and outputs.
+//
+//     braid-run model.braid [--input x=in.npy] [--iter 50] [--json] ...
+//
+// Exit status: 0 success, 2 usage error, 3 bad model or input file, 4 failure while running.
+// Every error is one line on stderr. See docs/cli.md.
+#include "base/hash.h"
+#include "base/log.h"
+#include "tools/json_writer.h"
+#include "tools/run_model.h"
+
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+
+using namespace braid;
+using namespace braid::tools;
+
+namespace {
+
+constexpr size_t FIRST_VALUES = 6;
+
+std::string checksum_hex(const Tensor& t) {
+    Tensor c = t.contiguous();
+    return fmt::format("{:016x}", xxhash64(c.raw_ptr(), c.nr_bytes()));
+}
+
+std::vector<double> first_values(const Tensor& t) {
+    std::vector<double> v;
+    for (size_t i = 0; i < std::min(FIRST_VALUES, t.shape().total_nr_elems()); ++i)
+        v.push_back(t.at(i));
+    return v;
+}
+
+std::string value_text(double v, DType dt) {
+    if (!dt.is_float()) return fmt::format("{}", int64_t(v));
+    return fmt::format("{:.6g}", v);
+}
+
+std::vector<double> all_iterations(const RunResult& r) {
+    std::vector<double> all;
+    for (auto& rank : r.ranks)
+        all.insert(all.end(), rank.iteration_ms.begin(), rank.iteration_ms.end());
+    return all;
+}
+
+void print_text(const RunConfig& cfg, const RunResult& r) {
+    auto& info = r.info;
+    auto& r0 = r.ranks.at(0);
+    std::printf("model: %s (format %u.%u, %zu operators, %zu parameter tensors, %s)\n",
+                cfg.model_path.c_str(), info.format_major, info.format_minor, info.nr_operators,
+                info.nr_tensors, human_bytes(info.tensor_bytes).c_str());
+    if (!r.note.empty()) std::printf("%s\n", r.note.c_str());
+    std::printf("comp node: %s, kernel threads: %zu, memory plan: %s%s\n", r0.comp_node.c_str(),
+                r.kernel_threads, cfg.mem_plan ? "on" : "off",
+                cfg.devices > 1
+                    ? fmt::format(", devices: {} (independent copies)", cfg.devices).c_str()
+                    : "");
+    std::printf("load: %.3f ms (%s of parameters used in place from the mapped file), "
+                "compile: %.3f ms\n",
+                r0.load_ms, human_bytes(info.mapped_bytes).c_str(), r0.compile_ms);
+    for (auto& in : r.inputs)
+        std::printf("input %s: %s %s %s (model shape %s)\n", in.name.c_str(), in.source.c_str(),
+                    in.value.dtype().name(), in.value.shape().to_string().c_str(),
+                    in.model_shape.c_str());
+    auto s = latency_stats(all_iterations(r));
+    std::printf("iterations: %zu after %zu warm-up%s\n", cfg.iterations, cfg.warmup,
+                cfg.devices > 1 ? fmt::format(" (per rank; {} samples)", s.count).c_str() : "");
+    std::printf("time per iteration (ms): min %.3f  median %.3f  mean %.3f  p90 %.3f  p99 %.3f  "
+                "max %.3f\n",
+                s.min, s.median, s.mean, s.p90, s.p99, s.max);
+    for (auto& [name, t] : r0.outputs) {
+        std::printf("output %s: %s %s checksum %s\n", name.c_str(), t.dtype().name(),
+                    t.shape().to_string().c_str(), checksum_hex(t).c_str());
+        std::string vals;
+        for (double v : first_values(t)) vals += " " + value_text(v, t.dtype());
+        std::printf("  first values:%s%s\n", vals.c_str(),
+                    t.shape().total_nr_elems() > FIRST_VALUES ? " ..." : "");
+    }
+    for (size_t k = 1; k < r.ranks.size(); ++k)
+        for (size_t i = 0; i < r.ranks[k].outputs.size(); ++i)
+            if (checksum_hex(r.ranks[k].outputs[i].second) != checksum_hex(r0.outputs[i].second))
+                std::printf("note: rank %zu output %s differs from rank 0\n", k,
+                            r0.outputs[i].first.c_str());
+    if (cfg.mem_report) {
+        if (r0.planner_report)
+            std::printf("memory:\n%s", r0.memory_report.c_str());
+        else
+            std::printf("memory (the planner report is unavailable in this build; summary from "
+                        "static shapes):\n%s",
+                        r0.memory_report.c_str());
+    }
+    if (!cfg.profile_path.empty())
+        std::printf("profile: %s (Chrome trace; open in Perfetto)\n", cfg.profile_path.c_str());
+    if (!cfg.output_dir.empty()) std::printf("outputs written to %s/\n", cfg.output_dir.c_str());
+}
+
+void print_json(const RunConfig& cfg, const RunResult& r) {
+    auto& r0 = r.ranks.at(0);
+    JsonWriter j;
+    j.begin_object();
+    j.field("model", cfg.model_path);
+    j.key("format").begin_object();
+    j.field("major", r.info.format_major).field("minor", r.info.format_minor).end_object();
+    j.field("producer", r.info.producer);
+    j.field("operators", r.info.nr_operators);
+    j.field("parameter_tensors", r.info.nr_tensors);
+    j.field("parameter_bytes", r.info.tensor_bytes);
+    j.field("mapped_bytes", r.info.mapped_bytes);
+    j.field("comp_node", r0.comp_node);
+    j.field("kernel_threads", r.kernel_threads);
+    j.field("memory_plan", cfg.mem_plan);
+    j.field("devices", cfg.devices);
+    if (r.world_size > 0) j.field("rank", r.rank).field("world_size", r.world_size);
+    j.field("load_ms", r0.load_ms);
+    j.field("compile_ms", r0.compile_ms);
+    j.field("warmup", cfg.warmup);
+    j.field("iterations", cfg.iterations);
+    auto s = latency_stats(all_iterations(r));
+    j.key("latency_ms").begin_object();
+    j.field("min", s.min).field("median", s.median).field("mean", s.mean).field("p90", s.p90);
+    j.field("p99", s.p99).field("max", s.max).end_object();
+    j.key("iteration_ms").begin_array();
+    for (double v : r0.iteration_ms) j.value(v);
+    j.end_array();
+    if (r.ranks.size() > 1) {
+        j.key("ranks").begin_array();
+        for (auto& rank : r.ranks) {
+            auto rs = latency_stats(rank.iteration_ms);
+            j.begin_object().field("rank", rank.rank).field("comp_node", rank.comp_node);
+            j.field("load_ms", rank.load_ms).field("median_ms", rs.median).end_object();
+        }
+        j.end_array();
+    }
+    j.key("inputs").begin_array();
+    for (auto& in : r.inputs) {
+        j.begin_object().field("name", in.name).field("source", in.source);
+        j.field("dtype", in.value.dtype().name());
+        j.key("shape").begin_array();
+        for (size_t d : in.value.shape().dims()) j.value(d);
+        j.end_array().end_object();
+    }
+    j.end_array();
+    j.key("outputs").begin_array();
+    for (auto& [name, t] : r0.outputs) {
+        j.begin_object().field("name", name).field("dtype", t.dtype().name());
+        j.key("shape").begin_array();
+        for (size_t d : t.shape().dims()) j.value(d);
+        j.end_array();
+        j.key("first_values").begin_array();
+        for (double v : first_values(t)) j.value(v);
+        j.end_array();
+        j.field("checksum", checksum_hex(t)).end_object();
+    }
+    j.end_array();
+    if (cfg.mem_report)
+        j.key("memory")
+            .begin_object()
+            .field("planner_report", r0.planner_report)
+            .field("text", r0.memory_report)
+            .end_object();
+    if (!cfg.profile_path.empty()) j.field("profile", cfg.profile_path);
+    if (!r.note.empty()) j.field("note", r.note);
+    j.end_object();
+    std::printf("%s\n", j.str().c_str());
+}
+
+int error_exit(int code, const std::string& msg) {
+    std::string line = msg;
+    std::replace(line.begin(), line.end(), '\n', ' ');
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    std::fprintf(stderr, "braid-run: error: %s\n", line.c_str());
+    return code;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    CLI::App app{"Runs a serialized braid model: load time, latency statistics, outputs.",
+                 "braid-run"};
+    RunConfig cfg;
+    std::vector<std::string> inputs;
+    app.add_option("model", cfg.model_path, "Model file (.braid)")->required();
+    app.add_option("--input", inputs,
+                   "NAME=FILE.npy, NAME=random or NAME=random:SHAPE (e.g. x=random:4x784); "
+                   "repeat for each input. Inputs not given are random with the model's "
+                   "default shape")
+        ->expected(1)
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+    app.add_option("--iter", cfg.iterations, "Timed iterations")
+        ->capture_default_str()
+        ->check(CLI::Range(size_t(1), size_t(1) << 30));
+    app.add_option("--warmup", cfg.warmup, "Untimed iterations first")
+        ->capture_default_str()
+        ->check(CLI::Range(size_t(0), size_t(1) << 30));
+    app.add_option("--threads", cfg.threads, "Kernel threads (default: BRAID_NUM_THREADS or all)")
+        ->check(CLI::Range(size_t(1), size_t(4096)));
+    app.add_option("--comp-node", cfg.comp_node,
+                   "Run every operator on this comp node: cpu0, cpu:default, cuda0, ... "
+                   "(default: as recorded in the model)");
+    app.add_option("--output-dir", cfg.output_dir, "Write each output as DIR/NAME.npy");
+    app.add_flag("--json", cfg.json, "Print one JSON object instead of text");
+    app.add_option("--profile", cfg.profile_path,
+                   "Write per-operator timings of the timed iterations as a Chrome trace");
+    app.add_flag("--mem-report", cfg.mem_report, "Print the memory plan report");
+    bool no_mem_plan = false;
+    app.add_flag("--no-mem-plan", no_mem_plan, "Give every var its own allocation");
+    app.add_option("--seed", cfg.seed, "Seed of random inputs")->capture_default_str();
+    auto* devices = app.add_option("--devices", cfg.devices,
+                                   "Run N ranks as threads in this process (one comp node each)")
+                        ->check(CLI::Range(size_t(1), size_t(256)));
+    auto* server =
+        app.add_option("--server", cfg.server, "Group manager HOST:PORT (multi-process ranks)")
+            ->check(CLI::Validator(
+                [](std::string& s) -> std::string {
+                    auto colon = s.rfind(':');
+                    if (colon == std::string::npos || colon == 0 || colon + 1 == s.size())
+                        return "expected HOST:PORT, got \"" + s + "\"";
+                    auto port = s.substr(colon + 1);
+                    if (port.size() > 5 ||
+                        port.find_first_not_of("0123456789") != std::string::npos ||
+                        std::stoi(port) < 1 || std::stoi(port) > 65535)
+                        return "bad port \"" + port + "\" in \"" + s + "\"";
+                    return {};
+                },
+                "HOST:PORT"));
+    app.add_option("--rank", cfg.rank, "This process's rank (with --server)")
+        ->check(CLI::Range(0, 1 << 20));
+    app.add_option("--world-size", cfg.world_size, "Number of ranks (with --server)")
+        ->check(CLI::Range(1, 1 << 20));
+    app.add_option("--backend", cfg.backend, "Collective backend")
+        ->check(CLI::IsMember({"local", "mpi", "nccl"}));
+    devices->excludes(server);
+
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::CallForHelp& e) {
+        return app.exit(e);
+    } catch (const CLI::ParseError& e) {
+        if (e.get_exit_code() == 0) return app.exit(e);
+        return error_exit(EXIT_USAGE, std::string(e.what()) + " (see braid-run --help)");
+    }
+    cfg.mem_plan = !no_mem_plan;
+    // Kernel failures are reported once, by this tool; the library's own error log would
+    // repeat them. BRAID_LOG_LEVEL still wins when set.
+    if (!std::getenv("BRAID_LOG_LEVEL")) logger()->set_level(spdlog::level::critical);
+
+    try {
+        for (auto& s : inputs) cfg.inputs.push_back(parse_input_spec(s));
+        RunResult result = run_model(cfg);
+        if (cfg.json)
+            print_json(cfg, result);
+        else
+            print_text(cfg, result);
+        std::fflush(stdout);
+        return EXIT_OK;
+    } catch (const ToolError& e) {
+        return error_exit(e.exit_code(), e.what());
+    } catch (const std::exception& e) {
+        return error_exit(EXIT_RUN_FAILED, e.what());
+    }
+}

@@ -1,0 +1,41 @@
+// The example models that make_example_models writes into examples/models/, one builder
+// function per model, also used by the serialization tests and the fuzzer's seed corpus.
+#pragma once
+
+#include "braid.h"
+#include "serialization/serializer.h"
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace braid::examples {
+
+//! One example model file.
+struct ExampleModel {
+    std::string name;        //!< file stem: "mlp" -> mlp.braid
+    std::string description; //!< one line
+    //! Builds the model in `graph` and returns its outputs; null while the model needs
+    //! operators this build does not have (see `pending`).
+    std::function<SymbolVarArray(ComputingGraph& graph)> build;
+    //! Open input dims, metadata.
+    DumpOptions dump_options;
+    //! Why `build` is null.
+    std::string pending;
+};
+
+//! Every example model, buildable or not, in a fixed order.
+std::vector<ExampleModel> example_models();
+
+//! The examples/mlp network: input "x" {batch, in}, relu(x·w1 + b1)·w2 + b2 as "logits";
+//! weights uniform in ±0.05 from a fixed seed (the same values as examples/mlp).
+SymbolVarArray build_mlp(ComputingGraph& graph, size_t batch = 64, size_t in = 784,
+                         size_t hidden = 256, size_t out = 10);
+
+//! A small graph that uses every operator type in this build: input "x" float32 {4, 6}.
+SymbolVarArray build_every_operator(ComputingGraph& graph);
+
+//! Small models for the fuzzer's seed corpus: (file stem, bytes).
+std::vector<std::pair<std::string, std::vector<uint8_t>>> fuzz_seed_models();
+
+} // namespace braid::examples

@@ -1,0 +1,482 @@
+#include "tools/run_model.h"
+
+#include "base/thread_pool.h"
+#include "serialization/npy.h"
+
+#include <algorithm>
+#include <cmath>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <numeric>
+#include <random>
+#include <regex>
+#include <set>
+#include <thread>
+
+namespace braid::tools {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+//! Error messages are printed on one line.
+std::string one_line(std::string s) {
+    std::replace(s.begin(), s.end(), '\n', ' ');
+    return s;
+}
+
+//! Runs `fn`; any error but a ToolError becomes a ToolError with `code` and `prefix`.
+template <typename Fn> auto stage(int code, const std::string& prefix, Fn&& fn) -> decltype(fn()) {
+    try {
+        return fn();
+    } catch (const ToolError&) {
+        throw;
+    } catch (const std::exception& e) {
+        throw ToolError(code, one_line(prefix + e.what()));
+    }
+}
+
+//! The comp node of rank `rank` when ranks run as threads: cpuK -> cpu(K+rank),
+//! cudaK -> cuda(K+rank); cpu:default stays (each rank's thread runs its own kernels).
+std::string rank_comp_node(const std::string& base, int rank) {
+    static const std::regex pattern(R"((cpu|cuda)(\d+)(:\d+)?)");
+    std::smatch m;
+    if (rank == 0 || !std::regex_match(base, m, pattern)) return base;
+    return fmt::format("{}{}{}", m[1].str(), std::stoi(m[2].str()) + rank, m[3].str());
+}
+
+Tensor random_tensor(const TensorShape& shape, DType dtype, uint32_t seed) {
+    std::mt19937 rng(seed);
+    Tensor t(shape, dtype);
+    size_t n = shape.total_nr_elems();
+    if (dtype.is_float()) {
+        std::uniform_real_distribution<double> dist(-1.0, 1.0);
+        for (size_t i = 0; i < n; ++i) store_from_double(dtype, t.raw_ptr(), i, dist(rng));
+    } else {
+        std::uniform_int_distribution<int> dist(0, dtype == dtype::Bool() ? 1 : 9);
+        for (size_t i = 0; i < n; ++i) store_from_double(dtype, t.raw_ptr(), i, dist(rng));
+    }
+    return t;
+}
+
+std::vector<ResolvedInput> resolve_inputs(const RunConfig& cfg, const LoadedModel& model) {
+    std::string known;
+    for (auto& io : model.inputs) known += (known.empty() ? "" : ", ") + io.name;
+    for (size_t i = 0; i < cfg.inputs.size(); ++i) {
+        auto& spec = cfg.inputs[i];
+        bool found = false;
+        for (auto& io : model.inputs) found |= io.name == spec.name;
+        if (!found)
+            throw ToolError(EXIT_USAGE,
+                            fmt::format("--input {}: the model has no input named \"{}\" "
+                                        "(inputs: {})",
+                                        spec.name, spec.name, known.empty() ? "none" : known));
+        for (size_t j = 0; j < i; ++j)
+            if (cfg.inputs[j].name == spec.name)
+                throw ToolError(EXIT_USAGE, fmt::format("--input {} given twice", spec.name));
+    }
+    std::vector<ResolvedInput> res;
+    uint32_t seed = cfg.seed;
+    for (auto& io : model.inputs) {
+        ResolvedInput in;
+        in.name = io.name;
+        in.model_shape = io.shape_string();
+        const InputSpec* spec = nullptr;
+        for (auto& s : cfg.inputs)
+            if (s.name == io.name) spec = &s;
+        std::string what = fmt::format("input \"{}\": ", io.name);
+        if (spec && !spec->file.empty()) {
+            in.source = spec->file;
+            in.value = stage(EXIT_BAD_FILE, what, [&] { return read_npy(spec->file); });
+            if (in.value.dtype() != io.dtype)
+                throw ToolError(EXIT_BAD_FILE,
+                                fmt::format("{}{} holds {}, the model expects {}", what, spec->file,
+                                            in.value.dtype().name(), io.dtype.name()));
+            if (!io.accepts(in.value.shape()))
+                throw ToolError(EXIT_BAD_FILE,
+                                fmt::format("{}{} has shape {}, the model expects {}", what,
+                                            spec->file, in.value.shape().to_string(),
+                                            io.shape_string()));
+        } else {
+            TensorShape shape = io.default_shape;
+            in.source = "random";
+            if (spec && spec->shape) {
+                shape = *spec->shape;
+                auto dims = shape.dims();
+                in.source = "random:";
+                for (size_t i = 0; i < dims.size(); ++i)
+                    in.source += (i ? "x" : "") + std::to_string(dims[i]);
+                if (!io.accepts(shape))
+                    throw ToolError(EXIT_USAGE,
+                                    fmt::format("--input {}=random: shape {} does not fit the "
+                                                "model's {}",
+                                                io.name, shape.to_string(), io.shape_string()));
+            }
+            in.value = random_tensor(shape, io.dtype, seed++);
+        }
+        res.push_back(std::move(in));
+    }
+    return res;
+}
+
+//! Collects timed operator executions from every comp node thread.
+class TraceCollector {
+public:
+    explicit TraceCollector(Clock::time_point origin) : m_origin(origin) {}
+    void add(const OperatorNode& opr, int rank, Clock::time_point begin, Clock::time_point end) {
+        TraceEvent e;
+        e.name = opr.describe();
+        e.type = opr.type_name();
+        e.comp_node = opr.comp_node().locator();
+        e.rank = rank;
+        e.begin_us = std::chrono::duration<double, std::micro>(begin - m_origin).count();
+        e.duration_us = std::chrono::duration<double, std::micro>(end - begin).count();
+        std::lock_guard lk(m_mutex);
+        m_events.push_back(std::move(e));
+    }
+    void add_iteration(size_t i, int rank, Clock::time_point begin, Clock::time_point end) {
+        TraceEvent e;
+        e.name = fmt::format("iteration {}", i);
+        e.type = "iteration";
+        e.comp_node = "host";
+        e.rank = rank;
+        e.begin_us = std::chrono::duration<double, std::micro>(begin - m_origin).count();
+        e.duration_us = std::chrono::duration<double, std::micro>(end - begin).count();
+        std::lock_guard lk(m_mutex);
+        m_events.push_back(std::move(e));
+    }
+    std::vector<TraceEvent> take() {
+        std::lock_guard lk(m_mutex);
+        return std::move(m_events);
+    }
+
+private:
+    Clock::time_point m_origin;
+    std::mutex m_mutex;
+    std::vector<TraceEvent> m_events;
+};
+
+//! Compiles and runs one loaded model: warm-up, timed iterations, outputs.
+RankResult run_rank(const RunConfig& cfg, int rank, const LoadedModel& model, double load_ms,
+                    const std::vector<ResolvedInput>& inputs, Clock::time_point origin) {
+    RankResult r;
+    r.rank = rank;
+    r.load_ms = load_ms;
+    r.comp_node = model.outputs.at(0).var.comp_node().locator();
+    std::string prefix = cfg.devices > 1 ? fmt::format("rank {}: ", rank) : "";
+    auto t0 = Clock::now();
+    auto exec = stage(EXIT_RUN_FAILED, prefix + "compile: ", [&] { return model.compile(); });
+    r.compile_ms = ms_since(t0);
+    stage(EXIT_RUN_FAILED, prefix, [&] {
+        for (auto& in : inputs) exec->feed(in.name, in.value);
+        for (size_t i = 0; i < cfg.warmup; ++i) exec->run();
+        std::optional<TraceCollector> trace;
+        if (!cfg.profile_path.empty()) {
+            trace.emplace(origin);
+            exec->set_step_observer([&](const OperatorNode& opr, Clock::time_point b,
+                                        Clock::time_point e) { trace->add(opr, rank, b, e); });
+        }
+        for (size_t i = 0; i < cfg.iterations; ++i) {
+            auto begin = Clock::now();
+            exec->run();
+            auto end = Clock::now();
+            r.iteration_ms.push_back(
+                std::chrono::duration<double, std::milli>(end - begin).count());
+            if (trace) trace->add_iteration(i, rank, begin, end);
+        }
+        if (trace) {
+            exec->set_step_observer(nullptr);
+            r.trace = trace->take();
+        }
+        for (size_t i = 0; i < model.outputs.size(); ++i)
+            r.outputs.emplace_back(model.outputs[i].name, exec->output(i).copy());
+        return 0;
+    });
+    if (cfg.mem_report) {
+        if (auto report = planner_report(*exec)) {
+            r.memory_report = *report;
+            r.planner_report = true;
+        } else {
+            std::vector<VarNode*> outs;
+            for (auto& o : model.outputs) outs.push_back(o.var.node());
+            r.memory_report = summarize_memory(*exec, outs).to_string();
+        }
+    }
+    return r;
+}
+
+LoadOptions load_options(const RunConfig& cfg, const std::string& comp_node,
+                         const CollectiveBinding& binding) {
+    LoadOptions opt;
+    opt.comp_node = comp_node;
+    opt.graph_options.enable_memory_plan = cfg.mem_plan;
+    opt.collective = binding;
+    return opt;
+}
+
+//! Multi-rank runs. Today a model has no collective operators (CollectiveComm is not in this
+//! build), so ranks are independent: `--devices N` runs N copies as threads, each on its own
+//! comp node, and `--server/--rank/--world-size` or `--backend mpi` run this process's rank.
+//! Each rank loads with a CollectiveBinding {rank, world size, server, backend}; once
+//! CollectiveComm exists its loader reads that binding, and `--devices N` must start an
+//! in-process group manager here and pass its address in binding.server.
+std::vector<RankResult> run_ranks(const RunConfig& cfg, const std::string& comp_node,
+                                  LoadedModel& model0, double load0_ms,
+                                  const std::vector<ResolvedInput>& inputs,
+                                  Clock::time_point origin) {
+    size_t n = cfg.devices;
+    std::vector<RankResult> results(n);
+    std::vector<std::exception_ptr> errors(n);
+    std::vector<std::thread> threads;
+    for (size_t r = 0; r < n; ++r) {
+        threads.emplace_back([&, r] {
+            try {
+                if (r == 0) {
+                    results[r] = run_rank(cfg, 0, model0, load0_ms, inputs, origin);
+                    return;
+                }
+                CollectiveBinding binding{int(r), int(n), "",
+                                          cfg.backend.empty() ? "local" : cfg.backend};
+                std::string cn = rank_comp_node(comp_node, int(r));
+                auto t0 = Clock::now();
+                auto model = stage(EXIT_BAD_FILE, fmt::format("rank {}: ", r), [&] {
+                    return load(cfg.model_path, load_options(cfg, cn, binding));
+                });
+                results[r] = run_rank(cfg, int(r), model, ms_since(t0), inputs, origin);
+            } catch (...) {
+                errors[r] = std::current_exception();
+            }
+        });
+    }
+    for (auto& t : threads) t.join();
+    for (auto& e : errors)
+        if (e) std::rethrow_exception(e);
+    return results;
+}
+
+//! MPI launchers tell each process its rank and the world size through the environment.
+std::optional<std::pair<int, int>> mpi_env_rank() {
+    for (auto [rank_var, size_var] : {std::pair{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+                                      std::pair{"PMI_RANK", "PMI_SIZE"}}) {
+        const char* r = std::getenv(rank_var);
+        const char* s = std::getenv(size_var);
+        if (r && s) return std::pair{std::atoi(r), std::atoi(s)};
+    }
+    return std::nullopt;
+}
+
+} // namespace
+
+TensorShape parse_shape(const std::string& text, const std::string& what) {
+    std::vector<size_t> dims;
+    if (text.empty() || text == "scalar") return TensorShape{};
+    size_t pos = 0;
+    while (pos <= text.size()) {
+        size_t end = text.find_first_of("x,", pos);
+        if (end == std::string::npos) end = text.size();
+        std::string part = text.substr(pos, end - pos);
+        if (part.empty() || part.size() > 12 ||
+            !std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; }))
+            throw ToolError(
+                EXIT_USAGE,
+                fmt::format("{}: bad shape \"{}\" (expected dims like 4x784)", what, text));
+        dims.push_back(std::stoull(part));
+        pos = end + 1;
+    }
+    if (dims.size() > TensorShape::MAX_NDIM)
+        throw ToolError(EXIT_USAGE, fmt::format("{}: shape \"{}\" has more than {} dims", what,
+                                                text, TensorShape::MAX_NDIM));
+    return TensorShape(dims);
+}
+
+InputSpec parse_input_spec(const std::string& text) {
+    size_t eq = text.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == text.size())
+        throw ToolError(EXIT_USAGE,
+                        fmt::format("--input \"{}\": expected NAME=FILE.npy, NAME=random or "
+                                    "NAME=random:SHAPE",
+                                    text));
+    InputSpec spec;
+    spec.name = text.substr(0, eq);
+    std::string value = text.substr(eq + 1);
+    if (value == "random") return spec;
+    if (value.rfind("random:", 0) == 0) {
+        spec.shape = parse_shape(value.substr(7), "--input " + spec.name);
+        return spec;
+    }
+    spec.file = value;
+    return spec;
+}
+
+LatencyStats latency_stats(std::vector<double> samples) {
+    LatencyStats s;
+    s.count = samples.size();
+    if (samples.empty()) return s;
+    std::sort(samples.begin(), samples.end());
+    auto rank = [&](double p) { // nearest-rank percentile
+        size_t k = size_t(std::ceil(p * double(samples.size())));
+        return samples[std::min(samples.size(), std::max<size_t>(k, 1)) - 1];
+    };
+    s.min = samples.front();
+    s.max = samples.back();
+    size_t n = samples.size();
+    s.median = n % 2 ? samples[n / 2] : (samples[n / 2 - 1] + samples[n / 2]) / 2;
+    s.mean = std::accumulate(samples.begin(), samples.end(), 0.0) / double(n);
+    s.p90 = rank(0.90);
+    s.p99 = rank(0.99);
+    return s;
+}
+
+RunResult run_model(const RunConfig& cfg) {
+    RunResult result;
+    // Flag combinations that the parser cannot see.
+    if (cfg.devices > 1 && (!cfg.server.empty() || cfg.rank >= 0 || cfg.world_size > 0))
+        throw ToolError(EXIT_USAGE, "--devices runs every rank in this process; it excludes "
+                                    "--server, --rank and --world-size");
+    if (cfg.devices > 1 && cfg.backend == "mpi")
+        throw ToolError(EXIT_USAGE, "--backend mpi runs one rank per process; it excludes "
+                                    "--devices (launch with mpirun -n N instead)");
+    CollectiveBinding binding;
+    binding.server = cfg.server;
+    binding.backend = cfg.backend;
+    binding.rank = cfg.rank;
+    binding.world_size = cfg.world_size;
+    if (cfg.backend == "mpi" && (cfg.rank < 0 || cfg.world_size <= 0)) {
+        auto env = mpi_env_rank();
+        if (!env)
+            throw ToolError(EXIT_USAGE,
+                            "--backend mpi: no --rank/--world-size and no MPI launcher "
+                            "environment (OMPI_COMM_WORLD_RANK, PMI_RANK); run under mpirun");
+        if (binding.rank < 0) binding.rank = env->first;
+        if (binding.world_size <= 0) binding.world_size = env->second;
+    }
+    if ((binding.rank >= 0 || binding.world_size > 0 || !binding.server.empty()) &&
+        cfg.backend != "mpi") {
+        if (binding.server.empty())
+            throw ToolError(EXIT_USAGE, "--rank and --world-size need --server HOST:PORT (or "
+                                        "--backend mpi)");
+        if (binding.rank < 0 || binding.world_size <= 0)
+            throw ToolError(EXIT_USAGE, "--server needs --rank R and --world-size N");
+    }
+    if (binding.world_size > 0 && (binding.rank < 0 || binding.rank >= binding.world_size))
+        throw ToolError(EXIT_USAGE, fmt::format("--rank {} is out of range for --world-size {}",
+                                                binding.rank, binding.world_size));
+    if (binding.backend.empty()) binding.backend = "local";
+
+    if (cfg.threads) set_kernel_threads(cfg.threads);
+    result.kernel_threads = kernel_threads();
+    // Ranks as threads need one comp node each: from --comp-node, else from cpu0.
+    std::string comp_node = cfg.comp_node.empty() && cfg.devices > 1 ? "cpu0" : cfg.comp_node;
+    if (!comp_node.empty())
+        stage(EXIT_USAGE, "--comp-node: ", [&] { return CompNode::load(comp_node); });
+    for (size_t r = 1; r < cfg.devices; ++r)
+        stage(EXIT_USAGE, fmt::format("--devices {}: rank {}: ", cfg.devices, r),
+              [&] { return CompNode::load(rank_comp_node(comp_node, int(r))); });
+
+    auto origin = Clock::now();
+    if (cfg.devices > 1) {
+        binding.rank = 0;
+        binding.world_size = int(cfg.devices);
+    }
+    auto model = stage(EXIT_BAD_FILE, "",
+                       [&] { return load(cfg.model_path, load_options(cfg, comp_node, binding)); });
+    double load_ms = ms_since(origin);
+    result.info = model.info;
+    result.inputs = resolve_inputs(cfg, model);
+    if (cfg.devices == 1 && binding.world_size > 0) {
+        result.rank = binding.rank;
+        result.world_size = binding.world_size;
+        result.note = fmt::format("rank {} of {} ({} backend{}): the model has no collective "
+                                  "operators, so this rank runs alone",
+                                  binding.rank, binding.world_size, binding.backend,
+                                  cfg.server.empty() ? "" : ", server " + cfg.server);
+    }
+    if (cfg.devices == 1)
+        result.ranks.push_back(run_rank(cfg, 0, model, load_ms, result.inputs, origin));
+    else
+        result.ranks = run_ranks(cfg, comp_node, model, load_ms, result.inputs, origin);
+
+    if (!cfg.profile_path.empty()) {
+        std::vector<TraceEvent> all;
+        for (auto& r : result.ranks) all.insert(all.end(), r.trace.begin(), r.trace.end());
+        stage(EXIT_RUN_FAILED, "--profile: ", [&] {
+            write_chrome_trace(cfg.profile_path, all);
+            return 0;
+        });
+    }
+    if (!cfg.output_dir.empty()) {
+        stage(EXIT_RUN_FAILED, "--output-dir: ", [&] {
+            std::filesystem::create_directories(cfg.output_dir);
+            for (auto& [name, value] : result.ranks[0].outputs) {
+                Tensor t = value;
+                if (t.dtype() == dtype::BFloat16()) { // .npy has no bfloat16
+                    Tensor f(t.shape(), dtype::Float32());
+                    convert_elements(t.dtype(), t.raw_ptr(), f.dtype(), f.raw_ptr(),
+                                     t.shape().total_nr_elems());
+                    t = f;
+                }
+                std::string file = name;
+                std::replace(file.begin(), file.end(), '/', '_');
+                std::replace(file.begin(), file.end(), ':', '_');
+                write_npy((std::filesystem::path(cfg.output_dir) / (file + ".npy")).string(), t);
+            }
+            return 0;
+        });
+    }
+    return result;
+}
+
+void write_chrome_trace(const std::string& path, const std::vector<TraceEvent>& events) {
+    auto esc = [](const std::string& s) {
+        std::string r;
+        for (char c : s) {
+            if (c == '"' || c == '\\') r += '\\';
+            if (static_cast<unsigned char>(c) < 0x20) {
+                r += fmt::format("\\u{:04x}", c);
+                continue;
+            }
+            r += c;
+        }
+        return r;
+    };
+    // One track (tid) per comp node, one process (pid) per rank.
+    std::map<std::pair<int, std::string>, int> tids;
+    for (auto& e : events) tids.emplace(std::pair{e.rank, e.comp_node}, 0);
+    int next = 0;
+    for (auto& [key, tid] : tids) tid = next++;
+    std::string out = "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
+    bool first = true;
+    auto emit = [&](const std::string& line) {
+        out += (first ? "" : ",\n") + line;
+        first = false;
+    };
+    std::set<int> ranks;
+    for (auto& [key, tid] : tids) {
+        ranks.insert(key.first);
+        emit(fmt::format(
+            R"({{"ph":"M","name":"thread_name","pid":{},"tid":{},"args":{{"name":"{}"}}}})",
+            key.first, tid, esc(key.second)));
+    }
+    for (int r : ranks)
+        emit(fmt::format(
+            R"({{"ph":"M","name":"process_name","pid":{},"args":{{"name":"rank {}"}}}})", r, r));
+    for (auto& e : events)
+        emit(fmt::format(
+            R"({{"ph":"X","name":"{}","cat":"{}","pid":{},"tid":{},"ts":{:.3f},"dur":{:.3f}}})",
+            esc(e.name), esc(e.type), e.rank, tids.at({e.rank, e.comp_node}), e.begin_us,
+            e.duration_us));
+    out += "\n]}\n";
+    std::ofstream f(path, std::ios::trunc);
+    if (!f) throw ToolError(EXIT_RUN_FAILED, fmt::format("--profile: cannot create \"{}\"", path));
+    f << out;
+    if (!f) throw ToolError(EXIT_RUN_FAILED, fmt::format("--profile: cannot write \"{}\"", path));
+}
+
+} // namespace braid::tools

@@ -1,0 +1,122 @@
+// What braid-run does, separated from its flag parsing: load a model, prepare its inputs, run
+// it N times, collect timings, outputs, a profile and a memory report. Single-rank and
+// multi-rank runs share run_rank(); run_model() picks how many ranks run and where.
+#pragma once
+
+#include "braid.h"
+#include "tools/mem_summary.h"
+
+#include <chrono>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace braid::tools {
+
+//! Exit statuses of braid-run and braid-inspect.
+enum ExitCode : int {
+    EXIT_OK = 0,
+    EXIT_USAGE = 2,      //!< bad flags or flag values
+    EXIT_BAD_FILE = 3,   //!< a model or input file that cannot be used
+    EXIT_RUN_FAILED = 4, //!< a failure while compiling or running
+};
+
+//! An error that ends the tool with `exit_code`; its message is one line.
+class ToolError : public std::runtime_error {
+public:
+    ToolError(int exit_code, const std::string& msg)
+        : std::runtime_error(msg), m_exit_code(exit_code) {}
+    int exit_code() const { return m_exit_code; }
+
+private:
+    int m_exit_code;
+};
+
+//! An --input flag: NAME=FILE.npy, NAME=random or NAME=random:2x3.
+struct InputSpec {
+    std::string name;
+    std::string file;                 //!< empty for random
+    std::optional<TensorShape> shape; //!< random:SHAPE
+};
+
+//! Every braid-run setting.
+struct RunConfig {
+    std::string model_path;
+    std::vector<InputSpec> inputs;
+    size_t iterations = 10;
+    size_t warmup = 1;
+    size_t threads = 0;    //!< 0: keep the default (BRAID_NUM_THREADS or the hardware threads)
+    std::string comp_node; //!< empty: the comp nodes recorded in the model
+    std::string output_dir;
+    bool json = false;
+    std::string profile_path;
+    bool mem_report = false;
+    bool mem_plan = true;
+    uint32_t seed = 0; //!< of random inputs
+    // Multi-rank.
+    size_t devices = 1;
+    std::string server; //!< host:port of the group manager
+    int rank = -1;
+    int world_size = 0;
+    std::string backend; //!< local, mpi, nccl; empty: local
+};
+
+//! Parses "4x784" (or "4,784"); throws ToolError(EXIT_USAGE) naming `what`.
+TensorShape parse_shape(const std::string& text, const std::string& what);
+//! Parses one --input value; throws ToolError(EXIT_USAGE).
+InputSpec parse_input_spec(const std::string& text);
+
+//! One fed input, as resolved.
+struct ResolvedInput {
+    std::string name;
+    std::string source; //!< "random", "random:4x784" or the file
+    Tensor value;
+    std::string model_shape; //!< "{-1,784}"
+};
+
+//! One timed operator execution (for --profile).
+struct TraceEvent {
+    std::string name;
+    std::string type;
+    std::string comp_node;
+    int rank = 0;
+    double begin_us = 0, duration_us = 0;
+};
+
+//! What one rank produced.
+struct RankResult {
+    int rank = 0;
+    std::string comp_node;
+    double load_ms = 0, compile_ms = 0;
+    std::vector<double> iteration_ms;
+    std::vector<std::pair<std::string, Tensor>> outputs; //!< name, host copy
+    std::vector<TraceEvent> trace;
+    std::string memory_report; //!< empty unless --mem-report
+    bool planner_report = false;
+};
+
+//! Everything braid-run reports.
+struct RunResult {
+    ModelInfo info;
+    std::vector<ResolvedInput> inputs;
+    std::vector<RankResult> ranks;
+    size_t kernel_threads = 0;
+    int rank = -1, world_size = 0; //!< this process's rank (--server / --backend mpi)
+    std::string note;              //!< one informational line, may be empty
+};
+
+//! Latency summary over iterations, in ms.
+struct LatencyStats {
+    double min = 0, median = 0, mean = 0, p90 = 0, p99 = 0, max = 0;
+    size_t count = 0;
+};
+LatencyStats latency_stats(std::vector<double> samples);
+
+//! Runs the model as the config says; throws ToolError with the exit status to use.
+RunResult run_model(const RunConfig& config);
+
+//! Writes a Chrome trace (Perfetto-readable) of `events`.
+void write_chrome_trace(const std::string& path, const std::vector<TraceEvent>& events);
+
+} // namespace braid::tools
