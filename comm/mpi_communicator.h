@@ -1,0 +1,87 @@
+// The "mpi" backend: one process per rank, launched by mpirun (OpenMPI).
+//
+// MPI is initialised lazily, once per process, with MPI_THREAD_MULTIPLE (unless the
+// application initialised it already) and finalised at exit when braid initialised it.
+// Each group gets its own MPI communicator: the members learn each other's world ranks
+// through the group client (one bcast_bytes per rank, keyed by the group hash) and build
+// it with MPI_Comm_create_group, which only the members take part in, so groups of a
+// subset of the world need no cooperation from the other processes.
+//
+// Collectives are issued as nonblocking MPI calls (MPI_Iallreduce, ...) and completed by
+// polling MPI_Test until the call's deadline; on timeout the request is abandoned, a
+// TimeoutError is thrown and the communicator is broken. The only unbounded MPI calls are
+// MPI_Comm_create_group at creation, which runs right after every member passed the
+// rendezvous (so all of them are there), and MPI_Finalize at exit. Every MPI call goes
+// through BRAID_MPI_CHECK, which throws LibraryError with MPI's own error string.
+#pragma once
+
+#include "comm/communicator.h"
+
+#include <mpi.h>
+
+namespace braid::comm {
+
+namespace detail {
+[[noreturn]] void mpi_call_failed(int code, const char* expr, const char* file, int line);
+} // namespace detail
+
+//! Runs an MPI call and throws LibraryError with MPI's error string unless it succeeded.
+#define BRAID_MPI_CHECK(expr)                                                                      \
+    do {                                                                                           \
+        int braid_mpi_rc_ = (expr);                                                                \
+        if (braid_mpi_rc_ != MPI_SUCCESS) [[unlikely]]                                             \
+            ::braid::comm::detail::mpi_call_failed(braid_mpi_rc_, #expr, __FILE__, __LINE__);      \
+    } while (0)
+
+//! Initialises MPI once (MPI_THREAD_MULTIPLE) unless already initialised; registers
+//! MPI_Finalize at exit when braid initialised it. Thread-safe.
+void mpi_ensure_initialized();
+//! This process's rank in MPI_COMM_WORLD (initialises MPI).
+int mpi_world_rank();
+//! The size of MPI_COMM_WORLD (initialises MPI).
+int mpi_world_size();
+
+//! One rank of an MPI group. Not thread-safe (one caller at a time).
+class MpiCommunicator final : public Communicator {
+public:
+    //! Builds the group's MPI communicator; needs desc.group_client. Throws CommError or
+    //! LibraryError when that fails, TimeoutError when peers do not show up in time.
+    explicit MpiCommunicator(const CommunicatorDesc& desc);
+    ~MpiCommunicator() override;
+
+    const char* backend() const override { return "mpi"; }
+    //! The group's MPI communicator (for tests and benchmarks).
+    MPI_Comm mpi_comm() const { return m_comm; }
+
+protected:
+    void do_all_reduce(const void* send, void* recv, size_t count, DType dt,
+                       ReduceOp op) override;
+    void do_reduce(const void* send, void* recv, size_t count, DType dt, ReduceOp op,
+                   uint32_t root) override;
+    void do_broadcast(const void* send, void* recv, size_t count, DType dt,
+                      uint32_t root) override;
+    void do_all_gather(const void* send, void* recv, size_t send_count, DType dt) override;
+    void do_reduce_scatter(const void* send, void* recv, size_t recv_count, DType dt,
+                           ReduceOp op) override;
+    void do_gather(const void* send, void* recv, size_t send_count, DType dt,
+                   uint32_t root) override;
+    void do_scatter(const void* send, void* recv, size_t recv_count, DType dt,
+                    uint32_t root) override;
+    void do_all_to_all(const void* send, void* recv, size_t count, DType dt) override;
+    void do_send(const void* buf, size_t count, DType dt, uint32_t peer) override;
+    void do_recv(void* buf, size_t count, DType dt, uint32_t peer) override;
+
+private:
+    //! Polls `request` until it completes or the deadline passes.
+    void wait(MPI_Request& request, const Deadline& deadline, const char* call);
+    //! MPI's int count, or ValueError when `count` does not fit.
+    int mpi_count(size_t count, const char* call) const;
+
+    MPI_Comm m_comm = MPI_COMM_NULL;
+    std::vector<float> m_scratch_send, m_scratch_recv; //!< float32 copies of half buffers
+};
+
+//! The "mpi" backend's factory (registered as "mpi").
+std::shared_ptr<Communicator> make_mpi_communicator(const CommunicatorDesc& desc);
+
+} // namespace braid::comm
