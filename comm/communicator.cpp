@@ -39,7 +39,7 @@ bool is_comm_dtype(DType dt) {
 }
 
 Communicator::Communicator(const CommunicatorDesc& desc)
-        : m_desc(desc), m_timeout(resolve_timeout(desc.timeout)) {
+    : m_desc(desc), m_timeout(resolve_timeout(desc.timeout)) {
     BRAID_ASSERT(desc.nranks >= 1 && desc.rank < desc.nranks, "rank {} of {}", desc.rank,
                  desc.nranks);
 }
@@ -66,14 +66,13 @@ void Communicator::check_args(const char* call, DType dt, size_t count, size_t m
                     describe(call), dt.valid() ? dt.name() : "(invalid)");
     size_t limit = std::numeric_limits<size_t>::max() / dt.size() / std::max<size_t>(multiple, 1);
     if (count > limit)
-        BRAID_THROW(ValueError, "{}: count {} overflows the address space", describe(call),
-                    count);
+        BRAID_THROW(ValueError, "{}: count {} overflows the address space", describe(call), count);
 }
 
 void Communicator::check_root(const char* call, uint32_t root) const {
     if (root >= m_desc.nranks)
-        BRAID_THROW(ValueError, "{}: root {} is out of range; expected 0..{}", describe(call),
-                    root, m_desc.nranks - 1);
+        BRAID_THROW(ValueError, "{}: root {} is out of range; expected 0..{}", describe(call), root,
+                    m_desc.nranks - 1);
 }
 
 void Communicator::check_ptr(const char* call, const char* what, const void* ptr,
@@ -97,8 +96,7 @@ template <typename Body> void Communicator::guarded(const char* call, Body&& bod
     }
 }
 
-void Communicator::all_reduce(const void* send, void* recv, size_t count, DType dt,
-                              ReduceOp op) {
+void Communicator::all_reduce(const void* send, void* recv, size_t count, DType dt, ReduceOp op) {
     check_args("all_reduce", dt, count, 1);
     check_ptr("all_reduce", "send", send, count);
     check_ptr("all_reduce", "recv", recv, count);
@@ -114,8 +112,7 @@ void Communicator::reduce(const void* send, void* recv, size_t count, DType dt, 
     guarded("reduce", [&] { do_reduce(send, recv, count, dt, op, root); });
 }
 
-void Communicator::broadcast(const void* send, void* recv, size_t count, DType dt,
-                             uint32_t root) {
+void Communicator::broadcast(const void* send, void* recv, size_t count, DType dt, uint32_t root) {
     check_args("broadcast", dt, count, 1);
     check_root("broadcast", root);
     if (m_desc.rank == root) check_ptr("broadcast", "root's send", send, count);
@@ -206,7 +203,8 @@ std::shared_ptr<Communicator> CommunicatorRegistry::make(const std::string& name
         if (it == m_factories.end()) {
             std::string known;
             for (auto& [n, f] : m_factories) known += (known.empty() ? "" : ", ") + n;
-            BRAID_THROW(ValueError, "communicator backend \"{}\" (key \"{}\") is unknown; "
+            BRAID_THROW(ValueError,
+                        "communicator backend \"{}\" (key \"{}\") is unknown; "
                         "registered backends: {}",
                         name, desc.key, known);
         }
@@ -262,9 +260,8 @@ void CommunicatorCache::clear() {
 }
 
 GroupMembership join_group(const std::shared_ptr<GroupClient>& client, const std::string& backend,
-                           const std::string& key, uint32_t nr_devices, bool is_root,
-                           int32_t rank, uint64_t comp_node_id, CompNode comp_node,
-                           Timeout timeout) {
+                           const std::string& key, uint32_t nr_devices, bool is_root, int32_t rank,
+                           uint64_t comp_node_id, CompNode comp_node, Timeout timeout) {
     BRAID_ASSERT(client != nullptr, "join_group(key \"{}\") without a group client", key);
     RegisterInfo info = client->opr_register(key, nr_devices, is_root, rank, comp_node_id, timeout);
     CommunicatorDesc desc;

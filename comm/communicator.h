@@ -48,14 +48,14 @@ bool is_comm_dtype(DType dt);
 
 //! What a backend needs to build one rank's communicator.
 struct CommunicatorDesc {
-    std::string key;          //!< the registration key (for messages)
-    uint64_t hash = 0;        //!< the group hash from opr_register
-    uint32_t nranks = 1;      //!< group size
-    uint32_t rank = 0;        //!< this rank
-    uint32_t root_rank = 0;   //!< the root the group registered with
-    CompNode comp_node;       //!< where calls are made (invalid: the caller's thread)
+    std::string key;        //!< the registration key (for messages)
+    uint64_t hash = 0;      //!< the group hash from opr_register
+    uint32_t nranks = 1;    //!< group size
+    uint32_t rank = 0;      //!< this rank
+    uint32_t root_rank = 0; //!< the root the group registered with
+    CompNode comp_node;     //!< where calls are made (invalid: the caller's thread)
     std::shared_ptr<GroupClient> group_client; //!< for backends exchanging setup data
-    Timeout timeout;          //!< deadline span of each call (nullopt: default_timeout())
+    Timeout timeout; //!< deadline span of each call (nullopt: default_timeout())
 };
 
 //! One rank's endpoint of a group. Not thread-safe: one caller at a time.
@@ -82,8 +82,7 @@ public:
     //! recv[i] = op over ranks of send[i], on every rank; send == recv is allowed.
     void all_reduce(const void* send, void* recv, size_t count, DType dt, ReduceOp op);
     //! Like all_reduce, but only `root` receives; recv is ignored (may be null) elsewhere.
-    void reduce(const void* send, void* recv, size_t count, DType dt, ReduceOp op,
-                uint32_t root);
+    void reduce(const void* send, void* recv, size_t count, DType dt, ReduceOp op, uint32_t root);
     //! Copies root's `send` into every rank's `recv`; send is ignored off the root.
     void broadcast(const void* send, void* recv, size_t count, DType dt, uint32_t root);
     //! recv (nranks * send_count elements) = the send buffers in rank order.
@@ -200,8 +199,8 @@ struct GroupMembership {
  * node's id()); `comp_node` is the comp node the communicator serves (may be invalid).
  */
 GroupMembership join_group(const std::shared_ptr<GroupClient>& client, const std::string& backend,
-                           const std::string& key, uint32_t nr_devices, bool is_root,
-                           int32_t rank, uint64_t comp_node_id, CompNode comp_node = {},
+                           const std::string& key, uint32_t nr_devices, bool is_root, int32_t rank,
+                           uint64_t comp_node_id, CompNode comp_node = {},
                            Timeout timeout = std::nullopt);
 
 } // namespace braid::comm

@@ -44,15 +44,16 @@ std::vector<uint8_t> finish_frame(flatbuffers::FlatBufferBuilder& builder,
     return out;
 }
 
-std::vector<uint8_t> make_frame(flatbuffers::FlatBufferBuilder& builder, uint64_t request_id,
-                                std::string_view token, uint64_t timeout_ms, fb::Body body_type,
-                                flatbuffers::Offset<void> body, uint32_t version) {
-    auto token_offset = token.empty() ? 0 : builder.CreateString(token.data(), token.size());
+std::vector<uint8_t> make_frame(flatbuffers::FlatBufferBuilder& builder, const FrameMeta& meta,
+                                fb::Body body_type, flatbuffers::Offset<void> body) {
+    auto token =
+        meta.token.empty() ? 0 : builder.CreateString(meta.token.data(), meta.token.size());
     fb::FrameBuilder frame(builder);
-    frame.add_version(version);
-    frame.add_request_id(request_id);
-    if (!token.empty()) frame.add_token(token_offset);
-    frame.add_timeout_ms(timeout_ms);
+    frame.add_version(meta.version);
+    frame.add_request_id(meta.request_id);
+    if (!meta.token.empty()) frame.add_token(token);
+    frame.add_timeout_ms(meta.timeout_ms);
+    if (meta.timeout_span_ms) frame.add_timeout_span_ms(meta.timeout_span_ms);
     frame.add_body_type(body_type);
     frame.add_body(body);
     return finish_frame(builder, frame.Finish());
@@ -63,18 +64,17 @@ std::vector<uint8_t> make_error_frame(uint64_t request_id, fb::ErrorCode code,
     flatbuffers::FlatBufferBuilder builder(128 + message.size());
     auto body =
         fb::CreateErrorReply(builder, code, builder.CreateString(message.data(), message.size()));
-    return make_frame(builder, request_id, {}, 0, fb::Body::ErrorReply, body.Union());
+    return make_frame(builder, FrameMeta{request_id, {}, 0, 0, PROTOCOL_VERSION},
+                      fb::Body::ErrorReply, body.Union());
 }
 
-std::vector<uint8_t> make_register_frame(uint64_t request_id, std::string_view token,
-                                         uint64_t timeout_ms, std::string_view key,
+std::vector<uint8_t> make_register_frame(const FrameMeta& meta, std::string_view key,
                                          uint32_t nr_devices, bool is_root, int32_t rank,
                                          uint64_t comp_node_id) {
     flatbuffers::FlatBufferBuilder builder(128 + key.size());
     auto body = fb::CreateRegisterRequest(builder, builder.CreateString(key.data(), key.size()),
                                           nr_devices, is_root, rank, comp_node_id);
-    return make_frame(builder, request_id, token, timeout_ms, fb::Body::RegisterRequest,
-                      body.Union());
+    return make_frame(builder, meta, fb::Body::RegisterRequest, body.Union());
 }
 
 } // namespace braid::comm

@@ -39,19 +39,25 @@ const fb::Frame* verify_frame(const uint8_t* payload, size_t size);
 std::vector<uint8_t> finish_frame(flatbuffers::FlatBufferBuilder& builder,
                                   flatbuffers::Offset<fb::Frame> frame);
 
+//! The envelope fields of a frame.
+struct FrameMeta {
+    uint64_t request_id = 0;
+    std::string_view token;
+    uint64_t timeout_ms = 0;      //!< how long the server may hold the request (0: default)
+    uint64_t timeout_span_ms = 0; //!< the caller's whole timeout, for messages (0: unknown)
+    uint32_t version = PROTOCOL_VERSION;
+};
+
 //! Builds a whole frame around a body the caller created in `builder`.
-std::vector<uint8_t> make_frame(flatbuffers::FlatBufferBuilder& builder, uint64_t request_id,
-                                std::string_view token, uint64_t timeout_ms, fb::Body body_type,
-                                flatbuffers::Offset<void> body,
-                                uint32_t version = PROTOCOL_VERSION);
+std::vector<uint8_t> make_frame(flatbuffers::FlatBufferBuilder& builder, const FrameMeta& meta,
+                                fb::Body body_type, flatbuffers::Offset<void> body);
 
 //! A frame carrying an ErrorReply.
 std::vector<uint8_t> make_error_frame(uint64_t request_id, fb::ErrorCode code,
                                       std::string_view message);
 
 //! A RegisterRequest frame (shared by TcpGroupClient and the benchmarks).
-std::vector<uint8_t> make_register_frame(uint64_t request_id, std::string_view token,
-                                         uint64_t timeout_ms, std::string_view key,
+std::vector<uint8_t> make_register_frame(const FrameMeta& meta, std::string_view key,
                                          uint32_t nr_devices, bool is_root, int32_t rank,
                                          uint64_t comp_node_id);
 

@@ -57,9 +57,9 @@ struct Mailbox {
 class LocalGroup {
 public:
     LocalGroup(uint64_t hash, std::string key, uint32_t nranks)
-            : m_hash(hash), m_key(std::move(key)), m_nranks(nranks), m_slots(nranks),
-              m_arrived(new std::atomic<uint64_t>[nranks]), m_joined(nranks, 0),
-              m_mailboxes(size_t(nranks) * nranks) {
+        : m_hash(hash), m_key(std::move(key)), m_nranks(nranks), m_slots(nranks),
+          m_arrived(new std::atomic<uint64_t>[nranks]), m_joined(nranks, 0),
+          m_mailboxes(size_t(nranks) * nranks) {
         for (uint32_t r = 0; r < nranks; ++r) m_arrived[r].store(0, std::memory_order_relaxed);
         unsigned cores = std::max(1u, std::thread::hardware_concurrency());
         // Spinning only pays when every rank can own a core.
@@ -235,7 +235,7 @@ struct LocalCommunicator::Call {
 };
 
 LocalCommunicator::LocalCommunicator(const CommunicatorDesc& desc)
-        : Communicator(desc), m_group(GroupRegistry::instance().find_or_create(desc)) {
+    : Communicator(desc), m_group(GroupRegistry::instance().find_or_create(desc)) {
     m_group->join(desc.rank);
 }
 
@@ -247,8 +247,7 @@ template <typename Work> void LocalCommunicator::collective(const Call& call, Wo
     uint32_t n = m_group->nranks(), me = m_desc.rank;
     Deadline deadline = Deadline::after(timeout());
     LocalSlot& mine = m_group->slot(me);
-    mine = {call.name, ++m_sequence, call.send, call.recv, call.count, call.dt, call.op,
-            call.root};
+    mine = {call.name, ++m_sequence, call.send, call.recv, call.count, call.dt, call.op, call.root};
     std::string what = describe(call.name);
     m_group->arrive_and_wait(me, deadline, what);
     // Every rank checks every peer, so all of them fail together on a mismatch.
@@ -290,8 +289,8 @@ void LocalCommunicator::do_all_reduce(const void* send, void* recv, size_t count
     });
 }
 
-void LocalCommunicator::do_reduce(const void* send, void* recv, size_t count, DType dt,
-                                  ReduceOp op, uint32_t root) {
+void LocalCommunicator::do_reduce(const void* send, void* recv, size_t count, DType dt, ReduceOp op,
+                                  uint32_t root) {
     collective({"reduce", send, recv, count, dt, op, root}, [&](uint32_t n, uint32_t me) {
         std::vector<const void*> ins(n);
         for (uint32_t r = 0; r < n; ++r) ins[r] = m_group->slot(r).send;
@@ -303,15 +302,13 @@ void LocalCommunicator::do_reduce(const void* send, void* recv, size_t count, DT
 
 void LocalCommunicator::do_broadcast(const void* send, void* recv, size_t count, DType dt,
                                      uint32_t root) {
-    collective({"broadcast", send, recv, count, dt, ReduceOp::SUM, root},
-               [&](uint32_t, uint32_t) {
-                   const void* src = m_group->slot(root).send;
-                   if (src != recv && count) std::memcpy(recv, src, count * dt.size());
-               });
+    collective({"broadcast", send, recv, count, dt, ReduceOp::SUM, root}, [&](uint32_t, uint32_t) {
+        const void* src = m_group->slot(root).send;
+        if (src != recv && count) std::memcpy(recv, src, count * dt.size());
+    });
 }
 
-void LocalCommunicator::do_all_gather(const void* send, void* recv, size_t send_count,
-                                      DType dt) {
+void LocalCommunicator::do_all_gather(const void* send, void* recv, size_t send_count, DType dt) {
     collective({"all_gather", send, recv, send_count, dt, ReduceOp::SUM, 0},
                [&](uint32_t n, uint32_t) {
                    size_t bytes = send_count * dt.size();
@@ -323,16 +320,15 @@ void LocalCommunicator::do_all_gather(const void* send, void* recv, size_t send_
                });
 }
 
-void LocalCommunicator::do_reduce_scatter(const void* send, void* recv, size_t recv_count,
-                                          DType dt, ReduceOp op) {
-    collective({"reduce_scatter", send, recv, recv_count, dt, op, 0},
-               [&](uint32_t n, uint32_t me) {
-                   std::vector<const void*> ins(n);
-                   for (uint32_t r = 0; r < n; ++r)
-                       ins[r] = static_cast<const uint8_t*>(m_group->slot(r).send) +
-                                size_t(me) * recv_count * dt.size();
-                   reduce_to_many(dt, op, ins.data(), n, &recv, 1, 0, recv_count);
-               });
+void LocalCommunicator::do_reduce_scatter(const void* send, void* recv, size_t recv_count, DType dt,
+                                          ReduceOp op) {
+    collective({"reduce_scatter", send, recv, recv_count, dt, op, 0}, [&](uint32_t n, uint32_t me) {
+        std::vector<const void*> ins(n);
+        for (uint32_t r = 0; r < n; ++r)
+            ins[r] = static_cast<const uint8_t*>(m_group->slot(r).send) +
+                     size_t(me) * recv_count * dt.size();
+        reduce_to_many(dt, op, ins.data(), n, &recv, 1, 0, recv_count);
+    });
 }
 
 void LocalCommunicator::do_gather(const void* send, void* recv, size_t send_count, DType dt,
@@ -350,23 +346,20 @@ void LocalCommunicator::do_scatter(const void* send, void* recv, size_t recv_cou
     collective({"scatter", send, recv, recv_count, dt, ReduceOp::SUM, root},
                [&](uint32_t, uint32_t me) {
                    size_t bytes = recv_count * dt.size();
-                   auto* src =
-                       static_cast<const uint8_t*>(m_group->slot(root).send) + me * bytes;
+                   auto* src = static_cast<const uint8_t*>(m_group->slot(root).send) + me * bytes;
                    if (src != recv && bytes) std::memcpy(recv, src, bytes);
                });
 }
 
 void LocalCommunicator::do_all_to_all(const void* send, void* recv, size_t count, DType dt) {
-    collective({"all_to_all", send, recv, count, dt, ReduceOp::SUM, 0},
-               [&](uint32_t n, uint32_t me) {
-                   size_t bytes = count * dt.size();
-                   if (!bytes) return;
-                   for (uint32_t r = 0; r < n; ++r)
-                       std::memcpy(static_cast<uint8_t*>(recv) + r * bytes,
-                                   static_cast<const uint8_t*>(m_group->slot(r).send) +
-                                       me * bytes,
-                                   bytes);
-               });
+    collective(
+        {"all_to_all", send, recv, count, dt, ReduceOp::SUM, 0}, [&](uint32_t n, uint32_t me) {
+            size_t bytes = count * dt.size();
+            if (!bytes) return;
+            for (uint32_t r = 0; r < n; ++r)
+                std::memcpy(static_cast<uint8_t*>(recv) + r * bytes,
+                            static_cast<const uint8_t*>(m_group->slot(r).send) + me * bytes, bytes);
+        });
 }
 
 void LocalCommunicator::do_send(const void* buf, size_t count, DType dt, uint32_t peer) {

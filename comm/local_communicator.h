@@ -32,12 +32,10 @@ public:
     const char* backend() const override { return "local"; }
 
 protected:
-    void do_all_reduce(const void* send, void* recv, size_t count, DType dt,
-                       ReduceOp op) override;
+    void do_all_reduce(const void* send, void* recv, size_t count, DType dt, ReduceOp op) override;
     void do_reduce(const void* send, void* recv, size_t count, DType dt, ReduceOp op,
                    uint32_t root) override;
-    void do_broadcast(const void* send, void* recv, size_t count, DType dt,
-                      uint32_t root) override;
+    void do_broadcast(const void* send, void* recv, size_t count, DType dt, uint32_t root) override;
     void do_all_gather(const void* send, void* recv, size_t send_count, DType dt) override;
     void do_reduce_scatter(const void* send, void* recv, size_t recv_count, DType dt,
                            ReduceOp op) override;

@@ -132,9 +132,8 @@ MpiCommunicator::MpiCommunicator(const CommunicatorDesc& desc) : Communicator(de
     for (uint32_t r = 0; r < desc.nranks; ++r) {
         std::string key = fmt::format("braid.mpi.{:016x}.{}", desc.hash, r);
         std::string mine(reinterpret_cast<const char*>(&world_rank), sizeof(int));
-        std::string got = desc.group_client->bcast_bytes(key, desc.nranks, desc.rank, r,
-                                                         r == desc.rank ? mine : std::string(),
-                                                         desc.timeout);
+        std::string got = desc.group_client->bcast_bytes(
+            key, desc.nranks, desc.rank, r, r == desc.rank ? mine : std::string(), desc.timeout);
         if (got.size() != sizeof(int))
             BRAID_THROW(CommError,
                         "mpi communicator (key \"{}\"): rank {} published {} bytes as its "
@@ -144,8 +143,7 @@ MpiCommunicator::MpiCommunicator(const CommunicatorDesc& desc) : Communicator(de
     }
     MPI_Group world_group, group;
     BRAID_MPI_CHECK(MPI_Comm_group(MPI_COMM_WORLD, &world_group));
-    BRAID_MPI_CHECK(
-        MPI_Group_incl(world_group, int(desc.nranks), world_ranks.data(), &group));
+    BRAID_MPI_CHECK(MPI_Group_incl(world_group, int(desc.nranks), world_ranks.data(), &group));
     // Any tag works as long as all members agree; it keeps concurrent creations apart.
     int tag = int(desc.hash & 0x3fff);
     int rc = MPI_Comm_create_group(MPI_COMM_WORLD, group, tag, &m_comm);
@@ -208,8 +206,8 @@ void MpiCommunicator::do_all_reduce(const void* send, void* recv, size_t count, 
     wait(request, deadline, "all_reduce");
 }
 
-void MpiCommunicator::do_reduce(const void* send, void* recv, size_t count, DType dt,
-                                ReduceOp op, uint32_t root) {
+void MpiCommunicator::do_reduce(const void* send, void* recv, size_t count, DType dt, ReduceOp op,
+                                uint32_t root) {
     Deadline deadline = Deadline::after(timeout());
     int n = mpi_count(count, "reduce");
     bool at_root = m_desc.rank == root;
@@ -217,15 +215,16 @@ void MpiCommunicator::do_reduce(const void* send, void* recv, size_t count, DTyp
     if (is_half(dt)) {
         widen(dt, send, m_scratch_send, count);
         if (at_root) m_scratch_recv.resize(count);
-        BRAID_MPI_CHECK(MPI_Ireduce(m_scratch_send.data(), at_root ? m_scratch_recv.data() : nullptr,
-                                    n, MPI_FLOAT, mpi_op(op), int(root), m_comm, &request));
+        BRAID_MPI_CHECK(MPI_Ireduce(m_scratch_send.data(),
+                                    at_root ? m_scratch_recv.data() : nullptr, n, MPI_FLOAT,
+                                    mpi_op(op), int(root), m_comm, &request));
         wait(request, deadline, "reduce");
         if (at_root) narrow(dt, m_scratch_recv, recv, count);
         return;
     }
     const void* sendbuf = at_root && send == recv ? MPI_IN_PLACE : send;
-    BRAID_MPI_CHECK(MPI_Ireduce(sendbuf, at_root ? recv : nullptr, n, mpi_datatype(dt),
-                                mpi_op(op), int(root), m_comm, &request));
+    BRAID_MPI_CHECK(MPI_Ireduce(sendbuf, at_root ? recv : nullptr, n, mpi_datatype(dt), mpi_op(op),
+                                int(root), m_comm, &request));
     wait(request, deadline, "reduce");
 }
 
@@ -250,8 +249,8 @@ void MpiCommunicator::do_all_gather(const void* send, void* recv, size_t send_co
     wait(request, deadline, "all_gather");
 }
 
-void MpiCommunicator::do_reduce_scatter(const void* send, void* recv, size_t recv_count,
-                                        DType dt, ReduceOp op) {
+void MpiCommunicator::do_reduce_scatter(const void* send, void* recv, size_t recv_count, DType dt,
+                                        ReduceOp op) {
     Deadline deadline = Deadline::after(timeout());
     int n = mpi_count(recv_count, "reduce_scatter");
     size_t total = recv_count * m_desc.nranks;
@@ -272,8 +271,8 @@ void MpiCommunicator::do_reduce_scatter(const void* send, void* recv, size_t rec
     bool overlap = recv_count && recv == own;
     std::vector<uint8_t> scratch(overlap ? bytes : 0);
     void* out = overlap ? scratch.data() : recv;
-    BRAID_MPI_CHECK(MPI_Ireduce_scatter_block(send, out, n, mpi_datatype(dt), mpi_op(op), m_comm,
-                                              &request));
+    BRAID_MPI_CHECK(
+        MPI_Ireduce_scatter_block(send, out, n, mpi_datatype(dt), mpi_op(op), m_comm, &request));
     wait(request, deadline, "reduce_scatter");
     if (overlap) std::memcpy(recv, scratch.data(), bytes);
 }
@@ -321,8 +320,7 @@ void MpiCommunicator::do_send(const void* buf, size_t count, DType dt, uint32_t 
     Deadline deadline = Deadline::after(timeout());
     int n = mpi_count(count, "send");
     MPI_Request request;
-    BRAID_MPI_CHECK(
-        MPI_Isend(buf, n, mpi_datatype(dt), int(peer), /*tag=*/0, m_comm, &request));
+    BRAID_MPI_CHECK(MPI_Isend(buf, n, mpi_datatype(dt), int(peer), /*tag=*/0, m_comm, &request));
     wait(request, deadline, "send");
 }
 
@@ -330,8 +328,7 @@ void MpiCommunicator::do_recv(void* buf, size_t count, DType dt, uint32_t peer) 
     Deadline deadline = Deadline::after(timeout());
     int n = mpi_count(count, "recv");
     MPI_Request request;
-    BRAID_MPI_CHECK(
-        MPI_Irecv(buf, n, mpi_datatype(dt), int(peer), /*tag=*/0, m_comm, &request));
+    BRAID_MPI_CHECK(MPI_Irecv(buf, n, mpi_datatype(dt), int(peer), /*tag=*/0, m_comm, &request));
     // A message of another size is an MPI truncation error or a short count; check both.
     MPI_Status status;
     for (uint64_t polls = 0;; ++polls) {

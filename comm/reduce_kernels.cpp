@@ -74,8 +74,8 @@ void reduce_chunks(const void* const* ins, size_t n_in, void* const* outs, size_
 }
 
 template <typename Storage, typename Conv>
-void reduce_typed(ReduceOp op, const void* const* ins, size_t n_in, void* const* outs,
-                  size_t n_out, size_t offset, size_t count) {
+void reduce_typed(ReduceOp op, const void* const* ins, size_t n_in, void* const* outs, size_t n_out,
+                  size_t offset, size_t count) {
     switch (op) {
     case ReduceOp::SUM:
         return reduce_chunks<Storage, Conv, ReduceOp::SUM>(ins, n_in, outs, n_out, offset, count);
@@ -88,8 +88,8 @@ void reduce_typed(ReduceOp op, const void* const* ins, size_t n_in, void* const*
 
 } // namespace
 
-void reduce_to_many(DType dt, ReduceOp op, const void* const* ins, size_t n_in,
-                    void* const* outs, size_t n_out, size_t offset, size_t count) {
+void reduce_to_many(DType dt, ReduceOp op, const void* const* ins, size_t n_in, void* const* outs,
+                    size_t n_out, size_t offset, size_t count) {
     BRAID_ASSERT(n_in >= 1, "reduction without inputs");
     if (count == 0) return;
     switch (dt.enumv()) {

@@ -17,8 +17,8 @@ namespace braid::comm {
  * `offset` into each input) is written to outs[0][i] .. outs[n_out-1][i] (same offset).
  * Each chunk is fully read before it is written, so any output may be one of the inputs.
  */
-void reduce_to_many(DType dt, ReduceOp op, const void* const* ins, size_t n_in,
-                    void* const* outs, size_t n_out, size_t offset, size_t count);
+void reduce_to_many(DType dt, ReduceOp op, const void* const* ins, size_t n_in, void* const* outs,
+                    size_t n_out, size_t offset, size_t count);
 
 //! `dst[i] = op(dst[i], src[i])` for i < count (float16/bfloat16 rounded at every call).
 void reduce_into(DType dt, ReduceOp op, void* dst, const void* src, size_t count);

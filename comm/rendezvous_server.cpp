@@ -47,20 +47,23 @@ fb::ErrorCode error_code(ErrorKind kind) {
 std::vector<uint8_t> ok_frame(uint64_t request_id) {
     flatbuffers::FlatBufferBuilder builder(64);
     auto body = fb::CreateOkReply(builder);
-    return make_frame(builder, request_id, {}, 0, fb::Body::OkReply, body.Union());
+    return make_frame(builder, FrameMeta{request_id, {}, 0, 0, PROTOCOL_VERSION}, fb::Body::OkReply,
+                      body.Union());
 }
 
 std::vector<uint8_t> bytes_frame(uint64_t request_id, const std::string& bytes) {
     flatbuffers::FlatBufferBuilder builder(64 + bytes.size());
     auto data = builder.CreateVector(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
     auto body = fb::CreateBytesReply(builder, data);
-    return make_frame(builder, request_id, {}, 0, fb::Body::BytesReply, body.Union());
+    return make_frame(builder, FrameMeta{request_id, {}, 0, 0, PROTOCOL_VERSION},
+                      fb::Body::BytesReply, body.Union());
 }
 
 std::vector<uint8_t> int_frame(uint64_t request_id, int64_t value) {
     flatbuffers::FlatBufferBuilder builder(64);
     auto body = fb::CreateIntReply(builder, value);
-    return make_frame(builder, request_id, {}, 0, fb::Body::IntReply, body.Union());
+    return make_frame(builder, FrameMeta{request_id, {}, 0, 0, PROTOCOL_VERSION},
+                      fb::Body::IntReply, body.Union());
 }
 
 std::vector<uint8_t> shape_frame(uint64_t request_id, const TensorShape& shape) {
@@ -68,13 +71,15 @@ std::vector<uint8_t> shape_frame(uint64_t request_id, const TensorShape& shape) 
     std::vector<uint64_t> dims(shape.ndim());
     for (size_t i = 0; i < shape.ndim(); ++i) dims[i] = shape[i];
     auto body = fb::CreateShapeReply(builder, builder.CreateVector(dims));
-    return make_frame(builder, request_id, {}, 0, fb::Body::ShapeReply, body.Union());
+    return make_frame(builder, FrameMeta{request_id, {}, 0, 0, PROTOCOL_VERSION},
+                      fb::Body::ShapeReply, body.Union());
 }
 
 std::vector<uint8_t> register_frame(uint64_t request_id, const RegisterInfo& info) {
     flatbuffers::FlatBufferBuilder builder(64);
     auto body = fb::CreateRegisterReply(builder, info.hash, info.rank, info.root_rank);
-    return make_frame(builder, request_id, {}, 0, fb::Body::RegisterReply, body.Union());
+    return make_frame(builder, FrameMeta{request_id, {}, 0, 0, PROTOCOL_VERSION},
+                      fb::Body::RegisterReply, body.Union());
 }
 
 std::string_view as_view(const flatbuffers::Vector<uint8_t>* v) {
@@ -129,6 +134,7 @@ private:
         uint64_t request_id = 0;
         std::string call, key;
         Duration span{};
+        Duration reported_span{};
         std::unique_ptr<asio::steady_timer> timer;
     };
 
@@ -210,6 +216,11 @@ private:
         pending.call = call;
         pending.key = std::move(key);
         pending.span = wait_span(frame);
+        // Messages name the whole timeout the caller asked for, not what was left of it.
+        pending.reported_span = frame.timeout_span_ms()
+                                    ? Duration(int64_t(std::min<uint64_t>(frame.timeout_span_ms(),
+                                                                          uint64_t(INT64_MAX / 2))))
+                                    : pending.span;
         std::weak_ptr<Connection> weak = weak_from_this();
         uint64_t request_id = frame.request_id();
         auto done = [weak, local, request_id, encode](Outcome<T> outcome) {
@@ -245,8 +256,9 @@ private:
         Pending& pending = it->second;
         auto missing = m_server->manager->withdraw(pending.wait_id);
         if (!missing) return; // completed meanwhile; its reply is already posted
-        send(make_error_frame(pending.request_id, fb::ErrorCode::TIMEOUT,
-                              timeout_message(pending.call, pending.key, pending.span, *missing)));
+        send(make_error_frame(
+            pending.request_id, fb::ErrorCode::TIMEOUT,
+            timeout_message(pending.call, pending.key, pending.reported_span, *missing)));
         m_pending.erase(it);
     }
 
@@ -383,7 +395,6 @@ private:
             logger()->info("rendezvous: {} disconnected with {} waiting request(s); withdrawn",
                            m_peer, m_pending.size());
         m_pending.clear();
-        m_writes.clear();
         m_frame_timer.cancel();
         std::error_code ignored;
         m_socket.shutdown(tcp::socket::shutdown_both, ignored);

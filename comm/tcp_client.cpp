@@ -137,8 +137,12 @@ TcpGroupClient::Reply TcpGroupClient::call(std::string_view call_name, const std
         if (!connection) connection = connect(call_name, key, deadline);
         // The server holds the request at most this long and then answers with what was
         // missing; the client waits a grace period longer for that answer.
-        uint64_t timeout_ms = std::max<int64_t>(deadline.remaining().count(), 1);
-        std::vector<uint8_t> request = build(request_id, m_options.token, timeout_ms);
+        FrameMeta meta;
+        meta.request_id = request_id;
+        meta.token = m_options.token;
+        meta.timeout_ms = uint64_t(std::max<int64_t>(deadline.remaining().count(), 1));
+        meta.timeout_span_ms = uint64_t(std::max<int64_t>(deadline.span().count(), 1));
+        std::vector<uint8_t> request = build(meta);
         std::error_code ec = connection->write(request, reply_until);
         std::array<uint8_t, FRAME_HEADER_SIZE> header{};
         if (!ec) ec = connection->read(header.data(), header.size(), reply_until);
@@ -227,36 +231,31 @@ flatbuffers::Offset<flatbuffers::Vector<uint8_t>> bytes_vector(flatbuffers::Flat
 
 RegisterInfo TcpGroupClient::opr_register(const std::string& key, uint32_t nr_devices, bool is_root,
                                           int32_t rank, uint64_t comp_node_id, Timeout timeout) {
-    auto reply = call("opr_register", key, timeout,
-                      [&](uint64_t id, const std::string& token, uint64_t timeout_ms) {
-                          return make_register_frame(id, token, timeout_ms, key, nr_devices,
-                                                     is_root, rank, comp_node_id);
-                      });
+    auto reply = call("opr_register", key, timeout, [&](const FrameMeta& meta) {
+        return make_register_frame(meta, key, nr_devices, is_root, rank, comp_node_id);
+    });
     auto* body = expect_body<fb::RegisterReply>(reply.frame, "opr_register", key);
     return {body->hash(), body->rank(), body->root_rank()};
 }
 
 void TcpGroupClient::set_output_shape(const std::string& key, const TensorShape& shape,
                                       Timeout timeout) {
-    auto reply = call(
-        "set_output_shape", key, timeout,
-        [&](uint64_t id, const std::string& token, uint64_t timeout_ms) {
-            flatbuffers::FlatBufferBuilder b(128 + key.size());
-            std::vector<uint64_t> dims(shape.dims().begin(), shape.dims().end());
-            auto body = fb::CreateSetShapeRequest(b, b.CreateString(key), b.CreateVector(dims));
-            return make_frame(b, id, token, timeout_ms, fb::Body::SetShapeRequest, body.Union());
-        });
+    auto reply = call("set_output_shape", key, timeout, [&](const FrameMeta& meta) {
+        flatbuffers::FlatBufferBuilder b(128 + key.size());
+        std::vector<uint64_t> dims(shape.ndim());
+        for (size_t i = 0; i < shape.ndim(); ++i) dims[i] = shape[i];
+        auto body = fb::CreateSetShapeRequest(b, b.CreateString(key), b.CreateVector(dims));
+        return make_frame(b, meta, fb::Body::SetShapeRequest, body.Union());
+    });
     expect_body<fb::OkReply>(reply.frame, "set_output_shape", key);
 }
 
 TensorShape TcpGroupClient::get_output_shape(const std::string& key, Timeout timeout) {
-    auto reply = call("get_output_shape", key, timeout,
-                      [&](uint64_t id, const std::string& token, uint64_t timeout_ms) {
-                          flatbuffers::FlatBufferBuilder b(128 + key.size());
-                          auto body = fb::CreateGetShapeRequest(b, b.CreateString(key));
-                          return make_frame(b, id, token, timeout_ms, fb::Body::GetShapeRequest,
-                                            body.Union());
-                      });
+    auto reply = call("get_output_shape", key, timeout, [&](const FrameMeta& meta) {
+        flatbuffers::FlatBufferBuilder b(128 + key.size());
+        auto body = fb::CreateGetShapeRequest(b, b.CreateString(key));
+        return make_frame(b, meta, fb::Body::GetShapeRequest, body.Union());
+    });
     auto* body = expect_body<fb::ShapeReply>(reply.frame, "get_output_shape", key);
     std::vector<size_t> dims;
     if (body->dims())
@@ -266,58 +265,51 @@ TensorShape TcpGroupClient::get_output_shape(const std::string& key, Timeout tim
 
 std::string TcpGroupClient::bcast_bytes(const std::string& key, uint32_t size, uint32_t rank,
                                         uint32_t root, std::string_view bytes, Timeout timeout) {
-    auto reply =
-        call("bcast_bytes", key, timeout,
-             [&](uint64_t id, const std::string& token, uint64_t timeout_ms) {
-                 flatbuffers::FlatBufferBuilder b(128 + key.size() + bytes.size());
-                 auto body = fb::CreateBcastRequest(b, b.CreateString(key), size, rank, root,
-                                                    bytes_vector(b, bytes));
-                 return make_frame(b, id, token, timeout_ms, fb::Body::BcastRequest, body.Union());
-             });
+    auto reply = call("bcast_bytes", key, timeout, [&](const FrameMeta& meta) {
+        flatbuffers::FlatBufferBuilder b(128 + key.size() + bytes.size());
+        auto body = fb::CreateBcastRequest(b, b.CreateString(key), size, rank, root,
+                                           bytes_vector(b, bytes));
+        return make_frame(b, meta, fb::Body::BcastRequest, body.Union());
+    });
     auto* body = expect_body<fb::BytesReply>(reply.frame, "bcast_bytes", key);
     return body->data() ? std::string(body->data()->begin(), body->data()->end()) : std::string();
 }
 
 void TcpGroupClient::group_barrier(const std::string& key, uint32_t size, uint32_t rank,
                                    Timeout timeout) {
-    auto reply = call("group_barrier", key, timeout,
-                      [&](uint64_t id, const std::string& token, uint64_t timeout_ms) {
-                          flatbuffers::FlatBufferBuilder b(128 + key.size());
-                          auto body = fb::CreateBarrierRequest(b, b.CreateString(key), size, rank);
-                          return make_frame(b, id, token, timeout_ms, fb::Body::BarrierRequest,
-                                            body.Union());
-                      });
+    auto reply = call("group_barrier", key, timeout, [&](const FrameMeta& meta) {
+        flatbuffers::FlatBufferBuilder b(128 + key.size());
+        auto body = fb::CreateBarrierRequest(b, b.CreateString(key), size, rank);
+        return make_frame(b, meta, fb::Body::BarrierRequest, body.Union());
+    });
     expect_body<fb::OkReply>(reply.frame, "group_barrier", key);
 }
 
 void TcpGroupClient::set(const std::string& key, std::string_view value, Timeout timeout) {
-    auto reply =
-        call("set", key, timeout, [&](uint64_t id, const std::string& token, uint64_t timeout_ms) {
-            flatbuffers::FlatBufferBuilder b(128 + key.size() + value.size());
-            auto body = fb::CreateKvSetRequest(b, b.CreateString(key), bytes_vector(b, value));
-            return make_frame(b, id, token, timeout_ms, fb::Body::KvSetRequest, body.Union());
-        });
+    auto reply = call("set", key, timeout, [&](const FrameMeta& meta) {
+        flatbuffers::FlatBufferBuilder b(128 + key.size() + value.size());
+        auto body = fb::CreateKvSetRequest(b, b.CreateString(key), bytes_vector(b, value));
+        return make_frame(b, meta, fb::Body::KvSetRequest, body.Union());
+    });
     expect_body<fb::OkReply>(reply.frame, "set", key);
 }
 
 std::string TcpGroupClient::get(const std::string& key, Timeout timeout) {
-    auto reply =
-        call("get", key, timeout, [&](uint64_t id, const std::string& token, uint64_t timeout_ms) {
-            flatbuffers::FlatBufferBuilder b(128 + key.size());
-            auto body = fb::CreateKvGetRequest(b, b.CreateString(key));
-            return make_frame(b, id, token, timeout_ms, fb::Body::KvGetRequest, body.Union());
-        });
+    auto reply = call("get", key, timeout, [&](const FrameMeta& meta) {
+        flatbuffers::FlatBufferBuilder b(128 + key.size());
+        auto body = fb::CreateKvGetRequest(b, b.CreateString(key));
+        return make_frame(b, meta, fb::Body::KvGetRequest, body.Union());
+    });
     auto* body = expect_body<fb::BytesReply>(reply.frame, "get", key);
     return body->data() ? std::string(body->data()->begin(), body->data()->end()) : std::string();
 }
 
 int64_t TcpGroupClient::add(const std::string& key, int64_t delta, Timeout timeout) {
-    auto reply =
-        call("add", key, timeout, [&](uint64_t id, const std::string& token, uint64_t timeout_ms) {
-            flatbuffers::FlatBufferBuilder b(128 + key.size());
-            auto body = fb::CreateKvAddRequest(b, b.CreateString(key), delta);
-            return make_frame(b, id, token, timeout_ms, fb::Body::KvAddRequest, body.Union());
-        });
+    auto reply = call("add", key, timeout, [&](const FrameMeta& meta) {
+        flatbuffers::FlatBufferBuilder b(128 + key.size());
+        auto body = fb::CreateKvAddRequest(b, b.CreateString(key), delta);
+        return make_frame(b, meta, fb::Body::KvAddRequest, body.Union());
+    });
     return expect_body<fb::IntReply>(reply.frame, "add", key)->value();
 }
 

@@ -234,9 +234,10 @@ std::string run_and_check(Communicator& comm, const CollectiveCase& c) {
         }
         break;
     }
-    size_t out_elems = c.collective == Collective::REDUCE_SCATTER || c.collective == Collective::SCATTER
-                           ? k
-                           : recv_elems;
+    size_t out_elems =
+        c.collective == Collective::REDUCE_SCATTER || c.collective == Collective::SCATTER
+            ? k
+            : recv_elems;
     const uint8_t* out = static_cast<const uint8_t*>(recv);
     for (size_t i = 0; i < out_elems; ++i) {
         double want = expected(c, n, me, i);

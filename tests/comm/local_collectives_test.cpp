@@ -1,7 +1,7 @@
 // Every collective x dtype x op of the "local" backend against the plain-loop reference,
 // with ranks as threads of this process, for group sizes 1, 2, 3, 4 and 8.
-#include "collective_checker.h"
 #include "base/error.h"
+#include "collective_checker.h"
 #include "comm/local_communicator.h"
 
 #include <fmt/format.h>
@@ -133,8 +133,7 @@ TEST(LocalCommunicator, MismatchedCountsFailOnEveryRank) {
         try {
             comm.all_reduce(buf.data(), buf.data(), count, dtype::Float32(), ReduceOp::SUM);
         } catch (const CommError& e) {
-            EXPECT_NE(std::string(e.what()).find("peers disagree"), std::string::npos)
-                << e.what();
+            EXPECT_NE(std::string(e.what()).find("peers disagree"), std::string::npos) << e.what();
             ++failures;
         }
         EXPECT_TRUE(comm.broken());
@@ -195,8 +194,7 @@ TEST(LocalCommunicator, RejectsBadArgumentsBeforeTouchingPeers) {
         float x = 0;
         EXPECT_THROW(comm.broadcast(&x, &x, 1, dtype::Float32(), 3), ValueError);
         EXPECT_THROW(comm.all_reduce(&x, &x, 1, dtype::Bool(), ReduceOp::SUM), DTypeError);
-        EXPECT_THROW(comm.all_reduce(nullptr, &x, 1, dtype::Float32(), ReduceOp::SUM),
-                     ValueError);
+        EXPECT_THROW(comm.all_reduce(nullptr, &x, 1, dtype::Float32(), ReduceOp::SUM), ValueError);
         EXPECT_THROW(comm.send(&x, 1, dtype::Float32(), 0), ValueError);
         EXPECT_FALSE(comm.broken());
     });

@@ -1,8 +1,8 @@
 // The collective checks of the "mpi" backend: one process per rank under mpirun. Rank 0
 // hosts a RendezvousServer in-process and tells the others its port through MPI; every
 // process registers through a TcpGroupClient, so the TCP path is exercised as well.
-#include "collective_checker.h"
 #include "base/error.h"
+#include "collective_checker.h"
 #include "comm/mpi_communicator.h"
 #include "comm/rendezvous_server.h"
 #include "comm/tcp_client.h"
@@ -90,8 +90,8 @@ TEST(MpiCollectives, SubgroupOfTheWorldWorks) {
     int world_rank = mpi_world_rank();
     std::string key = fmt::format("mpi-subgroup-{}", g_test_counter++);
     if (world_rank > 1) return;
-    auto member = join_group(g_client, "mpi", key, 2, world_rank == 1, UNASSIGNED_RANK,
-                             uint64_t(world_rank));
+    auto member =
+        join_group(g_client, "mpi", key, 2, world_rank == 1, UNASSIGNED_RANK, uint64_t(world_rank));
     EXPECT_EQ(member.info.root_rank, 1u);
     int32_t value = world_rank + 10, sum = 0;
     member.communicator->all_reduce(&value, &sum, 1, dtype::Int32(), ReduceOp::SUM);
