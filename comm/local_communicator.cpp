@@ -63,7 +63,7 @@ public:
         for (uint32_t r = 0; r < nranks; ++r) m_arrived[r].store(0, std::memory_order_relaxed);
         unsigned cores = std::max(1u, std::thread::hardware_concurrency());
         // Spinning only pays when every rank can own a core.
-        m_spin_iterations = nranks <= cores ? 20000 : 0;
+        m_spin_iterations = nranks <= cores ? 4000 : 0;
     }
 
     uint32_t nranks() const { return m_nranks; }

@@ -23,6 +23,15 @@ template <typename T> T op_sum(T a, T b) {
     }
 }
 
+template <typename T, ReduceOp OP> inline T apply(T a, T b) {
+    if constexpr (OP == ReduceOp::SUM)
+        return op_sum<T>(a, b);
+    else if constexpr (OP == ReduceOp::MAX)
+        return a < b ? b : a;
+    else
+        return b < a ? b : a;
+}
+
 //! How a storage type is read into and written from its accumulator type.
 template <typename Storage> struct Native {
     using Acc = Storage;
@@ -50,16 +59,17 @@ void reduce_chunks(const void* const* ins, size_t n_in, void* const* outs, size_
         size_t n = std::min(CHUNK, count - begin);
         size_t at = offset + begin;
         const Storage* first = static_cast<const Storage*>(ins[0]) + at;
-        for (size_t i = 0; i < n; ++i) acc[i] = Conv::load(first[i]);
-        for (size_t k = 1; k < n_in; ++k) {
+        if (n_in == 1) {
+            for (size_t i = 0; i < n; ++i) acc[i] = Conv::load(first[i]);
+        } else {
+            // The first two inputs in one pass: one fewer trip through the accumulator.
+            const Storage* second = static_cast<const Storage*>(ins[1]) + at;
+            for (size_t i = 0; i < n; ++i)
+                acc[i] = apply<Acc, OP>(Conv::load(first[i]), Conv::load(second[i]));
+        }
+        for (size_t k = 2; k < n_in; ++k) {
             const Storage* in = static_cast<const Storage*>(ins[k]) + at;
-            if constexpr (OP == ReduceOp::SUM) {
-                for (size_t i = 0; i < n; ++i) acc[i] = op_sum<Acc>(acc[i], Conv::load(in[i]));
-            } else if constexpr (OP == ReduceOp::MAX) {
-                for (size_t i = 0; i < n; ++i) acc[i] = std::max(acc[i], Conv::load(in[i]));
-            } else {
-                for (size_t i = 0; i < n; ++i) acc[i] = std::min(acc[i], Conv::load(in[i]));
-            }
+            for (size_t i = 0; i < n; ++i) acc[i] = apply<Acc, OP>(acc[i], Conv::load(in[i]));
         }
         const Storage* src;
         if constexpr (std::is_same_v<Conv, Native<Storage>>) {
