@@ -39,6 +39,10 @@ std::vector<uint32_t> missing_ranks(const std::vector<uint8_t>& taken) {
     return missing;
 }
 
+std::string rank_text(int32_t rank) {
+    return rank == UNASSIGNED_RANK ? std::string("unassigned") : std::to_string(rank);
+}
+
 CallError comm_error(std::string message) {
     return {ErrorKind::COMM, std::move(message)};
 }
@@ -99,7 +103,8 @@ GroupManager::WaitId GroupManager::opr_register(const std::string& key, uint32_t
                                 "opr_register(key \"{}\"): two peers claim to be root: comp "
                                 "node {} (rank {}) and comp node {} (rank {}); expected "
                                 "exactly one root, or none (then rank 0 is root)",
-                                key, peer.comp_node_id, peer.rank, comp_node_id, rank);
+                                key, peer.comp_node_id, rank_text(peer.rank), comp_node_id,
+                                rank_text(rank));
                 }
                 if (!conflict && rank != UNASSIGNED_RANK && round.rank_taken[rank]) {
                     uint64_t holder = 0;

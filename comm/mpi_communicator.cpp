@@ -155,6 +155,11 @@ MpiCommunicator::MpiCommunicator(const CommunicatorDesc& desc) : Communicator(de
     BRAID_MPI_CHECK(MPI_Comm_rank(m_comm, &comm_rank));
     BRAID_ASSERT(comm_rank == int(desc.rank), "MPI rank {} for group rank {}", comm_rank,
                  desc.rank);
+    // Every member must choose the same path, whatever its own environment says.
+    const char* env = std::getenv("BRAID_MPI_NONBLOCKING");
+    int want_handshake = env && *env && std::strcmp(env, "0") != 0 ? 0 : 1, all_want = 0;
+    BRAID_MPI_CHECK(MPI_Allreduce(&want_handshake, &all_want, 1, MPI_INT, MPI_MIN, m_comm));
+    if (all_want) m_node_sync = MpiNodeSync::create(m_comm, desc.hash, desc.nranks, desc.rank);
 }
 
 MpiCommunicator::~MpiCommunicator() {
@@ -188,22 +193,40 @@ void MpiCommunicator::wait(MPI_Request& request, const Deadline& deadline, const
     }
 }
 
+template <typename Blocking, typename Nonblocking>
+void MpiCommunicator::run(const char* call, const Deadline& deadline, const char* blocking_name,
+                          Blocking&& blocking, const char* nonblocking_name,
+                          Nonblocking&& nonblocking) {
+    if (m_node_sync) {
+        m_node_sync->enter(++m_sequence, deadline, describe(call));
+        int rc = blocking();
+        if (rc != MPI_SUCCESS) detail::mpi_call_failed(rc, blocking_name, __FILE__, __LINE__);
+        return;
+    }
+    MPI_Request request;
+    int rc = nonblocking(&request);
+    if (rc != MPI_SUCCESS) detail::mpi_call_failed(rc, nonblocking_name, __FILE__, __LINE__);
+    wait(request, deadline, call);
+}
+
 void MpiCommunicator::do_all_reduce(const void* send, void* recv, size_t count, DType dt,
                                     ReduceOp op) {
     Deadline deadline = Deadline::after(timeout());
     int n = mpi_count(count, "all_reduce");
-    MPI_Request request;
+    MPI_Datatype type = mpi_datatype(dt);
+    const void* in = send == recv ? MPI_IN_PLACE : send;
+    void* out = recv;
     if (is_half(dt)) {
         widen(dt, send, m_scratch_send, count);
-        BRAID_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, m_scratch_send.data(), n, MPI_FLOAT,
-                                       mpi_op(op), m_comm, &request));
-        wait(request, deadline, "all_reduce");
-        narrow(dt, m_scratch_send, recv, count);
-        return;
+        in = MPI_IN_PLACE;
+        out = m_scratch_send.data();
+        type = MPI_FLOAT;
     }
-    BRAID_MPI_CHECK(MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, n, mpi_datatype(dt),
-                                   mpi_op(op), m_comm, &request));
-    wait(request, deadline, "all_reduce");
+    run(
+        "all_reduce", deadline, "MPI_Allreduce",
+        [&] { return MPI_Allreduce(in, out, n, type, mpi_op(op), m_comm); }, "MPI_Iallreduce",
+        [&](MPI_Request* r) { return MPI_Iallreduce(in, out, n, type, mpi_op(op), m_comm, r); });
+    if (is_half(dt)) narrow(dt, m_scratch_send, recv, count);
 }
 
 void MpiCommunicator::do_reduce(const void* send, void* recv, size_t count, DType dt, ReduceOp op,
@@ -211,21 +234,23 @@ void MpiCommunicator::do_reduce(const void* send, void* recv, size_t count, DTyp
     Deadline deadline = Deadline::after(timeout());
     int n = mpi_count(count, "reduce");
     bool at_root = m_desc.rank == root;
-    MPI_Request request;
+    MPI_Datatype type = mpi_datatype(dt);
+    const void* in = at_root && send == recv ? MPI_IN_PLACE : send;
+    void* out = at_root ? recv : nullptr;
     if (is_half(dt)) {
         widen(dt, send, m_scratch_send, count);
-        if (at_root) m_scratch_recv.resize(count);
-        BRAID_MPI_CHECK(MPI_Ireduce(m_scratch_send.data(),
-                                    at_root ? m_scratch_recv.data() : nullptr, n, MPI_FLOAT,
-                                    mpi_op(op), int(root), m_comm, &request));
-        wait(request, deadline, "reduce");
-        if (at_root) narrow(dt, m_scratch_recv, recv, count);
-        return;
+        m_scratch_recv.resize(at_root ? count : 0);
+        in = m_scratch_send.data();
+        out = at_root ? m_scratch_recv.data() : nullptr;
+        type = MPI_FLOAT;
     }
-    const void* sendbuf = at_root && send == recv ? MPI_IN_PLACE : send;
-    BRAID_MPI_CHECK(MPI_Ireduce(sendbuf, at_root ? recv : nullptr, n, mpi_datatype(dt), mpi_op(op),
-                                int(root), m_comm, &request));
-    wait(request, deadline, "reduce");
+    run(
+        "reduce", deadline, "MPI_Reduce",
+        [&] { return MPI_Reduce(in, out, n, type, mpi_op(op), int(root), m_comm); }, "MPI_Ireduce",
+        [&](MPI_Request* r) {
+            return MPI_Ireduce(in, out, n, type, mpi_op(op), int(root), m_comm, r);
+        });
+    if (is_half(dt) && at_root) narrow(dt, m_scratch_recv, recv, count);
 }
 
 void MpiCommunicator::do_broadcast(const void* send, void* recv, size_t count, DType dt,
@@ -233,48 +258,57 @@ void MpiCommunicator::do_broadcast(const void* send, void* recv, size_t count, D
     Deadline deadline = Deadline::after(timeout());
     int n = mpi_count(count, "broadcast");
     if (m_desc.rank == root && send != recv && count) std::memcpy(recv, send, count * dt.size());
-    MPI_Request request;
-    BRAID_MPI_CHECK(MPI_Ibcast(recv, n, mpi_datatype(dt), int(root), m_comm, &request));
-    wait(request, deadline, "broadcast");
+    MPI_Datatype type = mpi_datatype(dt);
+    run(
+        "broadcast", deadline, "MPI_Bcast",
+        [&] { return MPI_Bcast(recv, n, type, int(root), m_comm); }, "MPI_Ibcast",
+        [&](MPI_Request* r) { return MPI_Ibcast(recv, n, type, int(root), m_comm, r); });
 }
 
 void MpiCommunicator::do_all_gather(const void* send, void* recv, size_t send_count, DType dt) {
     Deadline deadline = Deadline::after(timeout());
     int n = mpi_count(send_count, "all_gather");
     auto* own = static_cast<uint8_t*>(recv) + m_desc.rank * send_count * dt.size();
+    const void* in = send == own ? MPI_IN_PLACE : send;
     MPI_Datatype type = mpi_datatype(dt);
-    MPI_Request request;
-    BRAID_MPI_CHECK(MPI_Iallgather(send == own ? MPI_IN_PLACE : send, n, type, recv, n, type,
-                                   m_comm, &request));
-    wait(request, deadline, "all_gather");
+    run(
+        "all_gather", deadline, "MPI_Allgather",
+        [&] { return MPI_Allgather(in, n, type, recv, n, type, m_comm); }, "MPI_Iallgather",
+        [&](MPI_Request* r) { return MPI_Iallgather(in, n, type, recv, n, type, m_comm, r); });
 }
 
 void MpiCommunicator::do_reduce_scatter(const void* send, void* recv, size_t recv_count, DType dt,
                                         ReduceOp op) {
     Deadline deadline = Deadline::after(timeout());
     int n = mpi_count(recv_count, "reduce_scatter");
-    size_t total = recv_count * m_desc.nranks;
-    MPI_Request request;
-    if (is_half(dt)) {
-        widen(dt, send, m_scratch_send, total);
-        m_scratch_recv.resize(recv_count);
-        BRAID_MPI_CHECK(MPI_Ireduce_scatter_block(m_scratch_send.data(), m_scratch_recv.data(), n,
-                                                  MPI_FLOAT, mpi_op(op), m_comm, &request));
-        wait(request, deadline, "reduce_scatter");
-        narrow(dt, m_scratch_recv, recv, recv_count);
-        return;
-    }
     size_t bytes = recv_count * dt.size();
-    auto* own = static_cast<const uint8_t*>(send) + m_desc.rank * bytes;
+    MPI_Datatype type = mpi_datatype(dt);
+    const void* in = send;
+    void* out = recv;
     // In place NCCL-style (recv is this rank's block of send): MPI forbids the overlap, so
     // reduce into scratch and copy.
+    auto* own = static_cast<const uint8_t*>(send) + m_desc.rank * bytes;
     bool overlap = recv_count && recv == own;
-    std::vector<uint8_t> scratch(overlap ? bytes : 0);
-    void* out = overlap ? scratch.data() : recv;
-    BRAID_MPI_CHECK(
-        MPI_Ireduce_scatter_block(send, out, n, mpi_datatype(dt), mpi_op(op), m_comm, &request));
-    wait(request, deadline, "reduce_scatter");
-    if (overlap) std::memcpy(recv, scratch.data(), bytes);
+    std::vector<uint8_t> scratch(overlap && !is_half(dt) ? bytes : 0);
+    if (overlap) out = scratch.data();
+    if (is_half(dt)) {
+        widen(dt, send, m_scratch_send, recv_count * m_desc.nranks);
+        m_scratch_recv.resize(recv_count);
+        in = m_scratch_send.data();
+        out = m_scratch_recv.data();
+        type = MPI_FLOAT;
+    }
+    run(
+        "reduce_scatter", deadline, "MPI_Reduce_scatter_block",
+        [&] { return MPI_Reduce_scatter_block(in, out, n, type, mpi_op(op), m_comm); },
+        "MPI_Ireduce_scatter_block",
+        [&](MPI_Request* r) {
+            return MPI_Ireduce_scatter_block(in, out, n, type, mpi_op(op), m_comm, r);
+        });
+    if (is_half(dt))
+        narrow(dt, m_scratch_recv, recv, recv_count);
+    else if (overlap)
+        std::memcpy(recv, scratch.data(), bytes);
 }
 
 void MpiCommunicator::do_gather(const void* send, void* recv, size_t send_count, DType dt,
@@ -283,13 +317,16 @@ void MpiCommunicator::do_gather(const void* send, void* recv, size_t send_count,
     int n = mpi_count(send_count, "gather");
     bool at_root = m_desc.rank == root;
     MPI_Datatype type = mpi_datatype(dt);
-    const void* sendbuf = send;
+    const void* in = send;
     if (at_root && send == static_cast<uint8_t*>(recv) + root * send_count * dt.size())
-        sendbuf = MPI_IN_PLACE;
-    MPI_Request request;
-    BRAID_MPI_CHECK(MPI_Igather(sendbuf, n, type, at_root ? recv : nullptr, n, type, int(root),
-                                m_comm, &request));
-    wait(request, deadline, "gather");
+        in = MPI_IN_PLACE;
+    void* out = at_root ? recv : nullptr;
+    run(
+        "gather", deadline, "MPI_Gather",
+        [&] { return MPI_Gather(in, n, type, out, n, type, int(root), m_comm); }, "MPI_Igather",
+        [&](MPI_Request* r) {
+            return MPI_Igather(in, n, type, out, n, type, int(root), m_comm, r);
+        });
 }
 
 void MpiCommunicator::do_scatter(const void* send, void* recv, size_t recv_count, DType dt,
@@ -298,22 +335,26 @@ void MpiCommunicator::do_scatter(const void* send, void* recv, size_t recv_count
     int n = mpi_count(recv_count, "scatter");
     bool at_root = m_desc.rank == root;
     MPI_Datatype type = mpi_datatype(dt);
-    void* recvbuf = recv;
+    void* out = recv;
     if (at_root && recv == static_cast<const uint8_t*>(send) + root * recv_count * dt.size())
-        recvbuf = MPI_IN_PLACE;
-    MPI_Request request;
-    BRAID_MPI_CHECK(MPI_Iscatter(at_root ? send : nullptr, n, type, recvbuf, n, type, int(root),
-                                 m_comm, &request));
-    wait(request, deadline, "scatter");
+        out = MPI_IN_PLACE;
+    const void* in = at_root ? send : nullptr;
+    run(
+        "scatter", deadline, "MPI_Scatter",
+        [&] { return MPI_Scatter(in, n, type, out, n, type, int(root), m_comm); }, "MPI_Iscatter",
+        [&](MPI_Request* r) {
+            return MPI_Iscatter(in, n, type, out, n, type, int(root), m_comm, r);
+        });
 }
 
 void MpiCommunicator::do_all_to_all(const void* send, void* recv, size_t count, DType dt) {
     Deadline deadline = Deadline::after(timeout());
     int n = mpi_count(count, "all_to_all");
     MPI_Datatype type = mpi_datatype(dt);
-    MPI_Request request;
-    BRAID_MPI_CHECK(MPI_Ialltoall(send, n, type, recv, n, type, m_comm, &request));
-    wait(request, deadline, "all_to_all");
+    run(
+        "all_to_all", deadline, "MPI_Alltoall",
+        [&] { return MPI_Alltoall(send, n, type, recv, n, type, m_comm); }, "MPI_Ialltoall",
+        [&](MPI_Request* r) { return MPI_Ialltoall(send, n, type, recv, n, type, m_comm, r); });
 }
 
 void MpiCommunicator::do_send(const void* buf, size_t count, DType dt, uint32_t peer) {

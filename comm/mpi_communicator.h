@@ -7,15 +7,21 @@
 // it with MPI_Comm_create_group, which only the members take part in, so groups of a
 // subset of the world need no cooperation from the other processes.
 //
-// Collectives are issued as nonblocking MPI calls (MPI_Iallreduce, ...) and completed by
-// polling MPI_Test until the call's deadline; on timeout the request is abandoned, a
-// TimeoutError is thrown and the communicator is broken. The only unbounded MPI calls are
-// MPI_Comm_create_group at creation, which runs right after every member passed the
-// rendezvous (so all of them are there), and MPI_Finalize at exit. Every MPI call goes
-// through BRAID_MPI_CHECK, which throws LibraryError with MPI's own error string.
+// MPI calls have no deadline, so no collective may start before every peer is known to
+// make it too. When all ranks of a group share a machine (the common case), they first
+// pass a shared-memory entry handshake with a deadline (comm/mpi_node_sync.h) and then make
+// MPI's blocking collective, as fast as raw MPI. Otherwise, or with BRAID_MPI_NONBLOCKING=1,
+// collectives are nonblocking MPI calls (MPI_Iallreduce, ...) completed by polling MPI_Test
+// until the deadline (OpenMPI's nonblocking collectives are markedly slower for small
+// messages). send and recv are always MPI_Isend / MPI_Irecv polled to the deadline. On a
+// timeout a TimeoutError is thrown and the communicator is broken. The unbounded MPI calls
+// left are the blocking setup calls at creation (MPI_Comm_create_group and friends, made
+// right after every member passed the rendezvous) and MPI_Finalize at exit. Every MPI call
+// is checked and a failure throws LibraryError with MPI's own error string.
 #pragma once
 
 #include "comm/communicator.h"
+#include "comm/mpi_node_sync.h"
 
 #include <mpi.h>
 
@@ -52,6 +58,8 @@ public:
     const char* backend() const override { return "mpi"; }
     //! The group's MPI communicator (for tests and benchmarks).
     MPI_Comm mpi_comm() const { return m_comm; }
+    //! Whether collectives use the shared-memory handshake + blocking MPI calls.
+    bool uses_blocking_collectives() const { return m_node_sync != nullptr; }
 
 protected:
     void do_all_reduce(const void* send, void* recv, size_t count, DType dt, ReduceOp op) override;
@@ -72,10 +80,19 @@ protected:
 private:
     //! Polls `request` until it completes or the deadline passes.
     void wait(MPI_Request& request, const Deadline& deadline, const char* call);
+    /*!
+     * Runs one collective: after the entry handshake, `blocking()` (named `blocking_name`),
+     * or without it `nonblocking(&request)` polled to the deadline. Both return MPI codes.
+     */
+    template <typename Blocking, typename Nonblocking>
+    void run(const char* call, const Deadline& deadline, const char* blocking_name,
+             Blocking&& blocking, const char* nonblocking_name, Nonblocking&& nonblocking);
     //! MPI's int count, or ValueError when `count` does not fit.
     int mpi_count(size_t count, const char* call) const;
 
     MPI_Comm m_comm = MPI_COMM_NULL;
+    std::unique_ptr<MpiNodeSync> m_node_sync;          //!< null: nonblocking calls
+    uint64_t m_sequence = 0;                           //!< collectives issued so far
     std::vector<float> m_scratch_send, m_scratch_recv; //!< float32 copies of half buffers
 };
 

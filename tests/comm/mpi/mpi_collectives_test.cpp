@@ -85,6 +85,25 @@ TEST(MpiCollectives, CachedCommunicatorIsReusedForTheSameGroup) {
     EXPECT_EQ(CommunicatorCache::instance().get("mpi", desc), comm);
 }
 
+TEST(MpiCollectives, MissingPeerTimesOutNamingItWithoutEnteringMpi) {
+    auto comm = join_world();
+    auto& mpi = static_cast<MpiCommunicator&>(*comm);
+    if (!mpi.uses_blocking_collectives())
+        GTEST_SKIP() << "nonblocking mode: an abandoned MPI request would outlive the test";
+    if (comm->rank() != 0) return; // the others never make the call
+    comm->set_timeout(std::chrono::milliseconds(300));
+    float x = 1;
+    try {
+        comm->all_reduce(&x, &x, 1, dtype::Float32(), ReduceOp::SUM);
+        FAIL() << "all_reduce without peers returned";
+    } catch (const TimeoutError& e) {
+        std::string what = e.what();
+        EXPECT_NE(what.find("1 of "), std::string::npos) << what;
+        EXPECT_NE(what.find("missing ranks: 1"), std::string::npos) << what;
+    }
+    EXPECT_TRUE(comm->broken());
+}
+
 TEST(MpiCollectives, SubgroupOfTheWorldWorks) {
     // Ranks 0 and 1 form a group of two; any other process stays out of it.
     int world_rank = mpi_world_rank();
