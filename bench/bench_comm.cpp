@@ -142,7 +142,8 @@ void print(bool json, const std::string& backend, const std::string& op, size_t 
     std::fflush(stdout);
 }
 
-int bench_local(size_t ranks, size_t bytes, bool json, const std::vector<std::string>& ops) {
+int bench_local(size_t ranks, size_t bytes, bool json, const std::vector<std::string>& ops,
+                int reps) {
     double memcpy_bw = memcpy_gbps(bytes);
     auto client = std::make_shared<InProcessGroupClient>();
     std::vector<std::shared_ptr<Communicator>> comms(ranks);
@@ -166,7 +167,7 @@ int bench_local(size_t ranks, size_t bytes, bool json, const std::vector<std::st
         for (size_t r = 0; r < ranks; ++r)
             threads.emplace_back([&, r] {
                 for (int i = 0; i < 2; ++i) run_op(*comms[r], op, buffers[r]); // warm-up
-                for (int rep = 0; rep < 3; ++rep) {
+                for (int rep = 0; rep < reps; ++rep) {
                     sync.arrive_and_wait();
                     auto start = Clock::now();
                     for (size_t i = 0; i < iters; ++i) run_op(*comms[r], op, buffers[r]);
@@ -181,7 +182,7 @@ int bench_local(size_t ranks, size_t bytes, bool json, const std::vector<std::st
     return 0;
 }
 
-int bench_mpi(size_t bytes, bool json, const std::vector<std::string>& ops) {
+int bench_mpi(size_t bytes, bool json, const std::vector<std::string>& ops, int reps) {
     mpi_ensure_initialized();
     int rank = mpi_world_rank(), size = mpi_world_size();
     std::unique_ptr<RendezvousServer> server;
@@ -215,7 +216,7 @@ int bench_mpi(size_t bytes, bool json, const std::vector<std::string>& ops) {
         }
         // Alternate the two so both see the same machine noise; keep the best of each.
         double braid_s = 1e30, raw_s = 1e30;
-        for (int rep = 0; rep < 3; ++rep) {
+        for (int rep = 0; rep < reps; ++rep) {
             braid_s = std::min(braid_s, time_loop([&] { run_op(*comm, op, b); }));
             raw_s = std::min(raw_s, time_loop([&] { run_raw_mpi(raw, op, b); }));
         }
@@ -235,6 +236,7 @@ int main(int argc, char** argv) {
     std::string backend = "local";
     size_t ranks = 2, bytes = size_t(64) << 20;
     bool json = false;
+    int reps = 3;
     std::vector<std::string> ops = OPS;
     CLI::App app{"bench_comm: collective bus bandwidth against memcpy / raw MPI"};
     app.add_option("--backend", backend, "local or mpi")->check(CLI::IsMember({"local", "mpi"}));
@@ -243,11 +245,13 @@ int main(int argc, char** argv) {
     app.add_option("--bytes", bytes, "bytes per buffer (see the header)")
         ->check(CLI::Range(4, 1 << 30));
     app.add_option("--ops", ops, "ops to run")->check(CLI::IsMember(OPS));
+    app.add_option("--reps", reps, "timed repetitions per op (the best is kept)")
+        ->check(CLI::Range(1, 100));
     app.add_flag("--json", json, "one JSON object per op");
     CLI11_PARSE(app, argc, argv);
     try {
-        return backend == "mpi" ? bench_mpi(bytes, json, ops)
-                                : bench_local(ranks, bytes, json, ops);
+        return backend == "mpi" ? bench_mpi(bytes, json, ops, reps)
+                                : bench_local(ranks, bytes, json, ops, reps);
     } catch (const std::exception& e) {
         std::fprintf(stderr, "bench_comm: %s\n", e.what());
         return 1;

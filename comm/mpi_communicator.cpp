@@ -198,7 +198,7 @@ void MpiCommunicator::run(const char* call, const Deadline& deadline, const char
                           Blocking&& blocking, const char* nonblocking_name,
                           Nonblocking&& nonblocking) {
     if (m_node_sync) {
-        m_node_sync->enter(++m_sequence, deadline, describe(call));
+        m_node_sync->enter(++m_sequence, deadline, [&] { return describe(call); });
         int rc = blocking();
         if (rc != MPI_SUCCESS) detail::mpi_call_failed(rc, blocking_name, __FILE__, __LINE__);
         return;

@@ -101,7 +101,8 @@ bool MpiNodeSync::decide(uint64_t sequence, uint64_t state) {
     return false;
 }
 
-void MpiNodeSync::enter(uint64_t sequence, const Deadline& deadline, const std::string& what) {
+void MpiNodeSync::enter(uint64_t sequence, const Deadline& deadline,
+                        const std::function<std::string()>& what) {
     __atomic_store_n(counter(m_rank), sequence, __ATOMIC_SEQ_CST);
     for (uint64_t polls = 0;; ++polls) {
         uint64_t d = load(decision());
@@ -113,7 +114,7 @@ void MpiNodeSync::enter(uint64_t sequence, const Deadline& deadline, const std::
             BRAID_THROW(CommError,
                         "{}: rank {} gave up waiting for its peers; nobody entered "
                         "the MPI call",
-                        what, state - 1);
+                        what(), state - 1);
         }
         bool all_arrived = true;
         for (uint32_t r = 0; r < m_nranks && all_arrived; ++r)
@@ -135,7 +136,7 @@ void MpiNodeSync::enter(uint64_t sequence, const Deadline& deadline, const std::
                 if (decide(sequence, m_rank + 1))
                     throw TimeoutError(fmt::format("{} timed out after {}: {} of {} ranks "
                                                    "arrived; missing ranks: {}",
-                                                   what, format_duration(deadline.span()), arrived,
+                                                   what(), format_duration(deadline.span()), arrived,
                                                    m_nranks, missing));
                 continue; // GO was decided just before: go on with the others
             }

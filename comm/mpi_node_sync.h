@@ -17,6 +17,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -41,7 +42,9 @@ public:
      * until every rank did. Throws TimeoutError naming the missing ranks when the deadline
      * passed first, CommError when another rank's deadline did; then nobody makes the call.
      */
-    void enter(uint64_t sequence, const Deadline& deadline, const std::string& what);
+    //! `what` names the call in messages (built only when one is thrown).
+    void enter(uint64_t sequence, const Deadline& deadline,
+               const std::function<std::string()>& what);
 
 private:
     MpiNodeSync(uint8_t* base, size_t size, uint32_t nranks, uint32_t rank)

@@ -109,7 +109,7 @@ double reduced(const CollectiveCase& c, uint32_t n, size_t i) {
     return acc;
 }
 
-//! The expected recv element `i` on rank `me`; false when the rank receives nothing.
+//! The expected element `i` of rank `me`'s result.
 double expected(const CollectiveCase& c, uint32_t n, uint32_t me, size_t i) {
     size_t k = c.count;
     switch (c.collective) {
