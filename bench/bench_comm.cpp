@@ -5,9 +5,10 @@
 //     bench_comm --backend local --ranks 2 --bytes 67108864 --json
 //     mpirun -np 2 bench_comm --backend mpi --bytes 67108864 --json
 //
-// Bus bandwidth = bytes / time x factor: all_reduce 2(n-1)/n; all_gather, reduce_scatter
-// and all_to_all (n-1)/n; broadcast 1. `bytes` is the whole buffer of the op (all_gather's
-// recv, reduce_scatter's send, all_to_all's either); elements are float32.
+// Times are medians of per-call times (the slowest rank's median), which shared, noisy
+// machines disturb least. Bus bandwidth = bytes / time x factor: all_reduce 2(n-1)/n; all_gather,
+// reduce_scatter and all_to_all (n-1)/n; broadcast 1. `bytes` is the whole buffer of the op
+// (all_gather's recv, reduce_scatter's send, all_to_all's either); elements are float32.
 #include "comm/communicator.h"
 #include "comm/mpi_communicator.h"
 #include "comm/rendezvous_server.h"
@@ -105,16 +106,26 @@ void run_raw_mpi(MPI_Comm comm, const std::string& op, Buffers& b) {
     }
 }
 
-//! Single-thread memcpy bandwidth over `bytes` (best of a few runs), GB/s.
+double seconds_since(Clock::time_point start) {
+    return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+//! The median: robust against the preemptions of a shared machine.
+double median(std::vector<double> values) {
+    std::sort(values.begin(), values.end());
+    return values.empty() ? 0 : values[values.size() / 2];
+}
+
+//! Single-thread memcpy bandwidth over `bytes` (median of the runs), GB/s.
 double memcpy_gbps(size_t bytes) {
     std::vector<char> src(bytes, 1), dst(bytes, 0);
-    double best = 1e30;
-    for (int i = 0; i < 5; ++i) {
+    std::vector<double> runs;
+    for (size_t i = 0; i < std::max<size_t>(5, (size_t(64) << 20) / bytes); ++i) {
         auto start = Clock::now();
         std::memcpy(dst.data(), src.data(), bytes);
-        best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
+        runs.push_back(seconds_since(start));
     }
-    return double(bytes) / best / 1e9;
+    return double(bytes) / median(runs) / 1e9;
 }
 
 size_t iterations_for(size_t bytes) {
@@ -162,18 +173,21 @@ int bench_local(size_t ranks, size_t bytes, bool json, const std::vector<std::st
         std::vector<Buffers> buffers;
         for (size_t r = 0; r < ranks; ++r) buffers.push_back(make_buffers(op, bytes, ranks));
         std::barrier<> sync{std::ptrdiff_t(ranks)};
-        std::vector<double> seconds(ranks, 1e30);
+        std::vector<double> seconds(ranks, 0);
         std::vector<std::thread> threads;
         for (size_t r = 0; r < ranks; ++r)
             threads.emplace_back([&, r] {
                 for (int i = 0; i < 2; ++i) run_op(*comms[r], op, buffers[r]); // warm-up
+                std::vector<double> calls;
                 for (int rep = 0; rep < reps; ++rep) {
                     sync.arrive_and_wait();
-                    auto start = Clock::now();
-                    for (size_t i = 0; i < iters; ++i) run_op(*comms[r], op, buffers[r]);
-                    double s = std::chrono::duration<double>(Clock::now() - start).count();
-                    seconds[r] = std::min(seconds[r], s / double(iters));
+                    for (size_t i = 0; i < iters; ++i) {
+                        auto start = Clock::now();
+                        run_op(*comms[r], op, buffers[r]);
+                        calls.push_back(seconds_since(start));
+                    }
                 }
+                seconds[r] = median(calls);
             });
         for (auto& t : threads) t.join();
         double us = *std::max_element(seconds.begin(), seconds.end()) * 1e6;
@@ -199,14 +213,10 @@ int bench_mpi(size_t bytes, bool json, const std::vector<std::string>& ops, int 
     MPI_Comm raw = static_cast<MpiCommunicator&>(*comm).mpi_comm();
     double memcpy_bw = memcpy_gbps(bytes);
     size_t iters = iterations_for(bytes);
-    auto time_loop = [&](const std::function<void()>& body) {
-        BRAID_MPI_CHECK(MPI_Barrier(raw));
-        auto start = Clock::now();
-        for (size_t i = 0; i < iters; ++i) body();
-        double local = std::chrono::duration<double>(Clock::now() - start).count() / double(iters);
-        double slowest = 0;
-        BRAID_MPI_CHECK(MPI_Allreduce(&local, &slowest, 1, MPI_DOUBLE, MPI_MAX, raw));
-        return slowest;
+    auto slowest = [&](double local) {
+        double out = 0;
+        BRAID_MPI_CHECK(MPI_Allreduce(&local, &out, 1, MPI_DOUBLE, MPI_MAX, raw));
+        return out;
     };
     for (auto& op : ops) {
         Buffers b = make_buffers(op, bytes, size_t(size));
@@ -214,12 +224,20 @@ int bench_mpi(size_t bytes, bool json, const std::vector<std::string>& ops, int 
             run_op(*comm, op, b);
             run_raw_mpi(raw, op, b);
         }
-        // Alternate the two so both see the same machine noise; keep the best of each.
-        double braid_s = 1e30, raw_s = 1e30;
+        // Alternate the two call by call so both see the same machine noise.
+        std::vector<double> braid_calls, raw_calls;
         for (int rep = 0; rep < reps; ++rep) {
-            braid_s = std::min(braid_s, time_loop([&] { run_op(*comm, op, b); }));
-            raw_s = std::min(raw_s, time_loop([&] { run_raw_mpi(raw, op, b); }));
+            BRAID_MPI_CHECK(MPI_Barrier(raw));
+            for (size_t i = 0; i < iters; ++i) {
+                auto start = Clock::now();
+                run_op(*comm, op, b);
+                braid_calls.push_back(seconds_since(start));
+                start = Clock::now();
+                run_raw_mpi(raw, op, b);
+                raw_calls.push_back(seconds_since(start));
+            }
         }
+        double braid_s = slowest(median(braid_calls)), raw_s = slowest(median(raw_calls));
         if (rank == 0)
             print(json, "mpi", op, size_t(size), bytes, braid_s * 1e6, memcpy_bw, raw_s * 1e6);
     }
