@@ -304,7 +304,7 @@ void LocalCommunicator::do_broadcast(const void* send, void* recv, size_t count,
                                      uint32_t root) {
     collective({"broadcast", send, recv, count, dt, ReduceOp::SUM, root}, [&](uint32_t, uint32_t) {
         const void* src = m_group->slot(root).send;
-        if (src != recv && count) std::memcpy(recv, src, count * dt.size());
+        if (src != recv && count) copy_bytes(recv, src, count * dt.size());
     });
 }
 
@@ -315,7 +315,7 @@ void LocalCommunicator::do_all_gather(const void* send, void* recv, size_t send_
                    for (uint32_t r = 0; r < n; ++r) {
                        auto* dst = static_cast<uint8_t*>(recv) + r * bytes;
                        const void* src = m_group->slot(r).send;
-                       if (src != dst && bytes) std::memcpy(dst, src, bytes);
+                       if (src != dst && bytes) copy_bytes(dst, src, bytes);
                    }
                });
 }
@@ -337,7 +337,7 @@ void LocalCommunicator::do_gather(const void* send, void* recv, size_t send_coun
                [&](uint32_t, uint32_t me) {
                    size_t bytes = send_count * dt.size();
                    auto* dst = static_cast<uint8_t*>(m_group->slot(root).recv) + me * bytes;
-                   if (dst != send && bytes) std::memcpy(dst, send, bytes);
+                   if (dst != send && bytes) copy_bytes(dst, send, bytes);
                });
 }
 
@@ -347,7 +347,7 @@ void LocalCommunicator::do_scatter(const void* send, void* recv, size_t recv_cou
                [&](uint32_t, uint32_t me) {
                    size_t bytes = recv_count * dt.size();
                    auto* src = static_cast<const uint8_t*>(m_group->slot(root).send) + me * bytes;
-                   if (src != recv && bytes) std::memcpy(recv, src, bytes);
+                   if (src != recv && bytes) copy_bytes(recv, src, bytes);
                });
 }
 
@@ -357,8 +357,8 @@ void LocalCommunicator::do_all_to_all(const void* send, void* recv, size_t count
             size_t bytes = count * dt.size();
             if (!bytes) return;
             for (uint32_t r = 0; r < n; ++r)
-                std::memcpy(static_cast<uint8_t*>(recv) + r * bytes,
-                            static_cast<const uint8_t*>(m_group->slot(r).send) + me * bytes, bytes);
+                copy_bytes(static_cast<uint8_t*>(recv) + r * bytes,
+                           static_cast<const uint8_t*>(m_group->slot(r).send) + me * bytes, bytes);
         });
 }
 

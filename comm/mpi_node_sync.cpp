@@ -136,8 +136,8 @@ void MpiNodeSync::enter(uint64_t sequence, const Deadline& deadline,
                 if (decide(sequence, m_rank + 1))
                     throw TimeoutError(fmt::format("{} timed out after {}: {} of {} ranks "
                                                    "arrived; missing ranks: {}",
-                                                   what(), format_duration(deadline.span()), arrived,
-                                                   m_nranks, missing));
+                                                   what(), format_duration(deadline.span()),
+                                                   arrived, m_nranks, missing));
                 continue; // GO was decided just before: go on with the others
             }
             // Ranks may outnumber cores: let the late ones run.

@@ -7,12 +7,43 @@
 #include <cstring>
 #include <type_traits>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 namespace braid::comm {
 
 namespace {
 
 //! Elements per chunk: the accumulator (at most 8 bytes each) stays in L1.
 constexpr size_t CHUNK = 2048;
+
+//! Copies with non-temporal 16-byte stores where `dst` is aligned, plain stores elsewhere.
+void stream_store(void* dst, const void* src, size_t bytes) {
+#if defined(__SSE2__)
+    auto* d = static_cast<uint8_t*>(dst);
+    auto* s = static_cast<const uint8_t*>(src);
+    size_t head = (16 - (reinterpret_cast<uintptr_t>(d) & 15)) & 15;
+    if (head > bytes) head = bytes;
+    std::memcpy(d, s, head);
+    d += head;
+    s += head;
+    bytes -= head;
+    size_t body = bytes & ~size_t(15);
+    for (size_t i = 0; i < body; i += 16)
+        _mm_stream_si128(reinterpret_cast<__m128i*>(d + i),
+                         _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i)));
+    std::memcpy(d + body, s + body, bytes - body);
+#else
+    std::memcpy(dst, src, bytes);
+#endif
+}
+
+void store_fence() {
+#if defined(__SSE2__)
+    _mm_sfence();
+#endif
+}
 
 template <typename T> T op_sum(T a, T b) {
     if constexpr (std::is_integral_v<T>) {
@@ -52,6 +83,7 @@ struct BFloat {
 template <typename Storage, typename Conv, ReduceOp OP>
 void reduce_chunks(const void* const* ins, size_t n_in, void* const* outs, size_t n_out,
                    size_t offset, size_t count) {
+    bool stream = count * sizeof(Storage) >= STREAM_MIN_BYTES;
     using Acc = typename Conv::Acc;
     Acc acc[CHUNK];
     Storage out[CHUNK];
@@ -78,8 +110,13 @@ void reduce_chunks(const void* const* ins, size_t n_in, void* const* outs, size_
             for (size_t i = 0; i < n; ++i) out[i] = Conv::store(acc[i]);
             src = out;
         }
-        for (size_t k = 0; k < n_out; ++k)
-            std::memcpy(static_cast<Storage*>(outs[k]) + at, src, n * sizeof(Storage));
+        for (size_t k = 0; k < n_out; ++k) {
+            Storage* dst = static_cast<Storage*>(outs[k]) + at;
+            if (stream)
+                stream_store(dst, src, n * sizeof(Storage));
+            else
+                std::memcpy(dst, src, n * sizeof(Storage));
+        }
     }
 }
 
@@ -96,12 +133,8 @@ void reduce_typed(ReduceOp op, const void* const* ins, size_t n_in, void* const*
     }
 }
 
-} // namespace
-
-void reduce_to_many(DType dt, ReduceOp op, const void* const* ins, size_t n_in, void* const* outs,
-                    size_t n_out, size_t offset, size_t count) {
-    BRAID_ASSERT(n_in >= 1, "reduction without inputs");
-    if (count == 0) return;
+void reduce_dispatch(DType dt, ReduceOp op, const void* const* ins, size_t n_in, void* const* outs,
+                     size_t n_out, size_t offset, size_t count) {
     switch (dt.enumv()) {
     case DTypeEnum::FLOAT32:
         return reduce_typed<float, Native<float>>(op, ins, n_in, outs, n_out, offset, count);
@@ -120,6 +153,25 @@ void reduce_to_many(DType dt, ReduceOp op, const void* const* ins, size_t n_in, 
     default:
         BRAID_THROW(DTypeError, "reduction over dtype {} is not supported", dt.name());
     }
+}
+
+} // namespace
+
+void copy_bytes(void* dst, const void* src, size_t bytes) {
+    if (bytes < STREAM_MIN_BYTES) {
+        std::memcpy(dst, src, bytes);
+        return;
+    }
+    stream_store(dst, src, bytes);
+    store_fence();
+}
+
+void reduce_to_many(DType dt, ReduceOp op, const void* const* ins, size_t n_in, void* const* outs,
+                    size_t n_out, size_t offset, size_t count) {
+    BRAID_ASSERT(n_in >= 1, "reduction without inputs");
+    if (count == 0) return;
+    reduce_dispatch(dt, op, ins, n_in, outs, n_out, offset, count);
+    store_fence();
 }
 
 void reduce_into(DType dt, ReduceOp op, void* dst, const void* src, size_t count) {
