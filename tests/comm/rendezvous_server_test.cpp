@@ -143,23 +143,26 @@ TEST_F(RendezvousServerTest, ThousandConcurrentClientsGetEachRankExactlyOnce) {
 
 TEST_F(RendezvousServerTest, DeadlineReplyListsMissingRanks) {
     auto c = client();
-    std::vector<std::thread> threads;
-    std::vector<std::string> errors(2);
-    for (int r = 0; r < 2; ++r)
-        threads.emplace_back([&, r] {
-            try {
-                c->opr_register("late", 4, false, r * 2, r, 300ms);
-            } catch (const TimeoutError& e) {
-                errors[r] = e.what();
-            }
-        });
-    for (auto& t : threads) t.join();
-    int saw_both = 0;
-    for (auto& e : errors) {
-        EXPECT_TRUE(contains(e, "opr_register(key \"late\") timed out after 0.3 s")) << e;
-        saw_both += contains(e, "2 of 4 peers arrived (comp node ids: 0, 1); missing ranks: 1, 3");
+    // Rank 0 waits longer, so it is still there when rank 2's shorter deadline passes.
+    auto first = std::async(std::launch::async, [&] {
+        try {
+            c->opr_register("late", 4, false, 0, 10, 1500ms);
+            return std::string("registered");
+        } catch (const TimeoutError& e) {
+            return std::string(e.what());
+        }
+    });
+    wait_pending(1);
+    try {
+        c->opr_register("late", 4, false, 2, 11, 300ms);
+        FAIL() << "registered without ranks 1 and 3";
+    } catch (const TimeoutError& e) {
+        EXPECT_EQ(std::string(e.what()),
+                  "opr_register(key \"late\") timed out after 0.3 s: 2 of 4 peers arrived "
+                  "(comp node ids: 10, 11); missing ranks: 1, 3");
     }
-    EXPECT_GE(saw_both, 1);
+    EXPECT_EQ(first.get(), "opr_register(key \"late\") timed out after 1.5 s: 1 of 4 peers "
+                           "arrived (comp node ids: 10); missing ranks: 1, 2, 3");
     wait_pending(0);
 }
 
