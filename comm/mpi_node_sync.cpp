@@ -119,8 +119,10 @@ void MpiNodeSync::enter(uint64_t sequence, const Deadline& deadline,
         bool all_arrived = true;
         for (uint32_t r = 0; r < m_nranks && all_arrived; ++r)
             all_arrived = load(counter(r)) >= sequence;
+        // Winning the CAS decides GO; losing it means someone decided first (GO or ABORT),
+        // which the next turn reads.
         if (all_arrived) {
-            decide(sequence, 0);
+            if (decide(sequence, 0)) return;
             continue;
         }
         if ((polls & 255) == 255) {
