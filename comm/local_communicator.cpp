@@ -62,8 +62,10 @@ public:
           m_mailboxes(size_t(nranks) * nranks) {
         for (uint32_t r = 0; r < nranks; ++r) m_arrived[r].store(0, std::memory_order_relaxed);
         unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-        // Spinning only pays when every rank can own a core.
-        m_spin_iterations = nranks <= cores ? 4000 : 0;
+        // Spinning only pays when every rank can own a core. It must outlast a futex
+        // wake-up (tens of microseconds on a VM): a shorter spin lets the ranks fall into
+        // a cycle where each barrier costs a sleep and a wake-up.
+        m_spin = nranks <= cores ? std::chrono::microseconds(200) : Clock::duration::zero();
     }
 
     uint32_t nranks() const { return m_nranks; }
@@ -106,10 +108,15 @@ public:
             m_cv.notify_all();
             return;
         }
-        for (uint32_t i = 0; i < m_spin_iterations; ++i) {
-            if (m_generation.load(std::memory_order_acquire) != generation) return;
-            if ((i & 255) == 255 && m_aborted.load(std::memory_order_acquire)) break;
-            BRAID_CPU_RELAX();
+        if (m_spin > Clock::duration::zero()) {
+            auto spin_until = Clock::now() + m_spin;
+            for (uint32_t i = 1;; ++i) {
+                if (m_generation.load(std::memory_order_acquire) != generation) return;
+                if ((i & 127) == 0 &&
+                    (m_aborted.load(std::memory_order_acquire) || Clock::now() >= spin_until))
+                    break;
+                BRAID_CPU_RELAX();
+            }
         }
         std::unique_lock<std::mutex> lock(m_mutex);
         while (m_generation.load(std::memory_order_acquire) == generation) {
@@ -174,7 +181,7 @@ private:
     const uint64_t m_hash;
     const std::string m_key;
     const uint32_t m_nranks;
-    uint32_t m_spin_iterations;
+    Clock::duration m_spin;
     std::vector<LocalSlot> m_slots;
     alignas(64) std::atomic<uint32_t> m_count{0};
     alignas(64) std::atomic<uint64_t> m_generation{0};
