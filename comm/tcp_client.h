@@ -60,7 +60,7 @@ public:
 
 private:
     struct Reply;
-    //! Sends a request built by `build` (given request id, token and timeout_ms) and returns
+    //! Sends a request built by `build` (given the frame's FrameMeta) and returns
     //! the verified reply; throws the error the server replied with.
     template <typename Build>
     Reply call(std::string_view call_name, const std::string& key, Timeout timeout, Build&& build);
