@@ -1,0 +1,277 @@
+// Collective throughput of a communicator backend, as bus bandwidth (nccl-tests' definition)
+// next to its anchor measured in the same run: single-thread memcpy bandwidth for "local",
+// the raw MPI collective on the same buffers for "mpi".
+//
+//     bench_comm --backend local --ranks 2 --bytes 67108864 --json
+//     mpirun -np 2 bench_comm --backend mpi --bytes 67108864 --json
+//
+// Times are medians of per-call times (the slowest rank's median), which shared, noisy
+// machines disturb least. Bus bandwidth = bytes / time x factor: all_reduce 2(n-1)/n; all_gather,
+// reduce_scatter and all_to_all (n-1)/n; broadcast 1. `bytes` is the whole buffer of the op
+// (all_gather's recv, reduce_scatter's send, all_to_all's either); elements are float32.
+#include "comm/communicator.h"
+#include "comm/mpi_communicator.h"
+#include "comm/rendezvous_server.h"
+#include "comm/tcp_client.h"
+
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <barrier>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <thread>
+
+using namespace braid;
+using namespace braid::comm;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+const std::vector<std::string> OPS = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all",
+                                      "broadcast"};
+
+double bus_factor(const std::string& op, size_t n) {
+    if (n == 1) return op == "broadcast" ? 1.0 : 0.0;
+    if (op == "all_reduce") return 2.0 * double(n - 1) / double(n);
+    if (op == "broadcast") return 1.0;
+    return double(n - 1) / double(n);
+}
+
+//! Per-rank buffers sized for the op (float32 elements).
+struct Buffers {
+    std::vector<float> send, recv;
+    size_t count = 0; //!< the count argument of the call
+};
+
+Buffers make_buffers(const std::string& op, size_t bytes, size_t n) {
+    size_t elems = bytes / sizeof(float);
+    Buffers b;
+    if (op == "all_reduce" || op == "broadcast") {
+        b.send.assign(elems, 1.0f);
+        b.recv.assign(elems, 0.0f);
+        b.count = elems;
+    } else if (op == "all_gather") {
+        b.count = elems / n;
+        b.send.assign(b.count, 1.0f);
+        b.recv.assign(b.count * n, 0.0f);
+    } else if (op == "reduce_scatter") {
+        b.count = elems / n;
+        b.send.assign(b.count * n, 1.0f);
+        b.recv.assign(b.count, 0.0f);
+    } else { // all_to_all
+        b.count = elems / n;
+        b.send.assign(b.count * n, 1.0f);
+        b.recv.assign(b.count * n, 0.0f);
+    }
+    return b;
+}
+
+void run_op(Communicator& comm, const std::string& op, Buffers& b) {
+    DType f32 = dtype::Float32();
+    if (op == "all_reduce")
+        comm.all_reduce(b.send.data(), b.recv.data(), b.count, f32, ReduceOp::SUM);
+    else if (op == "all_gather")
+        comm.all_gather(b.send.data(), b.recv.data(), b.count, f32);
+    else if (op == "reduce_scatter")
+        comm.reduce_scatter(b.send.data(), b.recv.data(), b.count, f32, ReduceOp::SUM);
+    else if (op == "all_to_all")
+        comm.all_to_all(b.send.data(), b.recv.data(), b.count, f32);
+    else
+        comm.broadcast(b.send.data(), b.recv.data(), b.count, f32, 0);
+}
+
+void run_raw_mpi(MPI_Comm comm, const std::string& op, Buffers& b) {
+    int n = int(b.count);
+    if (op == "all_reduce")
+        BRAID_MPI_CHECK(MPI_Allreduce(b.send.data(), b.recv.data(), n, MPI_FLOAT, MPI_SUM, comm));
+    else if (op == "all_gather")
+        BRAID_MPI_CHECK(
+            MPI_Allgather(b.send.data(), n, MPI_FLOAT, b.recv.data(), n, MPI_FLOAT, comm));
+    else if (op == "reduce_scatter")
+        BRAID_MPI_CHECK(
+            MPI_Reduce_scatter_block(b.send.data(), b.recv.data(), n, MPI_FLOAT, MPI_SUM, comm));
+    else if (op == "all_to_all")
+        BRAID_MPI_CHECK(
+            MPI_Alltoall(b.send.data(), n, MPI_FLOAT, b.recv.data(), n, MPI_FLOAT, comm));
+    else {
+        // Same as braid's broadcast: the root's send becomes every recv.
+        int rank;
+        MPI_Comm_rank(comm, &rank);
+        if (rank == 0) std::memcpy(b.recv.data(), b.send.data(), b.count * sizeof(float));
+        BRAID_MPI_CHECK(MPI_Bcast(b.recv.data(), n, MPI_FLOAT, 0, comm));
+    }
+}
+
+double seconds_since(Clock::time_point start) {
+    return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+//! The median: robust against the preemptions of a shared machine.
+double median(std::vector<double> values) {
+    std::sort(values.begin(), values.end());
+    return values.empty() ? 0 : values[values.size() / 2];
+}
+
+//! Single-thread memcpy bandwidth over `bytes` (median of the runs), GB/s.
+double memcpy_gbps(size_t bytes) {
+    std::vector<char> src(bytes, 1), dst(bytes, 0);
+    std::vector<double> runs;
+    for (size_t i = 0; i < std::max<size_t>(5, (size_t(64) << 20) / bytes); ++i) {
+        auto start = Clock::now();
+        std::memcpy(dst.data(), src.data(), bytes);
+        runs.push_back(seconds_since(start));
+    }
+    return double(bytes) / median(runs) / 1e9;
+}
+
+size_t iterations_for(size_t bytes) {
+    return std::clamp<size_t>((size_t(256) << 20) / std::max<size_t>(bytes, 1), 5, 2000);
+}
+
+void print(bool json, const std::string& backend, const std::string& op, size_t n, size_t bytes,
+           double us, double memcpy_bw, double raw_us) {
+    double busbw = double(bytes) / (us * 1e-6) / 1e9 * bus_factor(op, n);
+    if (json) {
+        std::printf("{\"bench\":\"comm\",\"backend\":\"%s\",\"op\":\"%s\",\"ranks\":%zu,"
+                    "\"bytes\":%zu,\"us\":%.2f,\"busbw_gbps\":%.3f,\"memcpy_gbps\":%.3f,"
+                    "\"busbw_vs_memcpy\":%.3f",
+                    backend.c_str(), op.c_str(), n, bytes, us, busbw, memcpy_bw, busbw / memcpy_bw);
+        if (raw_us > 0)
+            std::printf(",\"raw_mpi_us\":%.2f,\"vs_raw_mpi\":%.3f", raw_us, us / raw_us);
+        std::printf("}\n");
+    } else {
+        std::printf("%-6s %-15s ranks %zu  %10zu B  %10.2f us  busbw %7.3f GB/s  (memcpy %.3f "
+                    "GB/s)",
+                    backend.c_str(), op.c_str(), n, bytes, us, busbw, memcpy_bw);
+        if (raw_us > 0) std::printf("  raw MPI %.2f us (x%.3f)", raw_us, us / raw_us);
+        std::printf("\n");
+    }
+    std::fflush(stdout);
+}
+
+int bench_local(size_t ranks, size_t bytes, bool json, const std::vector<std::string>& ops,
+                int reps) {
+    double memcpy_bw = memcpy_gbps(bytes);
+    auto client = std::make_shared<InProcessGroupClient>();
+    std::vector<std::shared_ptr<Communicator>> comms(ranks);
+    {
+        std::vector<std::thread> threads;
+        for (size_t r = 0; r < ranks; ++r)
+            threads.emplace_back([&, r] {
+                comms[r] =
+                    join_group(client, "local", "bench", uint32_t(ranks), false, UNASSIGNED_RANK, r)
+                        .communicator;
+            });
+        for (auto& t : threads) t.join();
+    }
+    size_t iters = iterations_for(bytes);
+    for (auto& op : ops) {
+        std::vector<Buffers> buffers;
+        for (size_t r = 0; r < ranks; ++r) buffers.push_back(make_buffers(op, bytes, ranks));
+        std::barrier<> sync{std::ptrdiff_t(ranks)};
+        std::vector<double> seconds(ranks, 0);
+        std::vector<std::thread> threads;
+        for (size_t r = 0; r < ranks; ++r)
+            threads.emplace_back([&, r] {
+                for (int i = 0; i < 2; ++i) run_op(*comms[r], op, buffers[r]); // warm-up
+                std::vector<double> calls;
+                for (int rep = 0; rep < reps; ++rep) {
+                    sync.arrive_and_wait();
+                    for (size_t i = 0; i < iters; ++i) {
+                        auto start = Clock::now();
+                        run_op(*comms[r], op, buffers[r]);
+                        calls.push_back(seconds_since(start));
+                    }
+                }
+                seconds[r] = median(calls);
+            });
+        for (auto& t : threads) t.join();
+        double us = *std::max_element(seconds.begin(), seconds.end()) * 1e6;
+        print(json, "local", op, ranks, bytes, us, memcpy_bw, 0);
+    }
+    return 0;
+}
+
+int bench_mpi(size_t bytes, bool json, const std::vector<std::string>& ops, int reps) {
+    mpi_ensure_initialized();
+    int rank = mpi_world_rank(), size = mpi_world_size();
+    std::unique_ptr<RendezvousServer> server;
+    int port = 0;
+    if (rank == 0) {
+        server = std::make_unique<RendezvousServer>();
+        port = server->start();
+    }
+    BRAID_MPI_CHECK(MPI_Bcast(&port, 1, MPI_INT, 0, MPI_COMM_WORLD));
+    auto client = std::make_shared<TcpGroupClient>("127.0.0.1", uint16_t(port));
+    auto comm =
+        join_group(client, "mpi", "bench", uint32_t(size), false, UNASSIGNED_RANK, uint64_t(rank))
+            .communicator;
+    MPI_Comm raw = static_cast<MpiCommunicator&>(*comm).mpi_comm();
+    double memcpy_bw = memcpy_gbps(bytes);
+    size_t iters = iterations_for(bytes);
+    auto slowest = [&](double local) {
+        double out = 0;
+        BRAID_MPI_CHECK(MPI_Allreduce(&local, &out, 1, MPI_DOUBLE, MPI_MAX, raw));
+        return out;
+    };
+    for (auto& op : ops) {
+        Buffers b = make_buffers(op, bytes, size_t(size));
+        for (int i = 0; i < 2; ++i) {
+            run_op(*comm, op, b);
+            run_raw_mpi(raw, op, b);
+        }
+        // Alternate the two call by call so both see the same machine noise.
+        std::vector<double> braid_calls, raw_calls;
+        for (int rep = 0; rep < reps; ++rep) {
+            BRAID_MPI_CHECK(MPI_Barrier(raw));
+            for (size_t i = 0; i < iters; ++i) {
+                auto start = Clock::now();
+                run_op(*comm, op, b);
+                braid_calls.push_back(seconds_since(start));
+                start = Clock::now();
+                run_raw_mpi(raw, op, b);
+                raw_calls.push_back(seconds_since(start));
+            }
+        }
+        double braid_s = slowest(median(braid_calls)), raw_s = slowest(median(raw_calls));
+        if (rank == 0)
+            print(json, "mpi", op, size_t(size), bytes, braid_s * 1e6, memcpy_bw, raw_s * 1e6);
+    }
+    comm.reset();
+    CommunicatorCache::instance().clear();
+    BRAID_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+    if (server) server->stop();
+    return 0;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    std::string backend = "local";
+    size_t ranks = 2, bytes = size_t(64) << 20;
+    bool json = false;
+    int reps = 3;
+    std::vector<std::string> ops = OPS;
+    CLI::App app{"bench_comm: collective bus bandwidth against memcpy / raw MPI"};
+    app.add_option("--backend", backend, "local or mpi")->check(CLI::IsMember({"local", "mpi"}));
+    app.add_option("--ranks", ranks, "ranks (threads) for the local backend")
+        ->check(CLI::Range(1, 1024));
+    app.add_option("--bytes", bytes, "bytes per buffer (see the header)")
+        ->check(CLI::Range(4, 1 << 30));
+    app.add_option("--ops", ops, "ops to run")->check(CLI::IsMember(OPS));
+    app.add_option("--reps", reps, "timed repetitions per op (the best is kept)")
+        ->check(CLI::Range(1, 100));
+    app.add_flag("--json", json, "one JSON object per op");
+    CLI11_PARSE(app, argc, argv);
+    try {
+        return backend == "mpi" ? bench_mpi(bytes, json, ops, reps)
+                                : bench_local(ranks, bytes, json, ops, reps);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "bench_comm: %s\n", e.what());
+        return 1;
+    }
+}

@@ -1,0 +1,173 @@
+// The group manager: the state behind the rendezvous server, also usable in-process.
+//
+// Peers of a collective find each other here before they communicate. Every call that
+// waits for peers is asynchronous: it takes a completion callback and returns a WaitId.
+// The callback runs exactly once (outside the manager's lock, possibly inside the call
+// itself when it completes at once) unless the wait is withdrawn first. Callers own the
+// deadline: when it passes (or a remote client disconnects) they call withdraw(), which
+// removes the waiter, so its peers keep waiting for their own deadlines, and returns a
+// description of what was still missing for the timeout message.
+//
+// Rendezvous calls (opr_register, bcast_bytes, group_barrier) complete when every peer of
+// the round arrived; then the round is forgotten and the key can be used again (next
+// iteration, next graph). A disagreement between peers (nr_devices, root, a rank taken
+// twice) fails every waiting peer at once and every peer of that round that arrives later.
+//
+// Thread-safe: one mutex guards all state.
+#pragma once
+
+#include "memory/tensor_shape.h"
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <variant>
+#include <vector>
+
+namespace braid::comm {
+
+//! What opr_register returns, identical on every peer except `rank`.
+struct RegisterInfo {
+    uint64_t hash = 0;      //!< identifies the group (key, generation, members)
+    uint32_t rank = 0;      //!< the caller's rank in the group
+    uint32_t root_rank = 0; //!< the rank of the root peer (rank 0 when none claimed root)
+};
+
+//! A rank the caller leaves for the manager to assign (in order of comp node id).
+constexpr int32_t UNASSIGNED_RANK = -1;
+
+//! Which braid error a failed call becomes.
+enum class ErrorKind : uint8_t { COMM, TIMEOUT, VALUE };
+
+//! The failure side of a call's outcome.
+struct CallError {
+    ErrorKind kind = ErrorKind::COMM;
+    std::string message;
+};
+
+//! Throws the braid error (CommError, TimeoutError or ValueError) that `error` names.
+[[noreturn]] void throw_call_error(const CallError& error);
+
+//! A call's result or its failure.
+template <typename T> using Outcome = std::variant<T, CallError>;
+
+//! The in-memory group manager. Thread-safe.
+class GroupManager {
+public:
+    //! Names one pending wait, for withdraw().
+    using WaitId = uint64_t;
+    //! A completion callback; must not call back into the manager synchronously with a lock
+    //! the manager could need (it runs outside the manager's own lock).
+    template <typename T> using Done = std::function<void(Outcome<T>)>;
+
+    GroupManager();
+    GroupManager(const GroupManager&) = delete;
+    GroupManager& operator=(const GroupManager&) = delete;
+
+    /*!
+     * Registers one peer of `key`; completes when `nr_devices` peers registered. Ranks left
+     * UNASSIGNED_RANK are assigned to the free ranks in order of `comp_node_id` (ties in
+     * arrival order). Fails with ValueError for nr_devices == 0 or a rank out of range, and
+     * fails every peer of the round with CommError when peers disagree on nr_devices,
+     * two claim root, or two claim one rank.
+     */
+    WaitId opr_register(const std::string& key, uint32_t nr_devices, bool is_root, int32_t rank,
+                        uint64_t comp_node_id, Done<RegisterInfo> done);
+    //! Stores the output shape of `key` (replacing an earlier one) and wakes its readers.
+    void set_output_shape(const std::string& key, const TensorShape& shape);
+    //! Completes with the shape of `key` once it was set.
+    WaitId get_output_shape(const std::string& key, Done<TensorShape> done);
+    //! One of `size` peers; completes when all arrived, with the bytes of rank `root`.
+    WaitId bcast_bytes(const std::string& key, uint32_t size, uint32_t rank, uint32_t root,
+                       std::string bytes, Done<std::string> done);
+    //! One of `size` peers; completes when all arrived.
+    WaitId group_barrier(const std::string& key, uint32_t size, uint32_t rank,
+                         Done<std::monostate> done);
+
+    //! Stores `value` under `key` (user key-value space) and wakes its readers.
+    void kv_set(const std::string& key, std::string value);
+    //! Completes with the value of `key` once it was set.
+    WaitId kv_get(const std::string& key, Done<std::string> done);
+    //! Adds `delta` to the integer stored under `key` (0 when unset) and returns the sum;
+    //! the value reads back through kv_get as decimal text. Throws ValueError when the key
+    //! holds something that is not an integer.
+    int64_t kv_add(const std::string& key, int64_t delta);
+
+    /*!
+     * Withdraws a pending wait (its deadline passed or its client went away); its callback
+     * will not run. Returns what the wait was still missing, e.g. "3 of 4 peers arrived;
+     * missing ranks: 2", or std::nullopt when the wait already completed (its callback has
+     * run or is about to).
+     */
+    std::optional<std::string> withdraw(WaitId id);
+
+    //! Number of waits not yet completed or withdrawn (for tests and monitoring).
+    size_t nr_pending() const;
+
+private:
+    struct RegisterPeer {
+        WaitId id;
+        uint32_t nr_devices;
+        bool is_root;
+        int32_t rank;
+        uint64_t comp_node_id;
+        Done<RegisterInfo> done;
+    };
+    struct RegisterRound {
+        uint32_t nr_devices = 0;
+        std::vector<RegisterPeer> peers;
+        std::vector<uint8_t> rank_taken;
+        std::optional<std::string> poison; //!< set once peers disagreed
+        uint32_t poison_left = 0;          //!< peers still to be told before forgetting
+    };
+    struct RoundPeer {
+        WaitId id;
+        uint32_t rank;
+        Done<std::string> done;
+    };
+    struct Round {
+        uint32_t size = 0;
+        uint32_t root = 0;
+        std::vector<RoundPeer> peers;
+        std::vector<uint8_t> rank_taken;
+        std::string payload;
+        std::optional<std::string> poison;
+        uint32_t poison_left = 0;
+    };
+    template <typename T> struct ValueWaiter {
+        WaitId id;
+        Done<T> done;
+    };
+    enum class WaitKind : uint8_t { REGISTER, BCAST, BARRIER, SHAPE, KV };
+    struct WaitRef {
+        WaitKind kind;
+        std::string key;
+    };
+    using Fire = std::vector<std::function<void()>>;
+
+    WaitId round_arrive(std::map<std::string, Round>& rounds, WaitKind kind, const char* call,
+                        const std::string& key, uint32_t size, uint32_t rank, uint32_t root,
+                        std::string bytes, Done<std::string> done, Fire& fire);
+    void complete_register(const std::string& key, RegisterRound& round, Fire& fire);
+    std::string describe_register(const RegisterRound& round) const;
+    static std::string describe_round(const Round& round);
+
+    uint64_t m_nonce;
+    mutable std::mutex m_mutex;
+    WaitId m_next_id = 1;
+    std::unordered_map<WaitId, WaitRef> m_waits;
+    std::map<std::string, RegisterRound> m_register;
+    std::map<std::string, uint64_t> m_generation;
+    std::map<std::string, Round> m_bcast;
+    std::map<std::string, Round> m_barrier;
+    std::map<std::string, TensorShape> m_shapes;
+    std::map<std::string, std::vector<ValueWaiter<TensorShape>>> m_shape_waiters;
+    std::map<std::string, std::string> m_kv;
+    std::map<std::string, std::vector<ValueWaiter<std::string>>> m_kv_waiters;
+};
+
+} // namespace braid::comm

@@ -1,0 +1,252 @@
+#include "collective_checker.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+
+namespace braid::comm::test {
+
+const char* collective_name(Collective c) {
+    switch (c) {
+    case Collective::ALL_REDUCE:
+        return "all_reduce";
+    case Collective::REDUCE:
+        return "reduce";
+    case Collective::BROADCAST:
+        return "broadcast";
+    case Collective::ALL_GATHER:
+        return "all_gather";
+    case Collective::REDUCE_SCATTER:
+        return "reduce_scatter";
+    case Collective::GATHER:
+        return "gather";
+    case Collective::SCATTER:
+        return "scatter";
+    case Collective::ALL_TO_ALL:
+        return "all_to_all";
+    case Collective::SEND_RECV:
+        return "send_recv";
+    }
+    return "?";
+}
+
+std::string CollectiveCase::to_string() const {
+    return fmt::format("{} dtype {} op {} count {} root {}{}", collective_name(collective),
+                       dt.name(), reduce_op_name(op), count, root, in_place ? " in-place" : "");
+}
+
+std::vector<DType> comm_dtypes() {
+    return {dtype::Float32(), dtype::Float16(), dtype::BFloat16(), dtype::Int32(),
+            dtype::Int64(),   dtype::Int8(),    dtype::Uint8()};
+}
+
+namespace {
+
+bool is_reduction(Collective c) {
+    return c == Collective::ALL_REDUCE || c == Collective::REDUCE ||
+           c == Collective::REDUCE_SCATTER;
+}
+
+bool has_root(Collective c) {
+    return c == Collective::REDUCE || c == Collective::BROADCAST || c == Collective::GATHER ||
+           c == Collective::SCATTER;
+}
+
+bool has_in_place(Collective c) {
+    return c != Collective::ALL_TO_ALL && c != Collective::SEND_RECV;
+}
+
+//! Rank `rank`'s input element `i`: small integers, so every dtype holds every sum of up to
+//! 8 ranks exactly and the reference can demand equality.
+double input_value(DType dt, uint64_t seed, uint32_t rank, size_t i) {
+    int64_t v = int64_t((rank * 7 + i * 13 + seed * 5) % 17) - 8;
+    return double(dt.enumv() == DTypeEnum::UINT8 ? v + 8 : v);
+}
+
+double reduce_values(ReduceOp op, double a, double b) {
+    switch (op) {
+    case ReduceOp::SUM:
+        return a + b;
+    case ReduceOp::MAX:
+        return std::max(a, b);
+    case ReduceOp::MIN:
+        return std::min(a, b);
+    }
+    return a;
+}
+
+//! Elements in rank `rank`'s send and recv buffers for `c` in a group of `n`.
+std::pair<size_t, size_t> buffer_sizes(const CollectiveCase& c, uint32_t n, uint32_t rank) {
+    size_t k = c.count;
+    switch (c.collective) {
+    case Collective::ALL_GATHER:
+        return {k, n * k};
+    case Collective::GATHER:
+        return {k, rank == c.root ? n * k : 0};
+    case Collective::REDUCE_SCATTER:
+        return {n * k, k};
+    case Collective::SCATTER:
+        return {rank == c.root ? n * k : 0, k};
+    case Collective::ALL_TO_ALL:
+        return {n * k, n * k};
+    case Collective::REDUCE:
+        return {k, rank == c.root ? k : 0};
+    default:
+        return {k, k};
+    }
+}
+
+//! Input element `i` of rank `rank`'s send buffer (as the dtype stores it).
+double stored_input(const CollectiveCase& c, uint32_t rank, size_t i) {
+    std::vector<uint8_t> cell(8);
+    store_from_double(c.dt, cell.data(), 0, input_value(c.dt, c.seed, rank, i));
+    return load_as_double(c.dt, cell.data(), 0);
+}
+
+double reduced(const CollectiveCase& c, uint32_t n, size_t i) {
+    double acc = stored_input(c, 0, i);
+    for (uint32_t r = 1; r < n; ++r) acc = reduce_values(c.op, acc, stored_input(c, r, i));
+    return acc;
+}
+
+//! The expected element `i` of rank `me`'s result.
+double expected(const CollectiveCase& c, uint32_t n, uint32_t me, size_t i) {
+    size_t k = c.count;
+    switch (c.collective) {
+    case Collective::ALL_REDUCE:
+    case Collective::REDUCE:
+        return reduced(c, n, i);
+    case Collective::BROADCAST:
+        return stored_input(c, c.root, i);
+    case Collective::ALL_GATHER:
+    case Collective::GATHER:
+        return stored_input(c, uint32_t(i / k), i % k);
+    case Collective::REDUCE_SCATTER:
+        return reduced(c, n, me * k + i);
+    case Collective::SCATTER:
+        return stored_input(c, c.root, me * k + i);
+    case Collective::ALL_TO_ALL:
+        return stored_input(c, uint32_t(i / k), me * k + i % k);
+    case Collective::SEND_RECV:
+        return stored_input(c, (me + n - 1) % n, i);
+    }
+    return 0;
+}
+
+} // namespace
+
+std::vector<CollectiveCase> sweep(Collective collective, uint32_t nranks) {
+    std::vector<CollectiveCase> cases;
+    std::vector<ReduceOp> ops = {ReduceOp::SUM};
+    if (is_reduction(collective)) ops = {ReduceOp::SUM, ReduceOp::MAX, ReduceOp::MIN};
+    std::vector<uint32_t> roots = {0};
+    if (has_root(collective)) {
+        roots.clear();
+        for (uint32_t r = 0; r < nranks; ++r) roots.push_back(r);
+    }
+    uint64_t seed = 1;
+    for (DType dt : comm_dtypes())
+        for (ReduceOp op : ops)
+            for (size_t count : {size_t(0), size_t(1), size_t(1000)})
+                for (uint32_t root : roots)
+                    for (bool in_place : {false, true}) {
+                        if (in_place && !has_in_place(collective)) continue;
+                        cases.push_back({collective, dt, op, count, root, in_place, seed++});
+                    }
+    return cases;
+}
+
+std::string run_and_check(Communicator& comm, const CollectiveCase& c) {
+    uint32_t n = uint32_t(comm.nranks()), me = uint32_t(comm.rank());
+    size_t es = c.dt.size(), k = c.count;
+    auto [send_elems, recv_elems] = buffer_sizes(c, n, me);
+    // Sentinel-filled recv, so elements a call should write but did not are caught.
+    std::vector<uint8_t> send_buf(send_elems * es), recv_buf(recv_elems * es, 0x5a);
+    for (size_t i = 0; i < send_elems; ++i)
+        store_from_double(c.dt, send_buf.data(), i, input_value(c.dt, c.seed, me, i));
+    const void* send = send_elems ? send_buf.data() : nullptr;
+    void* recv = recv_elems ? recv_buf.data() : nullptr;
+    if (c.in_place) {
+        // NCCL's in-place forms: the send data sits where the call expects it inside recv.
+        switch (c.collective) {
+        case Collective::ALL_REDUCE:
+        case Collective::REDUCE:
+        case Collective::BROADCAST:
+            if (c.collective == Collective::ALL_REDUCE || me == c.root) {
+                std::memcpy(recv_buf.data(), send_buf.data(), send_buf.size());
+                send = recv;
+            }
+            break;
+        case Collective::ALL_GATHER:
+        case Collective::GATHER:
+            if (c.collective == Collective::ALL_GATHER || me == c.root) {
+                std::memcpy(recv_buf.data() + me * k * es, send_buf.data(), send_buf.size());
+                send = recv_buf.data() + me * k * es;
+            }
+            break;
+        case Collective::REDUCE_SCATTER:
+            recv = send_buf.data() + me * k * es;
+            break;
+        case Collective::SCATTER:
+            if (me == c.root) {
+                recv_buf.assign(send_buf.begin(), send_buf.end());
+                send = recv_buf.data();
+                recv = recv_buf.data() + me * k * es;
+            }
+            break;
+        default:
+            break;
+        }
+    }
+    switch (c.collective) {
+    case Collective::ALL_REDUCE:
+        comm.all_reduce(send, recv, k, c.dt, c.op);
+        break;
+    case Collective::REDUCE:
+        comm.reduce(send, me == c.root ? recv : nullptr, k, c.dt, c.op, c.root);
+        break;
+    case Collective::BROADCAST:
+        comm.broadcast(me == c.root ? send : nullptr, recv, k, c.dt, c.root);
+        break;
+    case Collective::ALL_GATHER:
+        comm.all_gather(send, recv, k, c.dt);
+        break;
+    case Collective::REDUCE_SCATTER:
+        comm.reduce_scatter(send, recv, k, c.dt, c.op);
+        break;
+    case Collective::GATHER:
+        comm.gather(send, me == c.root ? recv : nullptr, k, c.dt, c.root);
+        break;
+    case Collective::SCATTER:
+        comm.scatter(me == c.root ? send : nullptr, recv, k, c.dt, c.root);
+        break;
+    case Collective::ALL_TO_ALL:
+        comm.all_to_all(send, recv, k, c.dt);
+        break;
+    case Collective::SEND_RECV:
+        if (n == 1) return {};
+        if (me % 2 == 0) {
+            comm.send(send, k, c.dt, (me + 1) % n);
+            comm.recv(recv, k, c.dt, (me + n - 1) % n);
+        } else {
+            comm.recv(recv, k, c.dt, (me + n - 1) % n);
+            comm.send(send, k, c.dt, (me + 1) % n);
+        }
+        break;
+    }
+    size_t out_elems =
+        c.collective == Collective::REDUCE_SCATTER || c.collective == Collective::SCATTER
+            ? k
+            : recv_elems;
+    const uint8_t* out = static_cast<const uint8_t*>(recv);
+    for (size_t i = 0; i < out_elems; ++i) {
+        double want = expected(c, n, me, i);
+        double got = load_as_double(c.dt, out, i);
+        if (got != want)
+            return fmt::format("{} on rank {} of {}: element {} is {}, expected {}", c.to_string(),
+                               me, n, i, got, want);
+    }
+    return {};
+}
+
+} // namespace braid::comm::test
