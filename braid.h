@@ -9,6 +9,7 @@
 #include "memory/tensor.h"
 #include "operators/attention.h"
 #include "operators/batch_norm.h"
+#include "operators/collective_comm.h"
 #include "operators/concat_split.h"
 #include "operators/conv.h"
 #include "operators/copy.h"

@@ -1,6 +1,7 @@
 #include "operators/registry.h"
 
 #include "base/hash.h"
+#include "operators/collective_modes.h"
 #include "operators/copy.h"
 #include "operators/elemwise.h"
 #include "operators/grad_util.h"
@@ -80,6 +81,7 @@ void register_all_operators() {
         for (auto* t : {"Fill", "Arange"}) reg.add({t, "fill"});
         reg.add({"ParamUpdate", "optimizer"});
         reg.add({"Copy", "copy"});
+        reg.add({"CollectiveComm", "collective_comm"});
 
         // Gradient rules, one line per family.
         opr::register_grad_arith();
@@ -88,6 +90,7 @@ void register_all_operators() {
         opr::register_reduce_grad();
         opr::register_tensor_manip_grad();
         opr::register_optimizer_grad();
+        opr::register_collective_grad();
 
         // Cross-device copies (graph rule, gradient, kernels).
         opr::register_copy();

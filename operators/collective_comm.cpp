@@ -1,0 +1,244 @@
+#include "operators/collective_comm.h"
+
+#include "base/error.h"
+#include "base/log.h"
+#include "comm/communicator.h"
+#include "operators/collective_modes.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+
+namespace braid::opr {
+
+const char* collective_mode_name(CollectiveMode mode) {
+    switch (mode) {
+    case CollectiveMode::ALL_REDUCE_SUM:
+        return "ALL_REDUCE_SUM";
+    case CollectiveMode::ALL_REDUCE_MAX:
+        return "ALL_REDUCE_MAX";
+    case CollectiveMode::ALL_REDUCE_MIN:
+        return "ALL_REDUCE_MIN";
+    case CollectiveMode::BROADCAST:
+        return "BROADCAST";
+    case CollectiveMode::REDUCE_SUM:
+        return "REDUCE_SUM";
+    case CollectiveMode::ALL_GATHER:
+        return "ALL_GATHER";
+    case CollectiveMode::REDUCE_SCATTER_SUM:
+        return "REDUCE_SCATTER_SUM";
+    case CollectiveMode::GATHER:
+        return "GATHER";
+    case CollectiveMode::SCATTER:
+        return "SCATTER";
+    case CollectiveMode::ALL_TO_ALL:
+        return "ALL_TO_ALL";
+    }
+    return "?";
+}
+
+namespace {
+
+bool debug_collectives() {
+    static const bool on = [] {
+        const char* env = std::getenv("BRAID_DEBUG_COLLECTIVE");
+        bool enabled = env && std::strcmp(env, "0") != 0 && *env;
+        if (enabled && logger()->level() > spdlog::level::info)
+            logger()->set_level(spdlog::level::info);
+        return enabled;
+    }();
+    return on;
+}
+
+} // namespace
+
+CollectiveComm::CollectiveComm(VarNode* input, CollectiveParam param, const OperatorConfig& config)
+    : OperatorNode(config), m_param(std::move(param)) {
+    const auto& trait = mode_trait(m_param.mode);
+    if (m_param.key.empty()) BRAID_THROW(GraphError, "CollectiveComm: the key is empty");
+    if (m_param.nr_devices == 0)
+        BRAID_THROW(ValueError, "CollectiveComm \"{}\": nr_devices must be at least 1",
+                    m_param.key);
+    if (!m_param.group_client)
+        BRAID_THROW(GraphError, "CollectiveComm \"{}\": no group client given", m_param.key);
+    bool wants_input = trait.rank_has_input(m_param.is_root);
+    if (wants_input && !input)
+        BRAID_THROW(GraphError, "CollectiveComm({}) \"{}\": this rank needs an input",
+                    collective_mode_name(m_param.mode), m_param.key);
+    if (!wants_input && input)
+        BRAID_THROW(GraphError,
+                    "CollectiveComm({}) \"{}\": a non-root rank takes no input (its output "
+                    "shape comes from the root)",
+                    collective_mode_name(m_param.mode), m_param.key);
+    if (input) add_input(input);
+    add_output();
+    m_rank = m_param.rank >= 0 ? uint32_t(m_param.rank) : 0;
+}
+
+SymbolVar CollectiveComm::make(SymbolVar input, ComputingGraph& graph, CollectiveParam param,
+                               const OperatorConfig& config) {
+    OperatorConfig cfg = config;
+    if (cfg.name.empty()) cfg.name = param.key;
+    return graph
+        .insert_opr(std::make_unique<CollectiveComm>(input.valid() ? input.node() : nullptr,
+                                                     std::move(param), cfg))
+        ->output(0);
+}
+
+std::string CollectiveComm::param_string() const {
+    return fmt::format("{} key={} n={}{}", collective_mode_name(m_param.mode), m_param.key,
+                       m_param.nr_devices, m_param.is_root ? " root" : "");
+}
+
+void CollectiveComm::init_output_dtypes() {
+    if (!comm::is_comm_dtype(m_param.dtype))
+        BRAID_THROW(DTypeError, "{}: dtype {} cannot be communicated", describe(),
+                    m_param.dtype.name());
+    if (has_input() && input(0)->dtype() != m_param.dtype)
+        BRAID_THROW(DTypeError, "{}: input \"{}\" is {}, but the collective was declared {}",
+                    describe(), input(0)->name(), input(0)->dtype().name(), m_param.dtype.name());
+    output(0)->set_dtype(m_param.dtype);
+}
+
+bool CollectiveComm::infer_output_shapes(const InferCtx& ctx, TensorShape* out) const {
+    const TensorShape* in = has_input() ? ctx.shape(0) : nullptr;
+    if (has_input() && !in) return false;
+    return mode_trait(m_param.mode).output_shape(*this, in, out[0], ctx.may_block());
+}
+
+int CollectiveComm::inplace_input(size_t) const {
+    return mode_trait(m_param.mode).inplace() && has_input() ? 0 : -1;
+}
+
+void CollectiveComm::join(const Tensor* input) {
+    auto membership =
+        comm::join_group(m_param.group_client, m_param.backend, m_param.key, m_param.nr_devices,
+                         m_param.is_root, m_param.rank, comp_node().id(), comp_node());
+    m_comm = membership.communicator;
+    m_rank = membership.info.rank;
+    m_root = membership.info.root_rank;
+    if (mode_trait(m_param.mode).rooted() && (m_rank == m_root) != m_param.is_root)
+        BRAID_THROW(CommError,
+                    "{}: rank {} was built as {} but the group's root is rank {}; rooted modes "
+                    "need is_root = true on exactly one peer",
+                    describe(), m_rank, m_param.is_root ? "root" : "non-root", m_root);
+    if (m_param.check_consistency) check_peers(input);
+}
+
+void CollectiveComm::check_peers(const Tensor* input) {
+    // Each rank publishes what it is about to do; every rank compares all of them, so a
+    // mismatch is the same error everywhere instead of a hang or corrupted data. Mode, dtype
+    // and group size must agree everywhere; input shapes among the ranks that have inputs
+    // (only the root, for BROADCAST and SCATTER).
+    std::string header =
+        fmt::format("mode {} dtype {} nr_devices {}", collective_mode_name(m_param.mode),
+                    m_param.dtype.name(), m_param.nr_devices);
+    std::string mine = header + "\n" + (input ? input->shape().to_string() : "-");
+    auto slot = [&](uint32_t r) {
+        return fmt::format("{}:check:{:016x}:{}", m_param.key, m_comm->hash(), r);
+    };
+    m_param.group_client->set(slot(m_rank), mine);
+    std::vector<std::string> headers, shapes;
+    for (uint32_t r = 0; r < m_param.nr_devices; ++r) {
+        std::string v = r == m_rank ? mine : m_param.group_client->get(slot(r));
+        auto nl = v.find('\n');
+        headers.push_back(v.substr(0, nl));
+        shapes.push_back(nl == std::string::npos ? "-" : v.substr(nl + 1));
+    }
+    bool same = true;
+    std::string first_shape;
+    for (uint32_t r = 0; r < m_param.nr_devices; ++r) {
+        same &= headers[r] == headers[0];
+        if (shapes[r] == "-") continue;
+        if (first_shape.empty()) first_shape = shapes[r];
+        same &= shapes[r] == first_shape;
+    }
+    if (same) return;
+    std::string detail;
+    for (uint32_t r = 0; r < m_param.nr_devices; ++r)
+        detail += fmt::format("; rank {}: {} input {}", r, headers[r], shapes[r]);
+    BRAID_THROW(CommError, "CollectiveComm \"{}\": peers disagree{}", m_param.key, detail);
+}
+
+void CollectiveComm::execute(ExecCtx& ctx) {
+    if (m_param.disable) {
+        int v = m_param.disable->load();
+        if (v == 1) return;
+        if (v != 0)
+            BRAID_THROW(ValueError, "{}: the disable flag is {}; expected 0 (run) or 1 (skip)",
+                        describe(), v);
+    }
+    const Tensor* in = has_input() ? &ctx.input(0) : nullptr;
+    Tensor& out = ctx.output(0);
+    if (!m_comm) join(in);
+    auto start = std::chrono::steady_clock::now();
+    mode_trait(m_param.mode).execute(*m_comm, in, out, m_rank, m_root);
+    if (debug_collectives()) {
+        double us =
+            std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+                .count();
+        logger()->info("collective {} key={} rank={}/{} shape={} dtype={} time={:.1f}us",
+                       collective_mode_name(m_param.mode), m_param.key, m_rank, m_param.nr_devices,
+                       out.shape().to_string(), m_param.dtype.name(), us);
+    }
+}
+
+CollectiveParam Group::param(CollectiveMode mode, DType dtype, const std::string& name) const {
+    CollectiveParam p;
+    p.key = key_prefix + ":" + (name.empty() ? std::to_string((*counter)++) : name);
+    p.nr_devices = size;
+    p.rank = rank;
+    p.is_root = rank >= 0 && uint32_t(rank) == root;
+    p.group_client = client;
+    p.mode = mode;
+    p.dtype = dtype;
+    p.backend = backend;
+    return p;
+}
+
+namespace {
+OperatorConfig config_for(SymbolVar x, const Group& g) {
+    if (g.comp_node.valid()) return OperatorConfig::on(g.comp_node);
+    return x.valid() ? OperatorConfig::on(x.comp_node()) : OperatorConfig{};
+}
+SymbolVar with_input(SymbolVar x, const Group& g, CollectiveMode mode, const std::string& name) {
+    return CollectiveComm::make(x, x.graph(), g.param(mode, x.dtype(), name), config_for(x, g));
+}
+} // namespace
+
+SymbolVar all_reduce_sum(SymbolVar x, const Group& g, const std::string& name) {
+    return with_input(x, g, CollectiveMode::ALL_REDUCE_SUM, name);
+}
+SymbolVar all_reduce_max(SymbolVar x, const Group& g, const std::string& name) {
+    return with_input(x, g, CollectiveMode::ALL_REDUCE_MAX, name);
+}
+SymbolVar all_reduce_min(SymbolVar x, const Group& g, const std::string& name) {
+    return with_input(x, g, CollectiveMode::ALL_REDUCE_MIN, name);
+}
+SymbolVar all_gather(SymbolVar x, const Group& g, const std::string& name) {
+    return with_input(x, g, CollectiveMode::ALL_GATHER, name);
+}
+SymbolVar reduce_scatter_sum(SymbolVar x, const Group& g, const std::string& name) {
+    return with_input(x, g, CollectiveMode::REDUCE_SCATTER_SUM, name);
+}
+SymbolVar all_to_all(SymbolVar x, const Group& g, const std::string& name) {
+    return with_input(x, g, CollectiveMode::ALL_TO_ALL, name);
+}
+SymbolVar reduce_sum_to_root(SymbolVar x, const Group& g, const std::string& name) {
+    return with_input(x, g, CollectiveMode::REDUCE_SUM, name);
+}
+SymbolVar gather_to_root(SymbolVar x, const Group& g, const std::string& name) {
+    return with_input(x, g, CollectiveMode::GATHER, name);
+}
+SymbolVar broadcast_from_root(SymbolVar x, ComputingGraph& graph, const Group& g, DType dtype,
+                              const std::string& name) {
+    return CollectiveComm::make(x, graph, g.param(CollectiveMode::BROADCAST, dtype, name),
+                                config_for(x, g));
+}
+SymbolVar scatter_from_root(SymbolVar x, ComputingGraph& graph, const Group& g, DType dtype,
+                            const std::string& name) {
+    return CollectiveComm::make(x, graph, g.param(CollectiveMode::SCATTER, dtype, name),
+                                config_for(x, g));
+}
+
+} // namespace braid::opr

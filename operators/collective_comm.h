@@ -1,0 +1,128 @@
+// CollectiveComm: one operator type through which N ranks all-reduce, broadcast, reduce,
+// gather, scatter and exchange tensors. Each mode is a trait class (collective_modes.cpp)
+// that defines the output shape, the execution on a Communicator, and the gradient.
+//
+// The N peers of one collective share a key. On its first execution an operator registers
+// with the group manager (comm::join_group), learns its rank and the root's, takes its
+// communicator from the cache by the group hash, and (unless turned off) checks with its
+// peers that they agree on mode, dtype, shape and group size. Gradient operators use the
+// key + ":grad". CollectiveComm operators are never deduplicated.
+#pragma once
+
+#include "comm/group_client.h"
+#include "graph/computing_graph.h"
+#include "graph/symbol_var.h"
+
+#include <atomic>
+#include <memory>
+
+namespace braid::comm {
+class Communicator;
+}
+
+namespace braid::opr {
+
+//! The collectives. See docs/collectives.md for shapes and gradients.
+enum class CollectiveMode : uint8_t {
+    ALL_REDUCE_SUM,
+    ALL_REDUCE_MAX,
+    ALL_REDUCE_MIN,
+    BROADCAST,
+    REDUCE_SUM,
+    ALL_GATHER,
+    REDUCE_SCATTER_SUM,
+    GATHER,
+    SCATTER,
+    ALL_TO_ALL,
+};
+
+//! "ALL_REDUCE_SUM", ...
+const char* collective_mode_name(CollectiveMode mode);
+
+//! Everything that defines one rank's collective operator.
+struct CollectiveParam {
+    std::string key;                      //!< shared by the N peers
+    uint32_t nr_devices = 1;              //!< group size N
+    bool is_root = false;                 //!< the root of rooted modes (one peer; none: rank 0)
+    int32_t rank = comm::UNASSIGNED_RANK; //!< this rank, or assigned by comp node order
+    bool local_grad = false;              //!< backward uses the local equivalent, not a collective
+    std::shared_ptr<comm::GroupClient> group_client;
+    CollectiveMode mode = CollectiveMode::ALL_REDUCE_SUM;
+    DType dtype = dtype::Float32(); //!< the declared dtype; inputs must have it
+    std::string backend = "local";  //!< "local", "mpi" or "nccl"
+    //! Read at each execution when set: 0 runs the collective, 1 skips it (the output keeps
+    //! its previous contents); any other value is an error.
+    std::shared_ptr<std::atomic<int>> disable;
+    //! Exchange (mode, dtype, shape, nr_devices) with the peers before the first collective.
+    bool check_consistency = true;
+};
+
+class CollectiveComm final : public OperatorNode {
+public:
+    CollectiveComm(VarNode* input, CollectiveParam param, const OperatorConfig& config);
+    /*!
+     * The collective of `param.mode` on `input` (nullptr for ranks that contribute no input:
+     * BROADCAST and SCATTER non-roots). `graph` is needed when there is no input.
+     */
+    static SymbolVar make(SymbolVar input, ComputingGraph& graph, CollectiveParam param,
+                          const OperatorConfig& config = {});
+
+    const char* type_name() const override { return "CollectiveComm"; }
+    const CollectiveParam& param() const { return m_param; }
+    std::string param_string() const override;
+    bool allow_dedup() const override { return false; }
+    void init_output_dtypes() override;
+    bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
+    ValueInference value_inference() const override { return ValueInference::NONE; }
+    int inplace_input(size_t) const override;
+    void execute(ExecCtx& ctx) override;
+
+    //! Rank and root after the first execution (or the params' values before it).
+    uint32_t rank() const { return m_rank; }
+    uint32_t root_rank() const { return m_root; }
+    //! Whether this rank has an input (BROADCAST and SCATTER non-roots have none).
+    bool has_input() const { return !inputs().empty(); }
+
+private:
+    void join(const Tensor* input);
+    void check_peers(const Tensor* input);
+
+    CollectiveParam m_param;
+    std::shared_ptr<comm::Communicator> m_comm;
+    uint32_t m_rank = 0, m_root = 0;
+};
+
+//! A rank's view of a group: what the short helpers below need. Copies share the key
+//! counter, so every rank that builds its graph in the same order gets the same keys.
+struct Group {
+    std::string key_prefix;
+    uint32_t size = 1;
+    int32_t rank = comm::UNASSIGNED_RANK;
+    std::shared_ptr<comm::GroupClient> client;
+    std::string backend = "local";
+    uint32_t root = 0;  //!< rank of the root for rooted modes
+    CompNode comp_node; //!< where this rank's collectives run (invalid: the input's)
+    std::shared_ptr<uint64_t> counter = std::make_shared<uint64_t>(0);
+
+    //! The params of the next collective of this group (keys "<prefix>:<n>").
+    CollectiveParam param(CollectiveMode mode, DType dtype, const std::string& name = {}) const;
+};
+
+SymbolVar all_reduce_sum(SymbolVar x, const Group& group, const std::string& name = {});
+SymbolVar all_reduce_max(SymbolVar x, const Group& group, const std::string& name = {});
+SymbolVar all_reduce_min(SymbolVar x, const Group& group, const std::string& name = {});
+SymbolVar all_gather(SymbolVar x, const Group& group, const std::string& name = {});
+SymbolVar reduce_scatter_sum(SymbolVar x, const Group& group, const std::string& name = {});
+SymbolVar all_to_all(SymbolVar x, const Group& group, const std::string& name = {});
+//! Root: sends x; others: pass an invalid SymbolVar (they get the root's shape).
+SymbolVar broadcast_from_root(SymbolVar x, ComputingGraph& graph, const Group& group, DType dtype,
+                              const std::string& name = {});
+//! Root: the sum over ranks; others: a {1} placeholder.
+SymbolVar reduce_sum_to_root(SymbolVar x, const Group& group, const std::string& name = {});
+//! Root: the inputs concatenated along dim 0 in rank order; others: a {1} placeholder.
+SymbolVar gather_to_root(SymbolVar x, const Group& group, const std::string& name = {});
+//! Root: splits x along dim 0, block i to rank i; others: pass an invalid SymbolVar.
+SymbolVar scatter_from_root(SymbolVar x, ComputingGraph& graph, const Group& group, DType dtype,
+                            const std::string& name = {});
+
+} // namespace braid::opr

@@ -1,0 +1,39 @@
+// The mode traits of CollectiveComm: one class per mode defines the output shape, the
+// execution on a Communicator, and the gradient. Adding a mode touches this file pair and
+// the CollectiveMode enum.
+#pragma once
+
+#include "operators/collective_comm.h"
+
+namespace braid::opr {
+
+//! What a collective mode is. Stateless; one instance per mode.
+class CollectiveModeTrait {
+public:
+    virtual ~CollectiveModeTrait() = default;
+    //! Whether a rank (root or not) contributes an input.
+    virtual bool rank_has_input(bool is_root) const { return true; }
+    //! Whether the root matters (BROADCAST, REDUCE_SUM, GATHER, SCATTER).
+    virtual bool rooted() const { return false; }
+    //! Whether the output may take over the input's memory.
+    virtual bool inplace() const { return false; }
+    //! This rank's output shape from its input shape (nullptr when it has no input); may
+    //! publish or read the shape through the group manager, waiting for the root only when
+    //! `may_block`. Returns false when not known yet; throws ShapeError.
+    virtual bool output_shape(const CollectiveComm& opr, const TensorShape* in, TensorShape& out,
+                              bool may_block) const = 0;
+    //! Runs the collective. `in` is nullptr when the rank has no input.
+    virtual void execute(comm::Communicator& c, const Tensor* in, Tensor& out, uint32_t rank,
+                         uint32_t root) const = 0;
+    //! The gradient of this rank's input (or, with wrt = GRAD_SIDE_EFFECT_ONLY, the
+    //! gradient collective this rank must take part in), from the output gradient `g`.
+    virtual VarNode* grad(CollectiveComm& opr, size_t wrt, SymbolVar g) const = 0;
+};
+
+//! The trait of `mode`.
+const CollectiveModeTrait& mode_trait(CollectiveMode mode);
+
+//! Registers CollectiveComm's gradient rule (an always-run rule: see graph/grad.h).
+void register_collective_grad();
+
+} // namespace braid::opr
