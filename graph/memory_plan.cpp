@@ -256,8 +256,10 @@ void MemoryPlan::plan_node(Analysis& a, size_t ni, std::vector<Tensor>& tensors)
         }
 
     // Lifetimes: from the writing step to the last local reader (views' readers included).
-    // A read on another node extends the lifetime to the first local step after the reader
-    // in the global order, and that step waits for the reader.
+    // A var read on another comp node stays alive to the end of this node's sequence: a wait
+    // for the remote reader before reusing its bytes would add a dependency the graph does not
+    // have, and with collectives (whose peers wait for each other across comp nodes) such a
+    // wait can deadlock. The next run starts only after every comp node finished.
     std::vector<size_t> lifetime_end(arena_vars.size());
     for (size_t key = 0; key < arena_vars.size(); ++key) {
         uint32_t v = arena_vars[key];
@@ -265,22 +267,9 @@ void MemoryPlan::plan_node(Analysis& a, size_t ni, std::vector<Tensor>& tensors)
     }
     for (auto& rr : a.remote_reads) {
         if (a.node[rr.root] != ni) continue;
-        size_t reader_pos = a.steps[rr.node].positions[rr.step];
-        auto& pos = ns.positions;
-        size_t x = size_t(std::upper_bound(pos.begin(), pos.end(), reader_pos) - pos.begin());
         size_t& end = lifetime_end[key_of[rr.root]];
-        end = std::max(end, x);
-        if (x >= nr_steps) continue; // alive to the end of the run: nothing to wait for
-        auto& waits = hooks[x].waits;
-        auto it =
-            std::find_if(waits.begin(), waits.end(), [&](auto& w) { return w.first == rr.node; });
-        if (it == waits.end()) {
-            waits.emplace_back(rr.node, rr.step + 1);
-            ++rn.nr_cross_node_waits;
-        } else {
-            it->second = std::max(it->second, rr.step + 1);
-        }
-        m_hooks[rr.node][rr.step].notify = true;
+        if (end < nr_steps) ++rn.nr_cross_node_reads;
+        end = nr_steps;
     }
     auto planner = MemPlanner::make(m_planner, rn.alignment);
     for (size_t key = 0; key < arena_vars.size(); ++key)
@@ -399,11 +388,11 @@ std::string MemoryReport::to_string(size_t nr_largest) const {
             n.comp_node, n.nr_steps, format_bytes(n.arena_bytes), format_bytes(n.lower_bound_bytes),
             ratio, format_bytes(n.no_reuse_bytes), n.planner, n.alignment, n.plan_ms);
         s += fmt::format("  {} planned vars; forwarded {} read-only + {} in place; {} own "
-                         "allocations ({}); {} dynamic ({} released early); {} cross-node "
-                         "waits\n",
+                         "allocations ({}); {} dynamic ({} released early); {} kept for "
+                         "reads on other comp nodes\n",
                          n.nr_planned_vars, n.nr_readonly_forwarded, n.nr_inplace_forwarded,
                          n.nr_own_allocation_vars, format_bytes(n.own_allocation_bytes),
-                         n.nr_dynamic_vars, n.nr_dynamic_released, n.nr_cross_node_waits);
+                         n.nr_dynamic_vars, n.nr_dynamic_released, n.nr_cross_node_reads);
         for (auto& p : n.largest_vars(nr_largest))
             s += fmt::format("    {:>12} at {:>10}  steps [{}, {}){}  {}\n", format_bytes(p.bytes),
                              p.offset, p.lifetime_begin, p.lifetime_end,

@@ -17,11 +17,11 @@
 //    dynamic-shape vars (allocated at execution; their tensor is released after their last
 //    reading step when every reader is on one comp node).
 //
-// Cross-comp-node reads: a var of comp node P read by step R on comp node Q stays alive on P
-// up to the first step X of P that comes after R in the global (topological) order, and X
-// waits (progress counters) until Q finished R. Every existing wait points back in that
-// order and so does this one, so no cycle and no deadlock can form; P may run ahead of Q
-// until X without any wait.
+// Cross-comp-node reads: a var of comp node P read on another comp node Q stays alive to the
+// end of P's sequence, so P never waits for Q to reuse memory. (A wait for Q's reader would
+// be a dependency the graph does not have; collectives make peers on different comp nodes
+// wait for each other, and such a wait can then deadlock.) The next run starts only after
+// every comp node finished, so the bytes are free again by then.
 //
 // With GraphOptions::enable_memory_plan off every static PLANNED var gets its own
 // allocation and no hooks are produced (the behaviour before planning). Not thread-safe.
@@ -64,10 +64,10 @@ struct MemoryReport {
         size_t nr_inplace_forwarded = 0;   //!< outputs written over their input's memory
         size_t nr_own_allocation_vars = 0; //!< fetched outputs (and what they view) kept apart
         size_t own_allocation_bytes = 0;
-        size_t nr_dynamic_vars = 0;           //!< allocated at execution
-        size_t nr_dynamic_released = 0;       //!< of those, released after their last read
-        size_t nr_cross_node_waits = 0;       //!< waits added to protect cross-node reads
-        double plan_ms = 0;                   //!< time spent planning this comp node
+        size_t nr_dynamic_vars = 0;     //!< allocated at execution
+        size_t nr_dynamic_released = 0; //!< of those, released after their last read
+        size_t nr_cross_node_reads = 0; //!< vars kept to the end as another comp node reads them
+        double plan_ms = 0;             //!< time spent planning this comp node
         std::vector<VarPlacement> placements; //!< every arena var, in step order
 
         //! Read-only plus in-place forwarded vars.

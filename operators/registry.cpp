@@ -81,7 +81,6 @@ void register_all_operators() {
         for (auto* t : {"Fill", "Arange"}) reg.add({t, "fill"});
         reg.add({"ParamUpdate", "optimizer"});
         reg.add({"Copy", "copy"});
-        reg.add({"CollectiveComm", "collective_comm"});
 
         // Gradient rules, one line per family.
         opr::register_grad_arith();
