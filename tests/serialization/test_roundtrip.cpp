@@ -96,14 +96,35 @@ TEST(SerializationRoundTrip, EveryRegisteredOperatorTypeRoundTrips) {
     dump(outputs, bytes);
     auto loaded = load(bytes);
     EXPECT_EQ(loaded.graph->operators().size(), g->operators().size());
-    expect_same_outputs(outputs, loaded, {{"x", random_input({4, 6}, 3)}});
+    std::set<std::string> comp_nodes;
+    for (auto& opr : loaded.graph->operators()) comp_nodes.insert(opr->comp_node().locator());
+    EXPECT_EQ(comp_nodes, (std::set<std::string>{"cpu0", "cpu1"})); // the Copy's target
 
-    // Dumping the loaded graph again gives the same file.
+    // Dumping the loaded graph again gives the same file (before running it: running applies
+    // the parameter updates).
     SymbolVarArray again;
     for (auto& o : loaded.outputs) again.push_back(o.var);
     std::vector<uint8_t> bytes2;
     dump(again, bytes2);
     EXPECT_EQ(bytes2, bytes);
+
+    expect_same_outputs(outputs, loaded, {{"x", random_input({4, 6}, 3)}});
+}
+
+TEST(SerializationRoundTrip, EveryOperatorLoadsOntoOneCompNode) {
+    // The fuzzer's setting: LoadOptions::comp_node puts every operator on one comp node, so a
+    // Copy between two comp nodes loads as its input.
+    auto g = ComputingGraph::make();
+    auto outputs = examples::build_every_operator(*g);
+    std::vector<uint8_t> bytes;
+    dump(outputs, bytes);
+    LoadOptions opt;
+    opt.comp_node = "cpu:default";
+    auto loaded = load(bytes, opt);
+    EXPECT_EQ(loaded.graph->operators().size(), g->operators().size() - 1);
+    for (auto& opr : loaded.graph->operators())
+        EXPECT_EQ(opr->comp_node().locator(), "cpu:default");
+    expect_same_outputs(outputs, loaded, {{"x", random_input({4, 6}, 4)}});
 }
 
 TEST(SerializationRoundTrip, EqualTensorsAreStoredOnce) {
