@@ -1,5 +1,6 @@
 #include "tools/example_models.h"
 
+#include <cmath>
 #include <random>
 
 namespace braid::examples {
@@ -170,6 +171,48 @@ SymbolVarArray build_every_operator(ComputingGraph& graph) {
     return outs;
 }
 
+SymbolVarArray build_transformer_block(ComputingGraph& graph, size_t seq, size_t d_model,
+                                       size_t nr_heads, size_t d_ff) {
+    if (nr_heads == 0 || d_model % nr_heads != 0)
+        BRAID_THROW(ValueError, "transformer block: d_model {} does not split into {} heads",
+                    d_model, nr_heads);
+    std::mt19937 rng(1234);
+    // Linear layers: weights uniform in +-1/sqrt(fan_in), biases in +-0.02; the layer norms
+    // start near the identity (gain 1 +- 0.1, bias +- 0.02).
+    auto linear = [&](SymbolVar in, size_t fan_in, size_t fan_out, const std::string& name) {
+        auto wv = opr::SharedParam::make(
+            graph, uniform_param({fan_in, fan_out}, rng, 1.f / std::sqrt(float(fan_in))),
+            name + ".w");
+        auto bv = opr::SharedParam::make(graph, uniform_param({fan_out}, rng, 0.02f), name + ".b");
+        return opr::matmul(in, wv) + bv;
+    };
+    auto norm = [&](SymbolVar in, const std::string& name) {
+        auto gain = uniform_param({d_model}, rng, 0.1f);
+        for (size_t i = 0; i < d_model; ++i) gain->ptr<float>()[i] += 1.f;
+        auto g = opr::SharedParam::make(graph, gain, name + ".gain");
+        auto b =
+            opr::SharedParam::make(graph, uniform_param({d_model}, rng, 0.02f), name + ".bias");
+        return opr::layer_norm(in, g, b);
+    };
+    long heads = long(nr_heads), d_head = long(d_model / nr_heads);
+    // [S, d_model] -> [1, heads, S, d_head]; the sequence dim is left open (-1).
+    auto split_heads = [&](SymbolVar t) {
+        return opr::dimshuffle(t.reshape(std::vector<long>{1, -1, heads, d_head}), {0, 2, 1, 3});
+    };
+
+    auto x = opr::Input::make(graph, "x", dtype::Float32(), {seq, d_model});
+    auto h = norm(x, "ln1");
+    auto q = split_heads(linear(h, d_model, d_model, "attn.q"));
+    auto k = split_heads(linear(h, d_model, d_model, "attn.k"));
+    auto v = split_heads(linear(h, d_model, d_model, "attn.v"));
+    auto ctx = opr::scaled_dot_product_attention(q, k, v, /*causal=*/true)[0]; // [1,H,S,Dh]
+    auto merged = opr::dimshuffle(ctx, {0, 2, 1, 3}).reshape(std::vector<long>{-1, long(d_model)});
+    auto x1 = x + linear(merged, d_model, d_model, "attn.out");
+    auto m = opr::gelu(linear(norm(x1, "ln2"), d_model, d_ff, "mlp.fc1"));
+    auto y = x1 + linear(m, d_ff, d_model, "mlp.fc2");
+    return {y.rename("y")};
+}
+
 std::vector<ExampleModel> example_models() {
     std::vector<ExampleModel> models;
     {
@@ -185,8 +228,14 @@ std::vector<ExampleModel> example_models() {
     {
         ExampleModel m;
         m.name = "transformer_block";
-        m.description = "one pre-norm transformer block (layer norm, attention, MLP)";
-        m.pending = "needs the LayerNorm and attention operators";
+        m.description = "one pre-norm transformer block: sequence 128, d_model 256, 4 causal "
+                        "attention heads, MLP 256 -> 1024 -> 256 with gelu";
+        m.build = [](ComputingGraph& g) { return build_transformer_block(g); };
+        m.dump_options.input_shapes["x"] = {-1, 256};
+        m.dump_options.metadata = {
+            {"example", "transformer_block"},
+            {"weights", "linear uniform(+-1/sqrt(fan_in)), biases uniform(+-0.02), layer norm gain "
+                        "1 + uniform(+-0.1); seed 1234"}};
         models.push_back(std::move(m));
     }
     {
