@@ -205,3 +205,31 @@ void Attention::execute(ExecCtx& ctx) {
 }
 
 } // namespace braid::opr
+
+// ---- serialization: params dump and load, registered in register_all_operators()
+#include "serialization/params.h"
+
+namespace braid::opr {
+
+void dump_attention(const OperatorNode& opr, ParamWriter& w) {
+    auto& p = opr_cast<Attention>(opr).param();
+    w.write_bool("causal", p.causal);
+    if (p.scale) w.write_float("scale", *p.scale); // absent: 1 / sqrt(D)
+}
+
+SymbolVarArray load_attention(const OprLoadContext& ctx) {
+    ctx.expect_inputs(3, 3);
+    Attention::Param p;
+    p.causal = ctx.params.read_bool("causal");
+    if (ctx.params.has("scale")) {
+        double scale = ctx.params.read_float("scale");
+        if (!(std::abs(scale) <= std::numeric_limits<float>::max()))
+            BRAID_THROW(SerializationError,
+                        "{}: param \"scale\" is {}; expected a finite float32 value",
+                        ctx.params.context(), scale);
+        p.scale = float(scale);
+    }
+    return Attention::make(ctx.input(0), ctx.input(1), ctx.input(2), p, ctx.config);
+}
+
+} // namespace braid::opr

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 namespace braid::opr {
 
@@ -116,6 +117,28 @@ void BatchNorm::execute(ExecCtx& ctx) {
                      }
                  });
     kern::store_float32(yf, y);
+}
+
+} // namespace braid::opr
+
+// ---- serialization: params dump and load, registered in register_all_operators()
+#include "serialization/params.h"
+
+namespace braid::opr {
+
+void dump_batch_norm(const OperatorNode& opr, ParamWriter& w) {
+    w.write_float("eps", opr_cast<BatchNorm>(opr).eps());
+}
+
+SymbolVarArray load_batch_norm(const OprLoadContext& ctx) {
+    ctx.expect_inputs(5, 5);
+    double eps = ctx.params.read_float("eps");
+    if (!(eps >= 0 && eps <= std::numeric_limits<float>::max()))
+        BRAID_THROW(SerializationError,
+                    "{}: param \"eps\" is {}; expected a finite float32 value >= 0",
+                    ctx.params.context(), eps);
+    return {BatchNorm::make(ctx.input(0), ctx.input(1), ctx.input(2), ctx.input(3), ctx.input(4),
+                            float(eps), ctx.config)};
 }
 
 } // namespace braid::opr

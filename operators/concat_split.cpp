@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstring>
+#include <limits>
 
 namespace braid::opr {
 
@@ -198,6 +199,55 @@ SymbolVarArray split(SymbolVar x, int axis, std::vector<size_t> sizes) {
 
 SymbolVarArray split(SymbolVar x, int axis, size_t nr_parts) {
     return Split::make(x, {axis, {}, nr_parts});
+}
+
+} // namespace braid::opr
+
+// ---- serialization: params dump and load, registered in register_all_operators()
+#include "serialization/params.h"
+
+namespace braid::opr {
+
+void dump_concat(const OperatorNode& opr, ParamWriter& w) {
+    w.write_int("axis", opr_cast<Concat>(opr).axis());
+}
+
+SymbolVarArray load_concat(const OprLoadContext& ctx) {
+    ctx.expect_inputs(1, std::numeric_limits<size_t>::max());
+    // The axis and the inputs' shapes are checked by make().
+    return {Concat::make(ctx.inputs, ctx.params.read_int_as<int>("axis"), ctx.config)};
+}
+
+void dump_split(const OperatorNode& opr, ParamWriter& w) {
+    auto& p = opr_cast<Split>(opr).param();
+    w.write_int("axis", p.axis);
+    w.write_int_list("sizes", p.sizes);
+    w.write_int("nr_parts", int64_t(p.nr_parts));
+}
+
+SymbolVarArray load_split(const OprLoadContext& ctx) {
+    ctx.expect_inputs(1, 1);
+    const auto& r = ctx.params;
+    Split::Param p;
+    p.axis = r.read_int_as<int>("axis");
+    p.sizes = r.read_int_list<size_t>("sizes");
+    int64_t nr_parts = r.read_int("nr_parts");
+    // Every part is an output var: bound their number, so that a few bytes of params cannot
+    // ask for billions of vars.
+    if (nr_parts < 0 || uint64_t(nr_parts) > MAX_LOADED_SPLIT_PARTS)
+        BRAID_THROW(SerializationError, "{}: param \"nr_parts\" is {}; expected 0..{}", r.context(),
+                    nr_parts, MAX_LOADED_SPLIT_PARTS);
+    if (p.sizes.size() > MAX_LOADED_SPLIT_PARTS)
+        BRAID_THROW(SerializationError, "{}: param \"sizes\" lists {} parts; at most {}",
+                    r.context(), p.sizes.size(), MAX_LOADED_SPLIT_PARTS);
+    if (p.sizes.empty() && nr_parts == 0)
+        BRAID_THROW(SerializationError,
+                    "{}: param \"sizes\" is empty and param \"nr_parts\" is 0; expected part "
+                    "sizes or a positive number of parts",
+                    r.context());
+    p.nr_parts = size_t(nr_parts);
+    // The sizes must sum to the axis length, which make() checks.
+    return Split::make(ctx.input(0), std::move(p), ctx.config);
 }
 
 } // namespace braid::opr

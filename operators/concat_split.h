@@ -21,6 +21,7 @@ public:
                           const OperatorConfig& config = {});
 
     const char* type_name() const override { return "Concat"; }
+    int axis() const { return m_axis; }
     void hash_params(Hasher& h) const override;
     bool params_equal(const OperatorNode& rhs) const override;
     std::string param_string() const override;
@@ -48,6 +49,7 @@ public:
     static SymbolVarArray make(SymbolVar x, Param param, const OperatorConfig& config = {});
 
     const char* type_name() const override { return "Split"; }
+    const Param& param() const { return m_param; }
     void hash_params(Hasher& h) const override;
     bool params_equal(const OperatorNode& rhs) const override;
     std::string param_string() const override;
@@ -69,4 +71,25 @@ SymbolVarArray split(SymbolVar x, int axis, std::vector<size_t> sizes);
 //! Splits x along `axis` into `nr_parts` equal parts.
 SymbolVarArray split(SymbolVar x, int axis, size_t nr_parts);
 
+} // namespace braid::opr
+
+// ---- serialization: params dump and load (serialization/params.h), one pair per type,
+// registered in register_all_operators().
+namespace braid {
+class ParamWriter;
+struct OprLoadContext;
+} // namespace braid
+
+namespace braid::opr {
+//! Writes Concat's params into a model.
+void dump_concat(const OperatorNode& opr, ParamWriter& w);
+//! Rebuilds a Concat from a model.
+SymbolVarArray load_concat(const OprLoadContext& ctx);
+//! Writes Split's params into a model.
+void dump_split(const OperatorNode& opr, ParamWriter& w);
+//! Rebuilds a Split from a model (one output per part). A model may cut an axis into at
+//! most MAX_LOADED_SPLIT_PARTS parts.
+SymbolVarArray load_split(const OprLoadContext& ctx);
+//! The most parts a loaded Split may have (each part is an output var).
+constexpr size_t MAX_LOADED_SPLIT_PARTS = size_t(1) << 16;
 } // namespace braid::opr

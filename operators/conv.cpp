@@ -233,3 +233,37 @@ void Conv2d::execute(ExecCtx& ctx) {
 }
 
 } // namespace braid::opr
+
+// ---- serialization: params dump and load, registered in register_all_operators()
+#include "serialization/params.h"
+
+namespace braid::opr {
+
+void dump_conv2d(const OperatorNode& opr, ParamWriter& w) {
+    auto& p = opr_cast<Conv2d>(opr).param();
+    w.write_int("stride_h", p.stride_h);
+    w.write_int("stride_w", p.stride_w);
+    w.write_int("pad_h", p.pad_h);
+    w.write_int("pad_w", p.pad_w);
+    w.write_int("dilation_h", p.dilation_h);
+    w.write_int("dilation_w", p.dilation_w);
+    w.write_int("groups", p.groups);
+}
+
+SymbolVarArray load_conv2d(const OprLoadContext& ctx) {
+    ctx.expect_inputs(2, 2);
+    const auto& r = ctx.params;
+    Conv2d::Param p;
+    p.stride_h = r.read_int_as<int>("stride_h");
+    p.stride_w = r.read_int_as<int>("stride_w");
+    p.pad_h = r.read_int_as<int>("pad_h");
+    p.pad_w = r.read_int_as<int>("pad_w");
+    p.dilation_h = r.read_int_as<int>("dilation_h");
+    p.dilation_w = r.read_int_as<int>("dilation_w");
+    p.groups = r.read_int_as<int>("groups");
+    // make() refuses strides, dilations or groups below 1 and negative paddings (ValueError
+    // naming the operator), and geometry that does not fit the inputs (ShapeError).
+    return {Conv2d::make(ctx.input(0), ctx.input(1), p, ctx.config)};
+}
+
+} // namespace braid::opr

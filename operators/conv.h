@@ -53,3 +53,17 @@ SymbolVar conv2d(SymbolVar x, SymbolVar w, int stride = 1, int padding = 0, int 
                  int groups = 1);
 
 } // namespace braid::opr
+
+// ---- serialization: params dump and load (serialization/params.h), one pair per type,
+// registered in register_all_operators().
+namespace braid {
+class ParamWriter;
+struct OprLoadContext;
+} // namespace braid
+
+namespace braid::opr {
+//! Writes Conv2d's params into a model.
+void dump_conv2d(const OperatorNode& opr, ParamWriter& w);
+//! Rebuilds a Conv2d from a model.
+SymbolVarArray load_conv2d(const OprLoadContext& ctx);
+} // namespace braid::opr

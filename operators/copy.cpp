@@ -71,3 +71,19 @@ void register_copy() {
 }
 
 } // namespace braid::opr
+
+// ---- serialization: params dump and load, registered in register_all_operators()
+#include "serialization/params.h"
+
+namespace braid::opr {
+
+void dump_copy(const OperatorNode& opr, ParamWriter&) {
+    (void)opr_cast<Copy>(opr); // the target is opr.comp_node(), stored with every operator
+}
+
+SymbolVarArray load_copy(const OprLoadContext& ctx) {
+    ctx.expect_inputs(1, 1);
+    return {Copy::make(ctx.input(0), ctx.config.comp_node, ctx.config)};
+}
+
+} // namespace braid::opr

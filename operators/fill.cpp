@@ -160,6 +160,11 @@ void Arange::init_output_dtypes() {
 
 bool Arange::infer_output_shapes(const InferCtx&, TensorShape* out) const {
     double len = std::ceil((m_stop - m_start) / m_step);
+    // Also refuses an infinite length (bounds whose difference overflows a double).
+    constexpr double MAX_LEN = double(uint64_t(1) << 48);
+    if (len > MAX_LEN)
+        BRAID_THROW(ShapeError, "{}: {}:{}:{} has {} elements, more than 2^48", describe(), m_start,
+                    m_stop, m_step, len);
     out[0] = TensorShape{len > 0 ? size_t(len) : size_t(0)};
     return true;
 }
@@ -178,6 +183,49 @@ void Arange::execute(ExecCtx& ctx) {
 
 SymbolVar arange(ComputingGraph& graph, double start, double stop, double step, DType dtype) {
     return Arange::make(graph, start, stop, step, dtype);
+}
+
+} // namespace braid::opr
+
+// ---- serialization: params dump and load, registered in register_all_operators()
+#include "serialization/params.h"
+
+namespace braid::opr {
+
+void dump_fill(const OperatorNode& opr, ParamWriter& w) {
+    auto& f = opr_cast<Fill>(opr);
+    w.write_float("value", f.value());
+    w.write_dtype("dtype", f.dtype());
+    if (f.inputs().empty()) w.write_shape("shape", f.shape()); // else the shape var's value
+}
+
+SymbolVarArray load_fill(const OprLoadContext& ctx) {
+    ctx.expect_inputs(0, 1);
+    double value = ctx.params.read_float("value");
+    DType dtype = ctx.params.read_dtype("dtype");
+    if (ctx.inputs.size() == 1) return {Fill::make(ctx.input(0), value, dtype, ctx.config)};
+    return {Fill::make(ctx.graph, ctx.params.read_shape("shape"), value, dtype, ctx.config)};
+}
+
+void dump_arange(const OperatorNode& opr, ParamWriter& w) {
+    auto& a = opr_cast<Arange>(opr);
+    w.write_float("start", a.start());
+    w.write_float("stop", a.stop());
+    w.write_float("step", a.step());
+    w.write_dtype("dtype", a.dtype());
+}
+
+SymbolVarArray load_arange(const OprLoadContext& ctx) {
+    ctx.expect_inputs(0, 0);
+    const auto& r = ctx.params;
+    double start = r.read_float("start"), stop = r.read_float("stop"), step = r.read_float("step");
+    if (!std::isfinite(start) || !std::isfinite(stop) || !std::isfinite(step) || step == 0)
+        BRAID_THROW(SerializationError,
+                    "{}: params start {}, stop {}, step {}: the bounds must be finite and the "
+                    "step finite and nonzero",
+                    r.context(), start, stop, step);
+    // make() refuses more than 2^48 elements (ShapeError).
+    return {Arange::make(ctx.graph, start, stop, step, r.read_dtype("dtype"), ctx.config)};
 }
 
 } // namespace braid::opr

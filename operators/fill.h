@@ -26,6 +26,10 @@ public:
                           const OperatorConfig& config = {});
 
     const char* type_name() const override { return "Fill"; }
+    //! The static shape (used when there is no shape var input).
+    const TensorShape& shape() const { return m_shape; }
+    double value() const { return m_value; }
+    DType dtype() const { return m_dtype; }
     void hash_params(Hasher& h) const override;
     bool params_equal(const OperatorNode& rhs) const override;
     std::string param_string() const override;
@@ -47,11 +51,15 @@ class Arange final : public OperatorNode {
 public:
     Arange(double start, double stop, double step, DType dtype, const OperatorConfig& config);
     //! Inserts the operator; throws ValueError for a zero or non-finite step or bounds,
-    //! DTypeError for a bool dtype.
+    //! DTypeError for a bool dtype, ShapeError for more than 2^48 elements.
     static SymbolVar make(ComputingGraph& graph, double start, double stop, double step = 1,
                           DType dtype = dtype::Float32(), const OperatorConfig& config = {});
 
     const char* type_name() const override { return "Arange"; }
+    double start() const { return m_start; }
+    double stop() const { return m_stop; }
+    double step() const { return m_step; }
+    DType dtype() const { return m_dtype; }
     void hash_params(Hasher& h) const override;
     bool params_equal(const OperatorNode& rhs) const override;
     std::string param_string() const override;
@@ -81,4 +89,22 @@ SymbolVar ones_like(SymbolVar x);
 SymbolVar arange(ComputingGraph& graph, double start, double stop, double step = 1,
                  DType dtype = dtype::Float32());
 
+} // namespace braid::opr
+
+// ---- serialization: params dump and load (serialization/params.h), one pair per type,
+// registered in register_all_operators().
+namespace braid {
+class ParamWriter;
+struct OprLoadContext;
+} // namespace braid
+
+namespace braid::opr {
+//! Writes Fill's params into a model.
+void dump_fill(const OperatorNode& opr, ParamWriter& w);
+//! Rebuilds a Fill from a model.
+SymbolVarArray load_fill(const OprLoadContext& ctx);
+//! Writes Arange's params into a model.
+void dump_arange(const OperatorNode& opr, ParamWriter& w);
+//! Rebuilds an Arange from a model.
+SymbolVarArray load_arange(const OprLoadContext& ctx);
 } // namespace braid::opr

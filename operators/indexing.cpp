@@ -250,3 +250,40 @@ SymbolVar embedding(SymbolVar table, SymbolVar ids) {
 }
 
 } // namespace braid::opr
+
+// ---- serialization: params dump and load, registered in register_all_operators()
+#include "serialization/params.h"
+
+namespace braid::opr {
+
+void dump_gather(const OperatorNode& opr, ParamWriter& w) {
+    w.write_int("axis", opr_cast<Gather>(opr).axis());
+}
+
+SymbolVarArray load_gather(const OprLoadContext& ctx) {
+    ctx.expect_inputs(2, 2);
+    // The axis is checked against the input's rank by make().
+    return {
+        Gather::make(ctx.input(0), ctx.input(1), ctx.params.read_int_as<int>("axis"), ctx.config)};
+}
+
+void dump_indexing_one_hot(const OperatorNode& opr, ParamWriter& w) {
+    auto& o = opr_cast<IndexingOneHot>(opr);
+    w.write_int("axis", o.axis());
+    w.write_bool("keepdims", o.keepdims());
+}
+
+SymbolVarArray load_indexing_one_hot(const OprLoadContext& ctx) {
+    ctx.expect_inputs(2, 2);
+    return {IndexingOneHot::make(ctx.input(0), ctx.input(1), ctx.params.read_int_as<int>("axis"),
+                                 ctx.params.read_bool("keepdims"), ctx.config)};
+}
+
+void dump_embedding(const OperatorNode&, ParamWriter&) {}
+
+SymbolVarArray load_embedding(const OprLoadContext& ctx) {
+    ctx.expect_inputs(2, 2);
+    return {Embedding::make(ctx.input(0), ctx.input(1), ctx.config)};
+}
+
+} // namespace braid::opr

@@ -22,6 +22,7 @@ public:
                           const OperatorConfig& config = {});
 
     const char* type_name() const override { return "Gather"; }
+    int axis() const { return m_axis; }
     void hash_params(Hasher& h) const override;
     bool params_equal(const OperatorNode& rhs) const override;
     std::string param_string() const override;
@@ -45,6 +46,8 @@ public:
                           const OperatorConfig& config = {});
 
     const char* type_name() const override { return "IndexingOneHot"; }
+    int axis() const { return m_axis; }
+    bool keepdims() const { return m_keepdims; }
     void hash_params(Hasher& h) const override;
     bool params_equal(const OperatorNode& rhs) const override;
     std::string param_string() const override;
@@ -78,4 +81,26 @@ SymbolVar indexing_one_hot(SymbolVar x, SymbolVar index, int axis, bool keepdims
 //! Rows of `table` for each id.
 SymbolVar embedding(SymbolVar table, SymbolVar ids);
 
+} // namespace braid::opr
+
+// ---- serialization: params dump and load (serialization/params.h), one pair per type,
+// registered in register_all_operators().
+namespace braid {
+class ParamWriter;
+struct OprLoadContext;
+} // namespace braid
+
+namespace braid::opr {
+//! Writes Gather's params into a model.
+void dump_gather(const OperatorNode& opr, ParamWriter& w);
+//! Rebuilds a Gather from a model.
+SymbolVarArray load_gather(const OprLoadContext& ctx);
+//! Writes IndexingOneHot's params into a model.
+void dump_indexing_one_hot(const OperatorNode& opr, ParamWriter& w);
+//! Rebuilds an IndexingOneHot from a model.
+SymbolVarArray load_indexing_one_hot(const OprLoadContext& ctx);
+//! Writes Embedding's params (it has none) into a model.
+void dump_embedding(const OperatorNode& opr, ParamWriter& w);
+//! Rebuilds an Embedding from a model.
+SymbolVarArray load_embedding(const OprLoadContext& ctx);
 } // namespace braid::opr

@@ -244,4 +244,17 @@ SymbolVarArray load_matmul(const OprLoadContext& ctx) {
     return {MatMul::make(ctx.input(0), ctx.input(1), p, ctx.config)};
 }
 
+void dump_batched_matmul(const OperatorNode& opr, ParamWriter& w) {
+    auto& p = opr_cast<BatchedMatMul>(opr).param();
+    w.write_bool("transpose_a", p.transpose_a);
+    w.write_bool("transpose_b", p.transpose_b);
+}
+
+SymbolVarArray load_batched_matmul(const OprLoadContext& ctx) {
+    ctx.expect_inputs(2, 2);
+    BatchedMatMul::Param p{ctx.params.read_bool("transpose_a"),
+                           ctx.params.read_bool("transpose_b")};
+    return {BatchedMatMul::make(ctx.input(0), ctx.input(1), p, ctx.config)};
+}
+
 } // namespace braid::opr

@@ -89,4 +89,8 @@ namespace braid::opr {
 void dump_matmul(const OperatorNode& opr, ParamWriter& w);
 //! Rebuilds a MatMul from a model.
 SymbolVarArray load_matmul(const OprLoadContext& ctx);
+//! Writes BatchedMatMul's params into a model.
+void dump_batched_matmul(const OperatorNode& opr, ParamWriter& w);
+//! Rebuilds a BatchedMatMul from a model.
+SymbolVarArray load_batched_matmul(const OprLoadContext& ctx);
 } // namespace braid::opr

@@ -6,6 +6,7 @@
 #include "operators/vec_math.h"
 
 #include <cmath>
+#include <limits>
 
 namespace braid::opr {
 
@@ -362,6 +363,79 @@ void Normalization::execute(ExecCtx& ctx) {
     norm_rows(m_param.kind == Kind::LAYER, x.ptr<float>(), w.empty() ? nullptr : w.ptr<float>(),
               b.empty() ? nullptr : b.ptr<float>(), yf.ptr<float>(), sp.outer, sp.n, m_param.eps);
     store_float32(yf, y);
+}
+
+} // namespace braid::opr
+
+// ---- serialization: params dump and load, registered in register_all_operators()
+#include "serialization/params.h"
+
+namespace braid::opr {
+
+void dump_softmax(const OperatorNode& opr, ParamWriter& w) {
+    auto& p = opr_cast<Softmax>(opr).param();
+    w.write_int("axis", p.axis);
+    w.write_bool("log", p.log);
+}
+
+SymbolVarArray load_softmax(const OprLoadContext& ctx) {
+    ctx.expect_inputs(1, 1);
+    Softmax::Param p;
+    p.axis = ctx.params.read_int_as<int>("axis"); // checked against the input's rank by make()
+    p.log = ctx.params.read_bool("log");
+    return {Softmax::make(ctx.input(0), p, ctx.config)};
+}
+
+namespace {
+
+//! LayerNorm and RMSNorm share their params; only the type (the kind) differs.
+void dump_normalization(const OperatorNode& opr, ParamWriter& w) {
+    auto& p = opr_cast<Normalization>(opr).param();
+    w.write_int("normalized_ndim", int64_t(p.normalized_ndim));
+    w.write_float("eps", p.eps);
+    w.write_bool("has_weight", p.has_weight);
+    w.write_bool("has_bias", p.has_bias);
+}
+
+SymbolVarArray load_normalization(const OprLoadContext& ctx, Normalization::Kind kind) {
+    const auto& r = ctx.params;
+    Normalization::Param p;
+    p.kind = kind;
+    int64_t ndim = r.read_int("normalized_ndim");
+    if (ndim < 1 || ndim > int64_t(TensorShape::MAX_NDIM))
+        BRAID_THROW(SerializationError, "{}: param \"normalized_ndim\" is {}; expected 1..{}",
+                    r.context(), ndim, TensorShape::MAX_NDIM);
+    p.normalized_ndim = size_t(ndim);
+    double eps = r.read_float("eps");
+    if (!(eps >= 0 && eps <= std::numeric_limits<float>::max()))
+        BRAID_THROW(SerializationError,
+                    "{}: param \"eps\" is {}; expected a finite float32 value >= 0", r.context(),
+                    eps);
+    p.eps = float(eps);
+    bool has_weight = r.read_bool("has_weight"), has_bias = r.read_bool("has_bias");
+    size_t n = 1 + size_t(has_weight) + size_t(has_bias);
+    ctx.expect_inputs(n, n); // x, then the weight and the bias the params say it has
+    SymbolVar weight = has_weight ? ctx.input(1) : SymbolVar{};
+    SymbolVar bias = has_bias ? ctx.input(n - 1) : SymbolVar{};
+    return {Normalization::make(ctx.input(0), weight, bias, p, ctx.config)};
+}
+
+} // namespace
+
+void dump_layer_norm(const OperatorNode& opr, ParamWriter& w) {
+    dump_normalization(opr, w);
+}
+
+SymbolVarArray load_layer_norm(const OprLoadContext& ctx) {
+    return load_normalization(ctx, Normalization::Kind::LAYER);
+}
+
+void dump_rms_norm(const OperatorNode& opr, ParamWriter& w) {
+    dump_normalization(opr, w);
+}
+
+SymbolVarArray load_rms_norm(const OprLoadContext& ctx) {
+    return load_normalization(ctx, Normalization::Kind::RMS);
 }
 
 } // namespace braid::opr

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 namespace braid::opr {
 
@@ -103,6 +104,66 @@ SymbolVarArray minimize(SymbolVar loss, const SymbolVarArray& params, OptimizerC
 
 void register_optimizer_grad() {
     register_non_differentiable("ParamUpdate", "parameter updates have no gradient");
+}
+
+} // namespace braid::opr
+
+// ---- serialization: params dump and load, registered in register_all_operators()
+#include "serialization/params.h"
+
+namespace braid::opr {
+
+namespace {
+const char* optimizer_kind_name(OptimizerConfig::Kind kind) {
+    switch (kind) {
+    case OptimizerConfig::Kind::SGD:
+        return "SGD";
+    case OptimizerConfig::Kind::ADAM:
+        return "ADAM";
+    }
+    return "?";
+}
+} // namespace
+
+void dump_param_update(const OperatorNode& opr, ParamWriter& w) {
+    auto& c = opr_cast<ParamUpdate>(opr).config();
+    w.write_string("kind", optimizer_kind_name(c.kind));
+    w.write_float("lr", c.lr);
+    w.write_float("momentum", c.momentum);
+    w.write_float("beta1", c.beta1);
+    w.write_float("beta2", c.beta2);
+    w.write_float("eps", c.eps);
+    w.write_float("weight_decay", c.weight_decay);
+}
+
+SymbolVarArray load_param_update(const OprLoadContext& ctx) {
+    ctx.expect_inputs(2, std::numeric_limits<size_t>::max());
+    const auto& r = ctx.params;
+    auto finite = [&](const char* name) {
+        double v = r.read_float(name);
+        if (!(std::abs(v) <= std::numeric_limits<float>::max()))
+            BRAID_THROW(SerializationError,
+                        "{}: param \"{}\" is {}; expected a finite float32 value", r.context(),
+                        name, v);
+        return float(v);
+    };
+    OptimizerConfig c;
+    c.kind = r.read_enum<OptimizerConfig::Kind>("kind", optimizer_kind_name);
+    c.lr = finite("lr");
+    c.momentum = finite("momentum");
+    c.beta1 = finite("beta1");
+    c.beta2 = finite("beta2");
+    c.eps = finite("eps");
+    c.weight_decay = finite("weight_decay");
+    if (c.kind == OptimizerConfig::Kind::ADAM) {
+        for (auto [name, beta] : {std::pair{"beta1", c.beta1}, std::pair{"beta2", c.beta2}})
+            if (!(beta >= 0.f && beta < 1.f))
+                BRAID_THROW(SerializationError, "{}: param \"{}\" is {}; Adam needs 0 <= beta < 1",
+                            r.context(), name, beta);
+    }
+    SymbolVarArray after(ctx.inputs.begin() + 2, ctx.inputs.end());
+    // make() refuses a parameter input that is not a SharedParam (GraphError).
+    return {ParamUpdate::make(ctx.input(0), ctx.input(1), after, c, ctx.config)};
 }
 
 } // namespace braid::opr

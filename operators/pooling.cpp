@@ -183,3 +183,39 @@ void Pooling::execute(ExecCtx& ctx) {
 }
 
 } // namespace braid::opr
+
+// ---- serialization: params dump and load, registered in register_all_operators()
+#include "serialization/params.h"
+
+namespace braid::opr {
+
+void dump_pooling(const OperatorNode& opr, ParamWriter& w) {
+    auto& p = opr_cast<Pooling>(opr).param();
+    w.write_string("mode", pool_mode_name(p.mode));
+    w.write_int("window_h", p.window_h);
+    w.write_int("window_w", p.window_w);
+    w.write_int("stride_h", p.stride_h);
+    w.write_int("stride_w", p.stride_w);
+    w.write_int("pad_h", p.pad_h);
+    w.write_int("pad_w", p.pad_w);
+    w.write_bool("count_include_pad", p.count_include_pad);
+}
+
+SymbolVarArray load_pooling(const OprLoadContext& ctx) {
+    ctx.expect_inputs(1, 1);
+    const auto& r = ctx.params;
+    Pooling::Param p;
+    p.mode = r.read_enum<PoolMode>("mode", pool_mode_name);
+    p.window_h = r.read_int_as<int>("window_h");
+    p.window_w = r.read_int_as<int>("window_w");
+    p.stride_h = r.read_int_as<int>("stride_h");
+    p.stride_w = r.read_int_as<int>("stride_w");
+    p.pad_h = r.read_int_as<int>("pad_h");
+    p.pad_w = r.read_int_as<int>("pad_w");
+    p.count_include_pad = r.read_bool("count_include_pad");
+    // make() refuses windows or strides below 1 and paddings outside [0, window) (ValueError
+    // naming the operator), and inputs smaller than the window (ShapeError).
+    return {Pooling::make(ctx.input(0), p, ctx.config)};
+}
+
+} // namespace braid::opr

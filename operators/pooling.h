@@ -65,3 +65,17 @@ SymbolVar avg_pool2d(SymbolVar x, int window, int stride, int padding = 0,
                      bool count_include_pad = true);
 
 } // namespace braid::opr
+
+// ---- serialization: params dump and load (serialization/params.h), one pair per type,
+// registered in register_all_operators().
+namespace braid {
+class ParamWriter;
+struct OprLoadContext;
+} // namespace braid
+
+namespace braid::opr {
+//! Writes Pooling's params into a model.
+void dump_pooling(const OperatorNode& opr, ParamWriter& w);
+//! Rebuilds a Pooling from a model.
+SymbolVarArray load_pooling(const OprLoadContext& ctx);
+} // namespace braid::opr

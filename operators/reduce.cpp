@@ -29,6 +29,16 @@ const char* reduce_mode_name(ReduceMode mode) {
     return "?";
 }
 
+const char* arg_reduce_mode_name(ArgReduceMode mode) {
+    switch (mode) {
+    case ArgReduceMode::ARGMAX:
+        return "ARGMAX";
+    case ArgReduceMode::ARGMIN:
+        return "ARGMIN";
+    }
+    return "?";
+}
+
 namespace {
 
 // ---------------------------------------------------------------- accumulation policy
@@ -430,8 +440,7 @@ bool ArgReduce::params_equal(const OperatorNode& rhs) const {
 }
 
 std::string ArgReduce::param_string() const {
-    return fmt::format("{} axis={}", m_param.mode == ArgReduceMode::ARGMAX ? "ARGMAX" : "ARGMIN",
-                       m_param.axis);
+    return fmt::format("{} axis={}", arg_reduce_mode_name(m_param.mode), m_param.axis);
 }
 
 void ArgReduce::init_output_dtypes() {
@@ -500,6 +509,22 @@ SymbolVarArray load_reduce(const OprLoadContext& ctx) {
     p.axes = ctx.params.read_int_list<int>("axes");
     p.keepdims = ctx.params.read_bool("keepdims");
     return {Reduce::make(ctx.input(0), std::move(p), ctx.config)};
+}
+
+void dump_arg_reduce(const OperatorNode& opr, ParamWriter& w) {
+    auto& p = opr_cast<ArgReduce>(opr).param();
+    w.write_string("mode", arg_reduce_mode_name(p.mode));
+    w.write_int("axis", p.axis);
+    w.write_bool("keepdims", p.keepdims);
+}
+
+SymbolVarArray load_arg_reduce(const OprLoadContext& ctx) {
+    ctx.expect_inputs(1, 1);
+    ArgReduce::Param p;
+    p.mode = ctx.params.read_enum<ArgReduceMode>("mode", arg_reduce_mode_name);
+    p.axis = ctx.params.read_int_as<int>("axis"); // make() checks it against the input's rank
+    p.keepdims = ctx.params.read_bool("keepdims");
+    return {ArgReduce::make(ctx.input(0), p, ctx.config)};
 }
 
 } // namespace braid::opr

@@ -77,6 +77,9 @@ enum class ArgReduceMode : uint8_t {
     ARGMIN, //!< index of the smallest element (the first NaN counts as smallest)
 };
 
+//! Name of a mode, e.g. "ARGMAX".
+const char* arg_reduce_mode_name(ArgReduceMode mode);
+
 //! The int32 index of the largest / smallest element along one axis; ties give the first.
 //! The axis disappears from the shape unless keepdims. An empty axis is a ShapeError.
 class ArgReduce final : public OperatorNode {
@@ -123,4 +126,8 @@ namespace braid::opr {
 void dump_reduce(const OperatorNode& opr, ParamWriter& w);
 //! Rebuilds a Reduce from a model.
 SymbolVarArray load_reduce(const OprLoadContext& ctx);
+//! Writes ArgReduce's params into a model.
+void dump_arg_reduce(const OperatorNode& opr, ParamWriter& w);
+//! Rebuilds an ArgReduce from a model.
+SymbolVarArray load_arg_reduce(const OprLoadContext& ctx);
 } // namespace braid::opr

@@ -1,13 +1,23 @@
 #include "operators/registry.h"
 
 #include "base/hash.h"
+#include "operators/attention.h"
+#include "operators/batch_norm.h"
 #include "operators/collective_modes.h"
+#include "operators/concat_split.h"
+#include "operators/conv.h"
 #include "operators/copy.h"
 #include "operators/elemwise.h"
+#include "operators/fill.h"
 #include "operators/grad_util.h"
+#include "operators/indexing.h"
 #include "operators/io.h"
 #include "operators/matmul.h"
+#include "operators/normalization.h"
+#include "operators/optimizer.h"
+#include "operators/pooling.h"
 #include "operators/reduce.h"
+#include "operators/subtensor.h"
 #include "operators/tensor_manip.h"
 
 #include <mutex>
@@ -67,20 +77,29 @@ void register_all_operators() {
         reg.add({"TypeCvt", "tensor_manip", dump_type_cvt, load_type_cvt});
         reg.add({"MatMul", "matmul", dump_matmul, load_matmul});
         reg.add({"Reduce", "reduce", dump_reduce, load_reduce});
-        reg.add({"BatchedMatMul", "matmul"});
-        reg.add({"Conv2d", "conv"});
-        reg.add({"Pooling", "pooling"});
-        reg.add({"BatchNorm", "batch_norm"});
-        reg.add({"Attention", "attention"});
-        reg.add({"ArgReduce", "reduce"});
-        for (auto* t : {"Dimshuffle", "AxisAddRemove"}) reg.add({t, "tensor_manip"});
-        for (auto* t : {"Softmax", "LayerNorm", "RMSNorm"}) reg.add({t, "normalization"});
-        for (auto* t : {"Subtensor", "SetSubtensor", "IncrSubtensor"}) reg.add({t, "subtensor"});
-        for (auto* t : {"Gather", "IndexingOneHot", "Embedding"}) reg.add({t, "indexing"});
-        for (auto* t : {"Concat", "Split"}) reg.add({t, "concat_split"});
-        for (auto* t : {"Fill", "Arange"}) reg.add({t, "fill"});
-        reg.add({"ParamUpdate", "optimizer"});
-        reg.add({"Copy", "copy"});
+        reg.add({"BatchedMatMul", "matmul", dump_batched_matmul, load_batched_matmul});
+        reg.add({"Conv2d", "conv", dump_conv2d, load_conv2d});
+        reg.add({"Pooling", "pooling", dump_pooling, load_pooling});
+        reg.add({"BatchNorm", "batch_norm", dump_batch_norm, load_batch_norm});
+        reg.add({"Attention", "attention", dump_attention, load_attention});
+        reg.add({"ArgReduce", "reduce", dump_arg_reduce, load_arg_reduce});
+        reg.add({"Dimshuffle", "tensor_manip", dump_dimshuffle, load_dimshuffle});
+        reg.add({"AxisAddRemove", "tensor_manip", dump_axis_add_remove, load_axis_add_remove});
+        reg.add({"Softmax", "normalization", dump_softmax, load_softmax});
+        reg.add({"LayerNorm", "normalization", dump_layer_norm, load_layer_norm});
+        reg.add({"RMSNorm", "normalization", dump_rms_norm, load_rms_norm});
+        reg.add({"Subtensor", "subtensor", dump_subtensor, load_subtensor});
+        reg.add({"SetSubtensor", "subtensor", dump_set_subtensor, load_set_subtensor});
+        reg.add({"IncrSubtensor", "subtensor", dump_incr_subtensor, load_incr_subtensor});
+        reg.add({"Gather", "indexing", dump_gather, load_gather});
+        reg.add({"IndexingOneHot", "indexing", dump_indexing_one_hot, load_indexing_one_hot});
+        reg.add({"Embedding", "indexing", dump_embedding, load_embedding});
+        reg.add({"Concat", "concat_split", dump_concat, load_concat});
+        reg.add({"Split", "concat_split", dump_split, load_split});
+        reg.add({"Fill", "fill", dump_fill, load_fill});
+        reg.add({"Arange", "fill", dump_arange, load_arange});
+        reg.add({"ParamUpdate", "optimizer", dump_param_update, load_param_update});
+        reg.add({"Copy", "copy", dump_copy, load_copy});
 
         // Gradient rules, one line per family.
         opr::register_grad_arith();

@@ -79,7 +79,7 @@ TensorLayout slice_layout(const TensorLayout& x, const std::vector<AxisIndex>& i
                     : *it.start < 0 ? std::max(*it.start + n, 0L)
                                     : std::min(*it.start, n);
             stop = !it.stop ? n : *it.stop < 0 ? std::max(*it.stop + n, 0L) : std::min(*it.stop, n);
-            len = stop > start ? (stop - start + step - 1) / step : 0;
+            len = stop > start ? (stop - start - 1) / step + 1 : 0;
         } else {
             start = !it.start       ? n - 1
                     : *it.start < 0 ? std::max(*it.start + n, -1L)
@@ -87,11 +87,15 @@ TensorLayout slice_layout(const TensorLayout& x, const std::vector<AxisIndex>& i
             stop = !it.stop       ? -1
                    : *it.stop < 0 ? std::max(*it.stop + n, -1L)
                                   : std::min(*it.stop, n - 1);
-            len = start > stop ? (start - stop - step - 1) / -step : 0;
+            // |step| in unsigned arithmetic: negating the most negative step would overflow.
+            uint64_t mag = uint64_t(0) - uint64_t(step);
+            len = start > stop ? long(uint64_t(start - stop - 1) / mag) + 1 : 0;
         }
         if (len > 0) offset += start * stride;
         dims[out_nd] = size_t(len);
-        strides[out_nd++] = stride * step;
+        // With at most one element the stride is never used; a step longer than the axis
+        // (any long is a valid step) must not overflow it.
+        strides[out_nd++] = len > 1 ? stride * step : stride;
     }
     res.set_ndim(out_nd);
     for (size_t i = 0; i < out_nd; ++i) {
@@ -275,6 +279,120 @@ SymbolVar set_subtensor(SymbolVar x, SymbolVar value, std::vector<AxisIndex> ite
 
 SymbolVar incr_subtensor(SymbolVar x, SymbolVar value, std::vector<AxisIndex> items) {
     return SetSubtensor::make(x, value, SetSubtensor::Kind::INCR, std::move(items));
+}
+
+} // namespace braid::opr
+
+// ---- serialization: params dump and load, registered in register_all_operators()
+#include "serialization/params.h"
+
+namespace braid::opr {
+
+namespace {
+
+// The items are stored as parallel lists, one entry per item: "axis", "start", "stop", "step",
+// "has_start", "has_stop" and "is_index" (0 or 1). An omitted bound is stored as 0 with its
+// has_ flag 0; an index is stored in "start".
+
+void dump_items(const std::vector<AxisIndex>& items, ParamWriter& w) {
+    std::vector<int64_t> axis, start, stop, step, has_start, has_stop, is_index;
+    for (auto& it : items) {
+        axis.push_back(it.axis);
+        start.push_back(it.start.value_or(0));
+        stop.push_back(it.stop.value_or(0));
+        step.push_back(it.step);
+        has_start.push_back(it.start.has_value());
+        has_stop.push_back(it.stop.has_value());
+        is_index.push_back(it.is_index);
+    }
+    w.write_ints("axis", axis);
+    w.write_ints("start", start);
+    w.write_ints("stop", stop);
+    w.write_ints("step", step);
+    w.write_ints("has_start", has_start);
+    w.write_ints("has_stop", has_stop);
+    w.write_ints("is_index", is_index);
+}
+
+std::vector<AxisIndex> load_items(const ParamReader& r) {
+    auto axis = r.read_int_list<int>("axis");
+    auto start = r.read_int_list<long>("start");
+    auto stop = r.read_int_list<long>("stop");
+    auto step = r.read_int_list<long>("step");
+    auto has_start = r.read_ints("has_start");
+    auto has_stop = r.read_ints("has_stop");
+    auto is_index = r.read_ints("is_index");
+    size_t n = axis.size();
+    if (n > TensorShape::MAX_NDIM)
+        BRAID_THROW(SerializationError,
+                    "{}: {} indexing items; each indexes another axis, so at most {}", r.context(),
+                    n, TensorShape::MAX_NDIM);
+    const std::pair<const char*, size_t> lengths[] = {
+        {"start", start.size()},       {"stop", stop.size()},
+        {"step", step.size()},         {"has_start", has_start.size()},
+        {"has_stop", has_stop.size()}, {"is_index", is_index.size()}};
+    for (auto& [name, len] : lengths)
+        if (len != n)
+            BRAID_THROW(SerializationError,
+                        "{}: param \"{}\" has {} entries, param \"axis\" has {} (one per item)",
+                        r.context(), name, len, n);
+    auto flag = [&](const char* name, int64_t v, size_t k) {
+        if (v != 0 && v != 1)
+            BRAID_THROW(SerializationError,
+                        "{}: param \"{}\" holds {} for item {}; expected 0 or 1", r.context(), name,
+                        v, k);
+        return v == 1;
+    };
+    std::vector<AxisIndex> items;
+    for (size_t k = 0; k < n; ++k) {
+        AxisIndex it;
+        it.axis = axis[k];
+        if (flag("has_start", has_start[k], k)) it.start = start[k];
+        if (flag("has_stop", has_stop[k], k)) it.stop = stop[k];
+        it.step = step[k];
+        it.is_index = flag("is_index", is_index[k], k);
+        if (it.is_index && !it.start)
+            BRAID_THROW(SerializationError,
+                        "{}: item {} is an index, which needs a start (the index itself)",
+                        r.context(), k);
+        if (it.step == 0)
+            BRAID_THROW(SerializationError, "{}: item {} has step 0; the step must be nonzero",
+                        r.context(), k);
+        items.push_back(it);
+    }
+    // make() checks the axes against the input's rank and that none is indexed twice.
+    return items;
+}
+
+} // namespace
+
+void dump_subtensor(const OperatorNode& opr, ParamWriter& w) {
+    dump_items(opr_cast<Subtensor>(opr).items(), w);
+}
+
+SymbolVarArray load_subtensor(const OprLoadContext& ctx) {
+    ctx.expect_inputs(1, 1);
+    return {Subtensor::make(ctx.input(0), load_items(ctx.params), ctx.config)};
+}
+
+void dump_set_subtensor(const OperatorNode& opr, ParamWriter& w) {
+    dump_items(opr_cast<SetSubtensor>(opr).items(), w);
+}
+
+SymbolVarArray load_set_subtensor(const OprLoadContext& ctx) {
+    ctx.expect_inputs(2, 2);
+    return {SetSubtensor::make(ctx.input(0), ctx.input(1), SetSubtensor::Kind::SET,
+                               load_items(ctx.params), ctx.config)};
+}
+
+void dump_incr_subtensor(const OperatorNode& opr, ParamWriter& w) {
+    dump_items(opr_cast<SetSubtensor>(opr).items(), w);
+}
+
+SymbolVarArray load_incr_subtensor(const OprLoadContext& ctx) {
+    ctx.expect_inputs(2, 2);
+    return {SetSubtensor::make(ctx.input(0), ctx.input(1), SetSubtensor::Kind::INCR,
+                               load_items(ctx.params), ctx.config)};
 }
 
 } // namespace braid::opr

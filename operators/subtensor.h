@@ -75,6 +75,8 @@ public:
     const char* type_name() const override {
         return m_kind == Kind::SET ? "SetSubtensor" : "IncrSubtensor";
     }
+    Kind kind() const { return m_kind; }
+    const std::vector<AxisIndex>& items() const { return m_items; }
     void hash_params(Hasher& h) const override;
     bool params_equal(const OperatorNode& rhs) const override;
     std::string param_string() const override;
@@ -95,4 +97,26 @@ SymbolVar set_subtensor(SymbolVar x, SymbolVar value, std::vector<AxisIndex> ite
 //! x with x[items] += value.
 SymbolVar incr_subtensor(SymbolVar x, SymbolVar value, std::vector<AxisIndex> items);
 
+} // namespace braid::opr
+
+// ---- serialization: params dump and load (serialization/params.h), one pair per type,
+// registered in register_all_operators().
+namespace braid {
+class ParamWriter;
+struct OprLoadContext;
+} // namespace braid
+
+namespace braid::opr {
+//! Writes Subtensor's params into a model.
+void dump_subtensor(const OperatorNode& opr, ParamWriter& w);
+//! Rebuilds a Subtensor from a model.
+SymbolVarArray load_subtensor(const OprLoadContext& ctx);
+//! Writes SetSubtensor's params into a model.
+void dump_set_subtensor(const OperatorNode& opr, ParamWriter& w);
+//! Rebuilds a SetSubtensor from a model.
+SymbolVarArray load_set_subtensor(const OprLoadContext& ctx);
+//! Writes IncrSubtensor's params into a model.
+void dump_incr_subtensor(const OperatorNode& opr, ParamWriter& w);
+//! Rebuilds an IncrSubtensor from a model.
+SymbolVarArray load_incr_subtensor(const OprLoadContext& ctx);
 } // namespace braid::opr

@@ -518,4 +518,53 @@ SymbolVarArray load_type_cvt(const OprLoadContext& ctx) {
     return {TypeCvt::make(ctx.input(0), ctx.params.read_dtype("dtype"), ctx.config)};
 }
 
+void dump_dimshuffle(const OperatorNode& opr, ParamWriter& w) {
+    w.write_int_list("pattern", opr_cast<Dimshuffle>(opr).pattern());
+}
+
+SymbolVarArray load_dimshuffle(const OprLoadContext& ctx) {
+    ctx.expect_inputs(1, 1);
+    auto pattern = ctx.params.read_int_list<int>("pattern");
+    if (pattern.size() > TensorShape::MAX_NDIM)
+        BRAID_THROW(SerializationError,
+                    "{}: param \"pattern\" has {} entries; the output rank is at most {}",
+                    ctx.params.context(), pattern.size(), TensorShape::MAX_NDIM);
+    for (int p : pattern)
+        if (p < -1 || p >= int(TensorShape::MAX_NDIM))
+            BRAID_THROW(SerializationError,
+                        "{}: param \"pattern\" holds {}; expected an input axis (0..{}) or -1",
+                        ctx.params.context(), p, TensorShape::MAX_NDIM - 1);
+    // make() checks that every input axis appears exactly once.
+    return {Dimshuffle::make(ctx.input(0), std::move(pattern), ctx.config)};
+}
+
+namespace {
+const char* axis_add_remove_kind_name(AxisAddRemove::Kind kind) {
+    switch (kind) {
+    case AxisAddRemove::Kind::ADD:
+        return "ADD";
+    case AxisAddRemove::Kind::REMOVE:
+        return "REMOVE";
+    }
+    return "?";
+}
+} // namespace
+
+void dump_axis_add_remove(const OperatorNode& opr, ParamWriter& w) {
+    auto& a = opr_cast<AxisAddRemove>(opr);
+    w.write_string("kind", axis_add_remove_kind_name(a.kind()));
+    w.write_int_list("axes", a.axes());
+}
+
+SymbolVarArray load_axis_add_remove(const OprLoadContext& ctx) {
+    ctx.expect_inputs(1, 1);
+    auto kind = ctx.params.read_enum<AxisAddRemove::Kind>("kind", axis_add_remove_kind_name);
+    auto axes = ctx.params.read_int_list<int>("axes");
+    if (axes.size() > TensorShape::MAX_NDIM)
+        BRAID_THROW(SerializationError, "{}: param \"axes\" has {} entries (at most {})",
+                    ctx.params.context(), axes.size(), TensorShape::MAX_NDIM);
+    // make() checks each axis against the input's (ADD: the output's) rank.
+    return {AxisAddRemove::make(ctx.input(0), kind, std::move(axes), ctx.config)};
+}
+
 } // namespace braid::opr

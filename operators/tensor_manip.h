@@ -136,6 +136,8 @@ public:
                           const OperatorConfig& config = {});
 
     const char* type_name() const override { return "AxisAddRemove"; }
+    Kind kind() const { return m_kind; }
+    const std::vector<int>& axes() const { return m_axes; }
     void hash_params(Hasher& h) const override;
     bool params_equal(const OperatorNode& rhs) const override;
     std::string param_string() const override;
@@ -188,4 +190,12 @@ SymbolVarArray load_broadcast(const OprLoadContext& ctx);
 void dump_type_cvt(const OperatorNode& opr, ParamWriter& w);
 //! Rebuilds a TypeCvt from a model.
 SymbolVarArray load_type_cvt(const OprLoadContext& ctx);
+//! Writes Dimshuffle's params into a model.
+void dump_dimshuffle(const OperatorNode& opr, ParamWriter& w);
+//! Rebuilds a Dimshuffle from a model.
+SymbolVarArray load_dimshuffle(const OprLoadContext& ctx);
+//! Writes AxisAddRemove's params into a model.
+void dump_axis_add_remove(const OperatorNode& opr, ParamWriter& w);
+//! Rebuilds an AxisAddRemove from a model.
+SymbolVarArray load_axis_add_remove(const OprLoadContext& ctx);
 } // namespace braid::opr

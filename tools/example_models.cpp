@@ -1,5 +1,6 @@
 #include "tools/example_models.h"
 
+#include <cmath>
 #include <random>
 
 namespace braid::examples {
@@ -58,7 +59,158 @@ SymbolVarArray build_every_operator(ComputingGraph& graph) {
     auto ints = (opr::mul(mixed, opr::scalar_like(mixed, 100.0))).astype(dtype::Int32());
     auto int_out = opr::floor_div(ints, opr::scalar_like(ints, 7)).rename("ints");
     auto shape_out = mixed.symshape().rename("mixed_shape");
-    return {mixed, half, int_out, row_max.rename("row_max"), shape_out};
+    SymbolVarArray outs = {mixed, half, int_out, row_max.rename("row_max"), shape_out};
+    auto out = [&](SymbolVar v, const char* name) { outs.push_back(v.rename(name)); };
+
+    // BatchedMatMul: a shared right-hand matrix, and a batch times its own transpose.
+    auto x3 = x.reshape(std::vector<long>{2, 2, 6});
+    out(opr::batched_matmul(x3, w), "bmm");                // {2,2,5}
+    out(opr::batched_matmul(x3, x3, false, true), "gram"); // {2,2,2}
+
+    // Conv2d with different geometry along h and w, then grouped and dilated; Pooling both
+    // modes; BatchNorm.
+    auto img = x.reshape(std::vector<long>{1, 1, 4, 6});
+    auto cw = opr::SharedParam::make(graph, uniform_param({2, 1, 3, 3}, rng, 0.5f), "conv_w");
+    auto conv = opr::Conv2d::make(img, cw, {1, 2, 1, 0, 1, 1, 1}); // {1,2,4,2}
+    auto gw = opr::SharedParam::make(graph, uniform_param({2, 1, 2, 1}, rng, 0.5f), "group_w");
+    out(opr::Conv2d::make(conv, gw, {1, 1, 0, 0, 2, 1, 2}), "conv_grouped"); // {1,2,2,2}
+    out(opr::Pooling::make(conv, {opr::PoolMode::MAX, 2, 2, 1, 1, 1, 0, true}), "max_pool");
+    out(opr::Pooling::make(conv, {opr::PoolMode::AVERAGE, 3, 2, 2, 1, 1, 1, false}), "avg_pool");
+    auto stat = [&](float a, float b, const char* name) {
+        Tensor t(TensorShape{2}, dtype::Float32());
+        t.ptr<float>()[0] = a;
+        t.ptr<float>()[1] = b;
+        return opr::ImmutableTensor::make(graph, t, name);
+    };
+    out(opr::batch_norm(conv, stat(1.5f, 0.5f, "bn_scale"), stat(0.1f, -0.1f, "bn_bias"),
+                        stat(0.2f, -0.3f, "bn_mean"), stat(0.8f, 1.2f, "bn_var"), 1e-3f),
+        "bn");
+
+    // Attention with both outputs: causal with an explicit scale, and full with the default.
+    auto heads = [](SymbolVar v) { return v.reshape(std::vector<long>{1, 2, 4, 3}); };
+    auto q = heads(x), k = heads(opr::tanh(x)), v = heads(opr::sigmoid(x));
+    auto causal = opr::scaled_dot_product_attention(q, k, v, true, 0.7f);
+    out(causal[0], "attn_causal");
+    out(causal[1], "attn_causal_lse");
+    auto full = opr::scaled_dot_product_attention(q, v, k);
+    out(full[0], "attn_full");
+    out(full[1], "attn_full_lse");
+
+    // ArgReduce both modes, feeding Gather and IndexingOneHot.
+    auto am = opr::argmax(x, 1, true); // {4,1} int32
+    out(am, "argmax");
+    out(opr::argmin(x, 0), "argmin");                                    // {6}
+    out(opr::gather(x, am, 1), "gathered");                              // {4,1}
+    out(opr::indexing_one_hot(x, opr::argmin(x, 1), 1, true), "picked"); // {4,1}
+    Tensor ids(TensorShape{2, 3}, dtype::Int32());
+    for (int i = 0; i < 6; ++i) ids.ptr<int32_t>()[i] = (i * 7) % 10;
+    auto table = opr::SharedParam::make(graph, uniform_param({10, 3}, rng, 1.f), "table");
+    out(opr::embedding(table, opr::ImmutableTensor::make(graph, ids, "ids")), "embedded");
+
+    // Dimshuffle with a new axis, AxisAddRemove both ways.
+    auto shuffled = opr::dimshuffle(x, {1, -1, 0}); // {6,1,4}
+    out(opr::squeeze(shuffled, {1}), "squeezed");   // {6,4}
+    out(opr::expand_dims(x, {0, -1}), "expanded");  // {1,4,6,1}
+
+    // Softmax, log-softmax; LayerNorm with weight and bias, with a bias only over two dims;
+    // RMSNorm with a weight only.
+    auto sm = opr::softmax(x, 1);
+    out(sm, "softmax");
+    out(opr::log_softmax(x, 0), "log_softmax");
+    auto gain = opr::SharedParam::make(graph, uniform_param({6}, rng, 1.f), "gain");
+    auto shift = opr::SharedParam::make(graph, uniform_param({2, 6}, rng, 1.f), "shift");
+    out(opr::layer_norm(x, gain, opr::Subtensor::make(shift, {opr::AxisIndex::index(0, 0)})),
+        "layer_norm");
+    out(opr::layer_norm(x3, {}, shift, 2, 1e-3f), "layer_norm_2d");
+    out(opr::rms_norm(x, gain), "rms_norm");
+
+    // Subtensor, SetSubtensor and IncrSubtensor: negative bounds and steps, omitted bounds,
+    // indices.
+    using opr::AxisIndex;
+    out(opr::subtensor(x, {AxisIndex::slice(0, 1, std::nullopt, 2), AxisIndex::index(1, -1)}),
+        "strided");                                                                  // {2}
+    out(opr::subtensor(x, {AxisIndex::slice(1, -2, std::nullopt, -2)}), "reversed"); // {4,3}
+    out(opr::set_subtensor(x, opr::reduce_mean(x, {0}), {AxisIndex::index(0, 2)}), "set_row");
+    out(opr::incr_subtensor(x, opr::gather(x, am, 1), {AxisIndex::slice(1, 1, 5, 2)}), "incr_cols");
+
+    // Concat, and Split by sizes and into equal parts.
+    auto joined = opr::concat({x, y}, 1); // {4,11}
+    auto parts = opr::split(joined, 1, std::vector<size_t>{3, 8});
+    out(parts[0], "split_a");
+    out(parts[1], "split_b");
+    auto halves = opr::split(x, 0, size_t(2));
+    out(halves[0], "half_0");
+    out(halves[1], "half_1");
+
+    // Fill of a static shape and of a shape var; Arange up and down.
+    out(opr::fill(graph, {2, 3}, 1.5, dtype::Float16()), "filled");
+    out(opr::full_like(x, -2.0) * x, "scaled");
+    out(opr::arange(graph, 0, 6), "range");
+    out(opr::arange(graph, 5, -1, -1.5, dtype::Int32()), "range_down");
+
+    // ParamUpdate with SGD (momentum, weight decay) and Adam, each on a parameter read by
+    // nothing else; the Adam update also waits for the softmax.
+    auto p_sgd = opr::SharedParam::make(graph, uniform_param({6}, rng, 1.f), "p_sgd");
+    auto p_adam = opr::SharedParam::make(graph, uniform_param({6}, rng, 1.f), "p_adam");
+    opr::OptimizerConfig sgd;
+    sgd.lr = 0.1f;
+    sgd.momentum = 0.9f;
+    sgd.weight_decay = 0.01f;
+    opr::OptimizerConfig adam;
+    adam.kind = opr::OptimizerConfig::Kind::ADAM;
+    adam.lr = 0.05f;
+    adam.beta1 = 0.8f;
+    adam.beta2 = 0.99f;
+    adam.eps = 1e-6f;
+    auto grad = opr::reduce_sum(x, {0}); // {6}
+    out(opr::ParamUpdate::make(p_sgd, grad, {}, sgd), "updated_sgd");
+    out(opr::ParamUpdate::make(p_adam, grad, {sm}, adam), "updated_adam");
+
+    // Copy to another comp node.
+    out(opr::Copy::make(opr::sigmoid(y), CompNode::load("cpu1")), "copied");
+    return outs;
+}
+
+SymbolVarArray build_transformer_block(ComputingGraph& graph, size_t seq, size_t d_model,
+                                       size_t nr_heads, size_t d_ff) {
+    if (nr_heads == 0 || d_model % nr_heads != 0)
+        BRAID_THROW(ValueError, "transformer block: d_model {} does not split into {} heads",
+                    d_model, nr_heads);
+    std::mt19937 rng(1234);
+    // Linear layers: weights uniform in +-1/sqrt(fan_in), biases in +-0.02; the layer norms
+    // start near the identity (gain 1 +- 0.1, bias +- 0.02).
+    auto linear = [&](SymbolVar in, size_t fan_in, size_t fan_out, const std::string& name) {
+        auto wv = opr::SharedParam::make(
+            graph, uniform_param({fan_in, fan_out}, rng, 1.f / std::sqrt(float(fan_in))),
+            name + ".w");
+        auto bv = opr::SharedParam::make(graph, uniform_param({fan_out}, rng, 0.02f), name + ".b");
+        return opr::matmul(in, wv) + bv;
+    };
+    auto norm = [&](SymbolVar in, const std::string& name) {
+        auto gain = uniform_param({d_model}, rng, 0.1f);
+        for (size_t i = 0; i < d_model; ++i) gain->ptr<float>()[i] += 1.f;
+        auto g = opr::SharedParam::make(graph, gain, name + ".gain");
+        auto b =
+            opr::SharedParam::make(graph, uniform_param({d_model}, rng, 0.02f), name + ".bias");
+        return opr::layer_norm(in, g, b);
+    };
+    long heads = long(nr_heads), d_head = long(d_model / nr_heads);
+    // [S, d_model] -> [1, heads, S, d_head]; the sequence dim is left open (-1).
+    auto split_heads = [&](SymbolVar t) {
+        return opr::dimshuffle(t.reshape(std::vector<long>{1, -1, heads, d_head}), {0, 2, 1, 3});
+    };
+
+    auto x = opr::Input::make(graph, "x", dtype::Float32(), {seq, d_model});
+    auto h = norm(x, "ln1");
+    auto q = split_heads(linear(h, d_model, d_model, "attn.q"));
+    auto k = split_heads(linear(h, d_model, d_model, "attn.k"));
+    auto v = split_heads(linear(h, d_model, d_model, "attn.v"));
+    auto ctx = opr::scaled_dot_product_attention(q, k, v, /*causal=*/true)[0]; // [1,H,S,Dh]
+    auto merged = opr::dimshuffle(ctx, {0, 2, 1, 3}).reshape(std::vector<long>{-1, long(d_model)});
+    auto x1 = x + linear(merged, d_model, d_model, "attn.out");
+    auto m = opr::gelu(linear(norm(x1, "ln2"), d_model, d_ff, "mlp.fc1"));
+    auto y = x1 + linear(m, d_ff, d_model, "mlp.fc2");
+    return {y.rename("y")};
 }
 
 std::vector<ExampleModel> example_models() {
@@ -76,8 +228,14 @@ std::vector<ExampleModel> example_models() {
     {
         ExampleModel m;
         m.name = "transformer_block";
-        m.description = "one pre-norm transformer block (layer norm, attention, MLP)";
-        m.pending = "needs the LayerNorm and attention operators";
+        m.description = "one pre-norm transformer block: sequence 128, d_model 256, 4 causal "
+                        "attention heads, MLP 256 -> 1024 -> 256 with gelu";
+        m.build = [](ComputingGraph& g) { return build_transformer_block(g); };
+        m.dump_options.input_shapes["x"] = {-1, 256};
+        m.dump_options.metadata = {
+            {"example", "transformer_block"},
+            {"weights", "linear uniform(+-1/sqrt(fan_in)), biases uniform(+-0.02), layer norm gain "
+                        "1 + uniform(+-0.1); seed 1234"}};
         models.push_back(std::move(m));
     }
     {

@@ -32,6 +32,16 @@ std::vector<ExampleModel> example_models();
 SymbolVarArray build_mlp(ComputingGraph& graph, size_t batch = 64, size_t in = 784,
                          size_t hidden = 256, size_t out = 10);
 
+//! One pre-norm transformer block on input "x" {seq, d_model} (the sequence dim may change
+//! at load time): x1 = x + attn(layer_norm(x)), y = x1 + mlp(layer_norm(x1)) as "y", where
+//! attn projects q, k, v (d_model x d_model matmuls with bias), splits them into heads
+//! [1, heads, seq, d_model / heads], runs causal scaled dot-product attention, merges the
+//! heads and projects the result, and mlp is d_model -> d_ff -> d_model with gelu. Weights
+//! from a fixed seed.
+SymbolVarArray build_transformer_block(ComputingGraph& graph, size_t seq = 128,
+                                       size_t d_model = 256, size_t nr_heads = 4,
+                                       size_t d_ff = 1024);
+
 //! A small graph that uses every operator type in this build: input "x" float32 {4, 6}.
 SymbolVarArray build_every_operator(ComputingGraph& graph);
 

@@ -23,6 +23,7 @@ namespace {
 const std::string RUN = BRAID_RUN_PATH;
 const std::string INSPECT = BRAID_INSPECT_PATH;
 const std::string MLP = std::string(BRAID_EXAMPLE_MODELS_DIR) + "/mlp.braid";
+const std::string TRANSFORMER = std::string(BRAID_EXAMPLE_MODELS_DIR) + "/transformer_block.braid";
 
 struct Result {
     int status = -1;
@@ -108,6 +109,29 @@ TEST(BraidRunCli, JsonHoldsTheSameFactsAndMatchesAnInProcessRun) {
     auto exec = model.compile();
     exec->feed("x", x).run();
     EXPECT_EQ(json_string(r.out, "checksum"), checksum_of(exec->output(0)));
+}
+
+TEST(BraidRunCli, TransformerBlockRunsAtItsDefaultAndAnotherSequenceLength) {
+    auto r = run(RUN, {TRANSFORMER, "--json", "--iter", "2"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    for (auto* key : {"\"operators\":43,", "\"parameter_tensors\":16,", "\"load_ms\":",
+                      "\"inputs\":[{\"name\":\"x\",\"source\":\"random\",\"dtype\":\"float32\","
+                      "\"shape\":[128,256]}]",
+                      "\"outputs\":[{\"name\":\"y\",\"dtype\":\"float32\",\"shape\":[128,256]"})
+        EXPECT_THAT(r.out, HasSubstr(key));
+
+    TempDir dir;
+    Tensor x = random_input({16, 256}, 12);
+    write_npy(dir.file("x.npy"), x);
+    auto s = run(RUN, {TRANSFORMER, "--json", "--iter", "1", "--input", "x=" + dir.file("x.npy")});
+    ASSERT_EQ(s.status, 0) << s.err;
+    EXPECT_THAT(s.out, HasSubstr("\"shape\":[16,256]"));
+    LoadOptions opt;
+    opt.input_shapes["x"] = TensorShape{16, 256};
+    auto model = load(TRANSFORMER, opt);
+    auto exec = model.compile();
+    exec->feed("x", x).run();
+    EXPECT_EQ(json_string(s.out, "checksum"), checksum_of(exec->output(0)));
 }
 
 TEST(BraidRunCli, ThreadsCompNodeMemoryPlanAndDevicesFlags) {

@@ -96,14 +96,79 @@ TEST(SerializationRoundTrip, EveryRegisteredOperatorTypeRoundTrips) {
     dump(outputs, bytes);
     auto loaded = load(bytes);
     EXPECT_EQ(loaded.graph->operators().size(), g->operators().size());
-    expect_same_outputs(outputs, loaded, {{"x", random_input({4, 6}, 3)}});
+    std::set<std::string> comp_nodes;
+    for (auto& opr : loaded.graph->operators()) comp_nodes.insert(opr->comp_node().locator());
+    EXPECT_EQ(comp_nodes, (std::set<std::string>{"cpu0", "cpu1"})); // the Copy's target
 
-    // Dumping the loaded graph again gives the same file.
+    // Dumping the loaded graph again gives the same file (before running it: running applies
+    // the parameter updates).
     SymbolVarArray again;
     for (auto& o : loaded.outputs) again.push_back(o.var);
     std::vector<uint8_t> bytes2;
     dump(again, bytes2);
     EXPECT_EQ(bytes2, bytes);
+
+    expect_same_outputs(outputs, loaded, {{"x", random_input({4, 6}, 3)}});
+}
+
+TEST(SerializationRoundTrip, EveryOperatorLoadsOntoOneCompNode) {
+    // The fuzzer's setting: LoadOptions::comp_node puts every operator on one comp node, so a
+    // Copy between two comp nodes loads as its input.
+    auto g = ComputingGraph::make();
+    auto outputs = examples::build_every_operator(*g);
+    std::vector<uint8_t> bytes;
+    dump(outputs, bytes);
+    LoadOptions opt;
+    opt.comp_node = "cpu:default";
+    auto loaded = load(bytes, opt);
+    EXPECT_EQ(loaded.graph->operators().size(), g->operators().size() - 1);
+    for (auto& opr : loaded.graph->operators())
+        EXPECT_EQ(opr->comp_node().locator(), "cpu:default");
+    expect_same_outputs(outputs, loaded, {{"x", random_input({4, 6}, 4)}});
+}
+
+TEST(SerializationRoundTrip, ExampleModelsGiveBitIdenticalOutputs) {
+    register_all_operators();
+    size_t built = 0;
+    for (auto& m : examples::example_models()) {
+        if (!m.build) continue;
+        SCOPED_TRACE(m.name);
+        ++built;
+        auto g = ComputingGraph::make();
+        auto outputs = m.build(*g);
+        std::vector<uint8_t> bytes;
+        dump(outputs, bytes, m.dump_options);
+        auto loaded = load(bytes);
+        std::vector<std::pair<std::string, Tensor>> inputs;
+        for (size_t i = 0; i < loaded.inputs.size(); ++i)
+            inputs.emplace_back(loaded.inputs[i].name,
+                                random_input(loaded.inputs[i].default_shape, uint32_t(10 + i)));
+        expect_same_outputs(outputs, loaded, inputs);
+    }
+    EXPECT_GE(built, 2u); // mlp and transformer_block
+}
+
+TEST(SerializationRoundTrip, TransformerBlockRunsWithAnotherSequenceLength) {
+    auto g = ComputingGraph::make();
+    auto outputs = examples::build_transformer_block(*g, 32);
+    std::vector<uint8_t> bytes;
+    DumpOptions dopt;
+    dopt.input_shapes["x"] = {-1, 256};
+    dump(outputs, bytes, dopt);
+    for (size_t seq : {size_t(32), size_t(7)}) {
+        SCOPED_TRACE(seq);
+        LoadOptions opt;
+        opt.input_shapes["x"] = TensorShape{seq, 256};
+        auto loaded = load(bytes, opt);
+        EXPECT_EQ(loaded.outputs[0].var.shape(), (TensorShape{seq, 256}));
+        // The same block built for this length computes the same values.
+        auto g2 = ComputingGraph::make();
+        auto direct = examples::build_transformer_block(*g2, seq);
+        Tensor x = random_input({seq, 256}, 11);
+        auto expect = run_copy(*g2->compile({direct[0]}), {{"x", x}}, 1);
+        auto actual = run_copy(*loaded.compile(), {{"x", x}}, 1);
+        EXPECT_TRUE(bit_identical(actual[0], expect[0]));
+    }
 }
 
 TEST(SerializationRoundTrip, EqualTensorsAreStoredOnce) {
