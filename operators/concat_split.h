@@ -21,6 +21,7 @@ public:
                           const OperatorConfig& config = {});
 
     const char* type_name() const override { return "Concat"; }
+    int axis() const { return m_axis; }
     void hash_params(Hasher& h) const override;
     bool params_equal(const OperatorNode& rhs) const override;
     std::string param_string() const override;
@@ -48,6 +49,7 @@ public:
     static SymbolVarArray make(SymbolVar x, Param param, const OperatorConfig& config = {});
 
     const char* type_name() const override { return "Split"; }
+    const Param& param() const { return m_param; }
     void hash_params(Hasher& h) const override;
     bool params_equal(const OperatorNode& rhs) const override;
     std::string param_string() const override;

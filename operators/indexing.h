@@ -22,6 +22,7 @@ public:
                           const OperatorConfig& config = {});
 
     const char* type_name() const override { return "Gather"; }
+    int axis() const { return m_axis; }
     void hash_params(Hasher& h) const override;
     bool params_equal(const OperatorNode& rhs) const override;
     std::string param_string() const override;
@@ -45,6 +46,8 @@ public:
                           const OperatorConfig& config = {});
 
     const char* type_name() const override { return "IndexingOneHot"; }
+    int axis() const { return m_axis; }
+    bool keepdims() const { return m_keepdims; }
     void hash_params(Hasher& h) const override;
     bool params_equal(const OperatorNode& rhs) const override;
     std::string param_string() const override;

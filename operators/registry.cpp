@@ -88,6 +88,20 @@ void register_all_operators() {
         opr::register_reduce_grad();
         opr::register_tensor_manip_grad();
         opr::register_optimizer_grad();
+        opr::register_normalization_grad();
+        opr::register_concat_split_grad();
+        opr::register_subtensor_grad();
+        opr::register_indexing_grad();
+        opr::register_conv_grad();
+        opr::register_pooling_grad();
+        opr::register_batch_norm_grad();
+        opr::register_attention_grad();
+        opr::register_fill_grad();
+        // Operators the gradient rules insert (also usable directly).
+        for (auto* t : {"ScatterAdd", "IndexAdd"}) reg.add({t, "scatter"});
+        for (auto* t : {"Conv2dBackwardData", "Conv2dBackwardFilter"})
+            reg.add({t, "conv_grad_ops"});
+        reg.add({"PoolingBackward", "pooling_grad_ops"});
 
         // Cross-device copies (graph rule, gradient, kernels).
         opr::register_copy();

@@ -75,6 +75,7 @@ public:
     const char* type_name() const override {
         return m_kind == Kind::SET ? "SetSubtensor" : "IncrSubtensor";
     }
+    const std::vector<AxisIndex>& items() const { return m_items; }
     void hash_params(Hasher& h) const override;
     bool params_equal(const OperatorNode& rhs) const override;
     std::string param_string() const override;
