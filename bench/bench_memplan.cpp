@@ -3,6 +3,10 @@
 // against no reuse, and the planning time (wall and CPU). Graphs are compiled, not run.
 //
 //   mlp_fwd           batch 128, 2048 -> 8192 -> 2048, relu, float32 (braid ops)
+//   mlp_train         the same MLP with a squared-error loss against a target input:
+//                     forward, backward and an SGD update of every parameter (opr::minimize)
+//   mlp2_train        the network of the Alpa stage dump (docs/performance.md): two such
+//                     blocks, relu after every layer, trained the same way
 //   deep_mlp_fwd      64 layers of 1024 x 1024 + bias + relu, batch 128 (braid ops)
 //   random_10k/100k   random DAGs of 10,000 / 100,000 braid operators: inputs mostly from
 //                     the last 16 vars, skip connections from the last 1,024
@@ -79,6 +83,39 @@ Result mlp_fwd(const std::string& algo) {
     return from_executable(*g, {opr::matmul(h, w2) + b2});
 }
 
+//! Batch 128, `blocks` x (2048 -> 8192 -> 2048), relu after the hidden layer (and after the
+//! output layer too with `relu_out`), squared error against a target input, SGD.
+Result mlp_train_blocks(const std::string& algo, int blocks, bool relu_out) {
+    auto g = ComputingGraph::make(options_for(algo));
+    SymbolVar h = opr::Input::make(*g, "x", dtype::Float32(), {128, 2048});
+    auto target = opr::Input::make(*g, "target", dtype::Float32(), {128, 2048});
+    SymbolVarArray params;
+    for (int b = 0; b < blocks; ++b) {
+        auto w1 = opr::SharedParam::make(*g, param({2048, 8192}));
+        auto b1 = opr::SharedParam::make(*g, param({8192}));
+        auto w2 = opr::SharedParam::make(*g, param({8192, 2048}));
+        auto b2 = opr::SharedParam::make(*g, param({2048}));
+        params.insert(params.end(), {w1, b1, w2, b2});
+        h = opr::matmul(opr::relu(opr::matmul(h, w1) + b1), w2) + b2;
+        if (relu_out) h = opr::relu(h);
+    }
+    auto diff = h - target;
+    auto loss = opr::reduce_mean(diff * diff);
+    opr::OptimizerConfig sgd;
+    sgd.lr = 0.01f;
+    std::vector<OutputSpec> outputs{loss};
+    for (auto& u : opr::minimize(loss, params, sgd)) outputs.emplace_back(u);
+    return from_executable(*g, outputs);
+}
+
+Result mlp_train(const std::string& algo) {
+    return mlp_train_blocks(algo, 1, false);
+}
+
+Result mlp2_train(const std::string& algo) {
+    return mlp_train_blocks(algo, 2, true);
+}
+
 Result deep_mlp_fwd(const std::string& algo) {
     auto g = ComputingGraph::make(options_for(algo));
     SymbolVar h = opr::Input::make(*g, "x", dtype::Float32(), {128, 1024});
@@ -148,6 +185,8 @@ int main(int argc, char** argv) {
     register_all_operators();
     std::vector<std::pair<std::string, std::function<Result(const std::string&)>>> graphs{
         {"mlp_fwd", mlp_fwd},
+        {"mlp_train", mlp_train},
+        {"mlp2_train", mlp2_train},
         {"deep_mlp_fwd", deep_mlp_fwd},
         {"random_10k", [](const std::string& a) { return random_graph(10000, 1024, a); }},
         {"random_100k", [](const std::string& a) { return random_graph(100000, 1024, a); }},

@@ -1,4 +1,9 @@
-// Gradient rules of Reduce.
+// Gradient rules of Reduce (every mode) and ArgReduce (not differentiable).
+//
+// MAX / MIN route the gradient to the elements equal to the result and split it evenly among
+// ties (each of k equal extremes gets g / k). PROD uses the product of the other elements,
+// computed without dividing by zero: an element that is the only zero of its group gets the
+// product of the rest, every element of a group with two or more zeros gets 0.
 #include "base/error.h"
 #include "operators/elemwise.h"
 #include "operators/grad_util.h"
@@ -12,32 +17,58 @@ VarNode* reduce_grad(OperatorNode& node, size_t, const VarNodeArray& out_grads) 
     auto& opr = static_cast<Reduce&>(node);
     SymbolVar g = out_grads[0];
     if (!g.valid()) return nullptr;
-    const TensorShape& in = opr.input(0)->shape();
+    SymbolVar x = opr.input(0);
+    const TensorShape& in = static_shape(opr.input(0), opr.describe().c_str());
     // The output shape with the reduced axes kept as 1, so g broadcasts back over them.
     std::vector<long> kept;
     std::vector<bool> reduced(in.ndim(), opr.param().axes.empty());
     for (int a : opr.param().axes) reduced[size_t(a < 0 ? a + int(in.ndim()) : a)] = true;
+    std::vector<int> axes;
     size_t count = 1;
     for (size_t d = 0; d < in.ndim(); ++d) {
         kept.push_back(reduced[d] ? 1 : long(in[d]));
-        if (reduced[d]) count *= in[d];
+        if (reduced[d]) {
+            count *= in[d];
+            axes.push_back(int(d));
+        }
     }
-    SymbolVar gk = g.shape().ndim() == kept.size() ? g : g.reshape(kept);
+    auto keep = [&](SymbolVar v) { return v.shape().ndim() == kept.size() ? v : v.reshape(kept); };
+    SymbolVar gk = keep(g);
     switch (opr.param().mode) {
     case ReduceMode::SUM:
         return gk.broadcast(in).node();
     case ReduceMode::MEAN:
         return (gk.broadcast(in) * (1.0 / double(count))).node();
-    default:
-        BRAID_THROW(GraphError, "grad(): {} has no gradient rule for mode {}", opr.describe(),
-                    reduce_mode_name(opr.param().mode));
+    case ReduceMode::SUM_SQR:
+        return (gk * x * 2.0).node();
+    case ReduceMode::MAX:
+    case ReduceMode::MIN: {
+        SymbolVar hit = equal(x, keep(opr.output(0))).astype(x.dtype());
+        SymbolVar ties = reduce_sum(hit, axes, true);
+        return (hit * (gk / ties)).node();
     }
+    case ReduceMode::PROD: {
+        SymbolVar zero = scalar_like(x, 0.0);
+        SymbolVar is_zero = equal(x, zero);
+        SymbolVar x_nz = where(is_zero, scalar_like(x, 1.0), x);
+        SymbolVar prod_nz = reduce_prod(x_nz, axes, true);
+        SymbolVar zeros = reduce_sum(is_zero.astype(x.dtype()), axes, true);
+        SymbolVar none = equal(zeros, zero).astype(x.dtype());
+        SymbolVar one = equal(zeros, scalar_like(x, 1.0)).astype(x.dtype());
+        SymbolVar others = where(is_zero, prod_nz * one, prod_nz / x_nz * none);
+        return (gk * others).node();
+    }
+    }
+    BRAID_THROW(GraphError, "grad(): {} has no gradient rule for mode {}", opr.describe(),
+                reduce_mode_name(opr.param().mode));
 }
 
 } // namespace
 
 void register_reduce_grad() {
     register_grad_rule("Reduce", reduce_grad);
+    register_non_differentiable("ArgReduce",
+                                "its output is integer indices, piecewise constant in the input");
 }
 
 } // namespace braid::opr

@@ -109,6 +109,15 @@ void register_all_operators() {
         opr::register_tensor_manip_grad();
         opr::register_optimizer_grad();
         opr::register_collective_grad();
+        opr::register_normalization_grad();
+        opr::register_concat_split_grad();
+        opr::register_subtensor_grad();
+        opr::register_indexing_grad();
+        opr::register_conv_grad();
+        opr::register_pooling_grad();
+        opr::register_batch_norm_grad();
+        opr::register_attention_grad();
+        opr::register_fill_grad();
 
         // Cross-device copies (graph rule, gradient, kernels).
         opr::register_copy();

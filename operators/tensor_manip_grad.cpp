@@ -1,4 +1,4 @@
-// Gradient rules of Reshape, Broadcast, TypeCvt and GetVarShape.
+// Gradient rules of Reshape, Broadcast, TypeCvt, GetVarShape, Dimshuffle and AxisAddRemove.
 #include "operators/grad_util.h"
 #include "operators/tensor_manip.h"
 
@@ -31,6 +31,35 @@ VarNode* typecvt_grad(OperatorNode& opr, size_t, const VarNodeArray& out_grads) 
     return g.astype(in).node();
 }
 
+VarNode* dimshuffle_grad(OperatorNode& node, size_t, const VarNodeArray& out_grads) {
+    auto& opr = static_cast<Dimshuffle&>(node);
+    SymbolVar g = out_grads[0];
+    if (!g.valid()) return nullptr;
+    // Drop the inserted unit axes, then permute the input axes back into place.
+    const auto& pattern = opr.pattern();
+    std::vector<int> new_axes, kept;
+    for (size_t k = 0; k < pattern.size(); ++k) {
+        if (pattern[k] < 0)
+            new_axes.push_back(int(k));
+        else
+            kept.push_back(pattern[k]);
+    }
+    if (!new_axes.empty()) g = squeeze(g, new_axes);
+    std::vector<int> inverse(kept.size());
+    bool identity = true;
+    for (size_t k = 0; k < kept.size(); ++k) {
+        inverse[size_t(kept[k])] = int(k);
+        identity &= kept[k] == int(k);
+    }
+    return (identity ? g : dimshuffle(g, inverse)).node();
+}
+
+VarNode* axis_add_remove_grad(OperatorNode& opr, size_t, const VarNodeArray& out_grads) {
+    SymbolVar g = out_grads[0];
+    if (!g.valid()) return nullptr;
+    return reshape_to(g, static_shape(opr.input(0), "AxisAddRemove")).node();
+}
+
 } // namespace
 
 void register_tensor_manip_grad() {
@@ -39,6 +68,8 @@ void register_tensor_manip_grad() {
     register_grad_rule("TypeCvt", typecvt_grad);
     register_grad_rule("GetVarShape",
                        [](OperatorNode&, size_t, const VarNodeArray&) { return nullptr; });
+    register_grad_rule("Dimshuffle", dimshuffle_grad);
+    register_grad_rule("AxisAddRemove", axis_add_remove_grad);
 }
 
 } // namespace braid::opr

@@ -1,0 +1,313 @@
+#include "operators/conv_grad_ops.h"
+
+#include "base/error.h"
+#include "base/hash.h"
+#include "base/thread_pool.h"
+#include "operators/dense_kernels.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+namespace braid::opr {
+
+namespace {
+
+void check_conv_param(const OperatorNode& opr, const Conv2dParam& p) {
+    if (p.stride_h < 1 || p.stride_w < 1)
+        BRAID_THROW(ValueError, "{}: strides must be >= 1, got {}x{}", opr.describe(), p.stride_h,
+                    p.stride_w);
+    if (p.dilation_h < 1 || p.dilation_w < 1)
+        BRAID_THROW(ValueError, "{}: dilations must be >= 1, got {}x{}", opr.describe(),
+                    p.dilation_h, p.dilation_w);
+    if (p.pad_h < 0 || p.pad_w < 0)
+        BRAID_THROW(ValueError, "{}: paddings must be >= 0, got {}x{}", opr.describe(), p.pad_h,
+                    p.pad_w);
+    if (p.groups < 1)
+        BRAID_THROW(ValueError, "{}: groups must be >= 1, got {}", opr.describe(), p.groups);
+}
+
+void check_float_pair(OperatorNode& opr, const char* a, const char* b) {
+    DType da = opr.input(0)->dtype(), db = opr.input(1)->dtype();
+    if (da != db || !kern::is_dense_float(da))
+        BRAID_THROW(DTypeError,
+                    "{}: {} and {} must share a float dtype (float32, float16 or bfloat16), got "
+                    "{} and {}",
+                    opr.describe(), a, b, da.name(), db.name());
+    opr.output(0)->set_dtype(da);
+}
+
+//! The forward output size along one spatial dim, or 0 when the dilated kernel does not fit.
+size_t conv_out_size(size_t in, size_t kernel, int stride, int pad, int dilation) {
+    size_t ek = size_t(dilation) * (kernel - 1) + 1, padded = in + 2 * size_t(pad);
+    if (kernel == 0 || ek > padded) return 0;
+    return (padded - ek) / size_t(stride) + 1;
+}
+
+std::string geometry_string(const Conv2dParam& p) {
+    return fmt::format("stride={}x{},pad={}x{},dilation={}x{},groups={}", p.stride_h, p.stride_w,
+                       p.pad_h, p.pad_w, p.dilation_h, p.dilation_w, p.groups);
+}
+
+//! Everything a task needs, in elements (x side: c, h, w; dy side: o, oh, ow).
+struct Geometry {
+    size_t n, c, h, w;
+    size_t o, kh, kw;
+    size_t oh, ow;
+    size_t groups, cg, og;
+    size_t k, p; //!< GEMM inner dim (cg·kh·kw) and output pixels (oh·ow)
+    ptrdiff_t sh, sw, ph, pw, dh, dw;
+
+    Geometry(const TensorShape& xs, const TensorShape& ws, const TensorShape& ys,
+             const Conv2dParam& pr)
+        : n(xs[0]), c(xs[1]), h(xs[2]), w(xs[3]), o(ws[0]), kh(ws[2]), kw(ws[3]), oh(ys[2]),
+          ow(ys[3]), groups(size_t(pr.groups)), cg(ws[1]), og(ws[0] / size_t(pr.groups)),
+          k(cg * kh * kw), p(oh * ow), sh(pr.stride_h), sw(pr.stride_w), ph(pr.pad_h), pw(pr.pad_w),
+          dh(pr.dilation_h), dw(pr.dilation_w) {}
+
+    bool direct() const { return kh == 1 && kw == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0; }
+    //! Output pixels per block: the columns of one block fit the scratch budget.
+    size_t block() const { return std::min(p, k ? std::max<size_t>(64, (256 * 1024) / k) : p); }
+};
+
+//! Calls fn(row, c, i, j, p, ih, iw) for every column element of pixels [p0, p1) whose input
+//! position lies inside the image (row = (c·kh + i)·kw + j).
+template <typename Fn> void for_each_col(const Geometry& g, size_t p0, size_t p1, Fn&& fn) {
+    for (size_t c = 0; c < g.cg; ++c)
+        for (size_t i = 0; i < g.kh; ++i)
+            for (size_t j = 0; j < g.kw; ++j) {
+                size_t row = (c * g.kh + i) * g.kw + j;
+                for (size_t p = p0; p < p1; ++p) {
+                    ptrdiff_t ih = ptrdiff_t(p / g.ow) * g.sh - g.ph + ptrdiff_t(i) * g.dh;
+                    ptrdiff_t iw = ptrdiff_t(p % g.ow) * g.sw - g.pw + ptrdiff_t(j) * g.dw;
+                    if (ih >= 0 && ih < ptrdiff_t(g.h) && iw >= 0 && iw < ptrdiff_t(g.w))
+                        fn(row, c, p, size_t(ih), size_t(iw));
+                }
+            }
+}
+
+//! cols [k, p1 - p0] = the im2col columns of one group's input channels `x` [cg, h, w].
+void im2col(const Geometry& g, const float* x, size_t p0, size_t p1, float* cols) {
+    size_t width = p1 - p0;
+    std::fill(cols, cols + g.k * width, 0.f);
+    for_each_col(g, p0, p1, [&](size_t row, size_t c, size_t p, size_t ih, size_t iw) {
+        cols[row * width + p - p0] = x[(c * g.h + ih) * g.w + iw];
+    });
+}
+
+//! dx [cg, h, w] += the columns `cols` [k, p1 - p0] folded back onto the image.
+void col2im(const Geometry& g, const float* cols, size_t p0, size_t p1, float* dx) {
+    size_t width = p1 - p0;
+    for_each_col(g, p0, p1, [&](size_t row, size_t c, size_t p, size_t ih, size_t iw) {
+        dx[(c * g.h + ih) * g.w + iw] += cols[row * width + p - p0];
+    });
+}
+
+using Gemm = void (*)(bool, bool, size_t, size_t, size_t, float, const float*, size_t, const float*,
+                      size_t, float, float*, size_t);
+
+} // namespace
+
+// ---------------------------------------------------------------- Conv2dBackwardData
+Conv2dBackwardData::Conv2dBackwardData(VarNode* w, VarNode* dy, Param param,
+                                       const OperatorConfig& config)
+    : OperatorNode(config), m_param(param) {
+    add_input(w);
+    add_input(dy);
+    add_output();
+}
+
+SymbolVar Conv2dBackwardData::make(SymbolVar w, SymbolVar dy, Param param,
+                                   const OperatorConfig& config) {
+    return w.graph()
+        .insert_opr(std::make_unique<Conv2dBackwardData>(w.node(), dy.node(), param, config))
+        ->output(0);
+}
+
+SymbolVar conv2d_backward_data(SymbolVar w, SymbolVar dy, const Conv2dParam& param, size_t in_h,
+                               size_t in_w) {
+    return Conv2dBackwardData::make(w, dy, {param, in_h, in_w});
+}
+
+void Conv2dBackwardData::hash_params(Hasher& h) const {
+    h.add_pod(m_param.conv).add_pod(m_param.in_h).add_pod(m_param.in_w);
+}
+
+bool Conv2dBackwardData::params_equal(const OperatorNode& rhs) const {
+    auto& o = static_cast<const Conv2dBackwardData&>(rhs).m_param;
+    return std::memcmp(&o.conv, &m_param.conv, sizeof(Conv2dParam)) == 0 &&
+           o.in_h == m_param.in_h && o.in_w == m_param.in_w;
+}
+
+std::string Conv2dBackwardData::param_string() const {
+    return fmt::format("{},input={}x{}", geometry_string(m_param.conv), m_param.in_h, m_param.in_w);
+}
+
+void Conv2dBackwardData::init_output_dtypes() {
+    check_conv_param(*this, m_param.conv);
+    check_float_pair(*this, "weight", "output gradient");
+}
+
+bool Conv2dBackwardData::infer_output_shapes(const InferCtx& ctx, TensorShape* out) const {
+    if (!ctx.shape(0) || !ctx.shape(1)) return false;
+    const auto &w = *ctx.shape(0), &dy = *ctx.shape(1);
+    const auto& p = m_param.conv;
+    size_t groups = size_t(p.groups);
+    if (w.ndim() != 4 || dy.ndim() != 4)
+        BRAID_THROW(ShapeError,
+                    "{}: weight must be 4-D OIHW and output gradient 4-D NCHW, got {} and {}",
+                    describe(), w.to_string(), dy.to_string());
+    size_t oh = conv_out_size(m_param.in_h, w[2], p.stride_h, p.pad_h, p.dilation_h);
+    size_t ow = conv_out_size(m_param.in_w, w[3], p.stride_w, p.pad_w, p.dilation_w);
+    if (w[0] != dy[1] || w[0] % groups != 0 || oh == 0 || ow == 0 || dy[2] != oh || dy[3] != ow)
+        BRAID_THROW(ShapeError,
+                    "{}: output gradient {} does not fit weight {} on a {}x{} input (expected "
+                    "{{N,{},{},{}}})",
+                    describe(), dy.to_string(), w.to_string(), m_param.in_h, m_param.in_w, w[0], oh,
+                    ow);
+    out[0] = TensorShape{dy[0], w[1] * groups, m_param.in_h, m_param.in_w};
+    return true;
+}
+
+void Conv2dBackwardData::execute(ExecCtx& ctx) {
+    Tensor w = kern::as_float32(ctx.input(0)), dy = kern::as_float32(ctx.input(1));
+    Tensor& dx = ctx.output(0);
+    if (dx.shape().is_empty()) return;
+    Tensor dxf = kern::float32_target(dx);
+    Geometry g(dxf.shape(), w.shape(), dy.shape(), m_param.conv);
+    float* dxp = dxf.ptr<float>();
+    std::memset(dxp, 0, dxf.shape().total_nr_elems() * sizeof(float));
+    const float* wp = w.ptr<float>();
+    const float* dyp = dy.ptr<float>();
+    size_t items = g.n * g.groups, block = g.block();
+    kern::blas_single_thread();
+    // Items write disjoint slices of dx: run them in parallel when there are enough, else one
+    // at a time with each GEMM split across the pool.
+    bool parallel_items = items >= kernel_threads();
+    Gemm gemm = parallel_items ? &kern::sgemm : &kern::sgemm_parallel;
+    auto run_item = [&](size_t item) {
+        thread_local std::vector<float> cols;
+        size_t n = item / g.groups, grp = item % g.groups;
+        const float* wg = wp + grp * g.og * g.k;
+        const float* dyg = dyp + (n * g.o + grp * g.og) * g.p;
+        float* dxg = dxp + (n * g.c + grp * g.cg) * g.h * g.w;
+        if (g.direct()) {
+            gemm(true, false, g.cg, g.p, g.og, 1.f, wg, g.k, dyg, g.p, 0.f, dxg, g.p);
+            return;
+        }
+        if (cols.size() < g.k * block) cols.resize(g.k * block);
+        for (size_t p0 = 0; p0 < g.p; p0 += block) {
+            size_t p1 = std::min(g.p, p0 + block), width = p1 - p0;
+            gemm(true, false, g.k, width, g.og, 1.f, wg, g.k, dyg + p0, g.p, 0.f, cols.data(),
+                 width);
+            col2im(g, cols.data(), p0, p1, dxg);
+        }
+    };
+    if (parallel_items)
+        parallel_for(items, 1, [&](size_t b, size_t e) {
+            for (size_t item = b; item < e; ++item) run_item(item);
+        });
+    else
+        for (size_t item = 0; item < items; ++item) run_item(item);
+    kern::store_float32(dxf, dx);
+}
+
+// ---------------------------------------------------------------- Conv2dBackwardFilter
+Conv2dBackwardFilter::Conv2dBackwardFilter(VarNode* x, VarNode* dy, Param param,
+                                           const OperatorConfig& config)
+    : OperatorNode(config), m_param(param) {
+    add_input(x);
+    add_input(dy);
+    add_output();
+}
+
+SymbolVar Conv2dBackwardFilter::make(SymbolVar x, SymbolVar dy, Param param,
+                                     const OperatorConfig& config) {
+    return x.graph()
+        .insert_opr(std::make_unique<Conv2dBackwardFilter>(x.node(), dy.node(), param, config))
+        ->output(0);
+}
+
+SymbolVar conv2d_backward_filter(SymbolVar x, SymbolVar dy, const Conv2dParam& param,
+                                 size_t kernel_h, size_t kernel_w) {
+    return Conv2dBackwardFilter::make(x, dy, {param, kernel_h, kernel_w});
+}
+
+void Conv2dBackwardFilter::hash_params(Hasher& h) const {
+    h.add_pod(m_param.conv).add_pod(m_param.kernel_h).add_pod(m_param.kernel_w);
+}
+
+bool Conv2dBackwardFilter::params_equal(const OperatorNode& rhs) const {
+    auto& o = static_cast<const Conv2dBackwardFilter&>(rhs).m_param;
+    return std::memcmp(&o.conv, &m_param.conv, sizeof(Conv2dParam)) == 0 &&
+           o.kernel_h == m_param.kernel_h && o.kernel_w == m_param.kernel_w;
+}
+
+std::string Conv2dBackwardFilter::param_string() const {
+    return fmt::format("{},kernel={}x{}", geometry_string(m_param.conv), m_param.kernel_h,
+                       m_param.kernel_w);
+}
+
+void Conv2dBackwardFilter::init_output_dtypes() {
+    check_conv_param(*this, m_param.conv);
+    check_float_pair(*this, "input", "output gradient");
+}
+
+bool Conv2dBackwardFilter::infer_output_shapes(const InferCtx& ctx, TensorShape* out) const {
+    if (!ctx.shape(0) || !ctx.shape(1)) return false;
+    const auto &x = *ctx.shape(0), &dy = *ctx.shape(1);
+    const auto& p = m_param.conv;
+    size_t groups = size_t(p.groups);
+    if (x.ndim() != 4 || dy.ndim() != 4)
+        BRAID_THROW(ShapeError,
+                    "{}: input must be 4-D NCHW and output gradient 4-D NCHW, got {} and {}",
+                    describe(), x.to_string(), dy.to_string());
+    size_t oh = conv_out_size(x[2], m_param.kernel_h, p.stride_h, p.pad_h, p.dilation_h);
+    size_t ow = conv_out_size(x[3], m_param.kernel_w, p.stride_w, p.pad_w, p.dilation_w);
+    if (x[0] != dy[0] || x[1] % groups != 0 || dy[1] % groups != 0 || oh == 0 || ow == 0 ||
+        dy[2] != oh || dy[3] != ow)
+        BRAID_THROW(ShapeError,
+                    "{}: output gradient {} does not fit input {} with a {}x{} kernel and "
+                    "groups={} (expected {{{},O,{},{}}})",
+                    describe(), dy.to_string(), x.to_string(), m_param.kernel_h, m_param.kernel_w,
+                    groups, x[0], oh, ow);
+    out[0] = TensorShape{dy[1], x[1] / groups, m_param.kernel_h, m_param.kernel_w};
+    return true;
+}
+
+void Conv2dBackwardFilter::execute(ExecCtx& ctx) {
+    Tensor x = kern::as_float32(ctx.input(0)), dy = kern::as_float32(ctx.input(1));
+    Tensor& dw = ctx.output(0);
+    if (dw.shape().is_empty()) return;
+    Tensor dwf = kern::float32_target(dw);
+    Geometry g(x.shape(), dwf.shape(), dy.shape(), m_param.conv);
+    float* dwp = dwf.ptr<float>();
+    std::memset(dwp, 0, dwf.shape().total_nr_elems() * sizeof(float));
+    const float* xp = x.ptr<float>();
+    const float* dyp = dy.ptr<float>();
+    size_t block = g.block();
+    std::vector<float> cols(g.direct() ? 0 : g.k * block);
+    kern::blas_single_thread();
+    // dw_g [og, k] += dy_g [og, pixels] · cols [k, pixels]^T, accumulated over the batch; each
+    // GEMM is split across the pool.
+    for (size_t n = 0; n < g.n; ++n)
+        for (size_t grp = 0; grp < g.groups; ++grp) {
+            const float* xg = xp + (n * g.c + grp * g.cg) * g.h * g.w;
+            const float* dyg = dyp + (n * g.o + grp * g.og) * g.p;
+            float* dwg = dwp + grp * g.og * g.k;
+            if (g.direct()) {
+                kern::sgemm_parallel(false, true, g.og, g.k, g.p, 1.f, dyg, g.p, xg, g.p, 1.f, dwg,
+                                     g.k);
+                continue;
+            }
+            for (size_t p0 = 0; p0 < g.p; p0 += block) {
+                size_t p1 = std::min(g.p, p0 + block), width = p1 - p0;
+                im2col(g, xg, p0, p1, cols.data());
+                kern::sgemm_parallel(false, true, g.og, g.k, width, 1.f, dyg + p0, g.p, cols.data(),
+                                     width, 1.f, dwg, g.k);
+            }
+        }
+    kern::store_float32(dwf, dw);
+}
+
+} // namespace braid::opr

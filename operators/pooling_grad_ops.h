@@ -1,0 +1,43 @@
+// The gradient of Pooling as an operator of its own (the gradient rule of Pooling inserts it):
+// PoolingBackward(x, dy) → dx, dx having x's shape.
+//  - MAX: each output's gradient goes to the element its window picked: the first largest
+//    in row-major window order (the first NaN when the window holds one), padded positions
+//    never; windows that overlap add up.
+//  - AVERAGE: each output's gradient is spread over its window's input elements, divided by
+//    the same count the forward divided by (see count_include_pad).
+// Dtypes: float32, float16, bfloat16 (computed in float32). Planes run in parallel.
+#pragma once
+
+#include "graph/computing_graph.h"
+#include "graph/symbol_var.h"
+#include "operators/pooling.h"
+
+namespace braid::opr {
+
+//! dx from the pooled input x [N, C, H, W] and the output gradient dy [N, C, OH, OW].
+class PoolingBackward final : public OperatorNode {
+public:
+    using Param = PoolingParam;
+    PoolingBackward(VarNode* x, VarNode* dy, Param param, const OperatorConfig& config);
+    //! Throws ValueError for bad params, DTypeError unless x and dy share a float dtype, and
+    //! ShapeError when dy is not the pooling output shape of x.
+    static SymbolVar make(SymbolVar x, SymbolVar dy, Param param,
+                          const OperatorConfig& config = {});
+
+    const char* type_name() const override { return "PoolingBackward"; }
+    const Param& param() const { return m_param; }
+    void hash_params(Hasher& h) const override;
+    bool params_equal(const OperatorNode& rhs) const override;
+    std::string param_string() const override;
+    void init_output_dtypes() override;
+    bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
+    void execute(ExecCtx& ctx) override;
+
+private:
+    Param m_param;
+};
+
+//! The input gradient of a pooling of x with `param`, given the output gradient dy.
+SymbolVar pooling_backward(SymbolVar x, SymbolVar dy, const PoolingParam& param);
+
+} // namespace braid::opr
