@@ -355,17 +355,21 @@ void GroupManager::kv_set(const std::string& key, std::string value) {
     Fire fire;
     {
         std::lock_guard<std::mutex> lock(m_mutex);
-        auto it = m_kv_waiters.find(key);
-        if (it != m_kv_waiters.end()) {
-            for (auto& waiter : it->second) {
-                m_waits.erase(waiter.id);
-                fire.push_back([done = std::move(waiter.done), value] { done(value); });
-            }
-            m_kv_waiters.erase(it);
-        }
-        m_kv[key] = std::move(value);
+        store_locked(key, std::move(value), fire);
     }
     for (auto& f : fire) f();
+}
+
+void GroupManager::store_locked(const std::string& key, std::string value, Fire& fire) {
+    auto it = m_kv_waiters.find(key);
+    if (it != m_kv_waiters.end()) {
+        for (auto& waiter : it->second) {
+            m_waits.erase(waiter.id);
+            fire.push_back([done = std::move(waiter.done), value] { done(value); });
+        }
+        m_kv_waiters.erase(it);
+    }
+    m_kv[key] = std::move(value);
 }
 
 GroupManager::WaitId GroupManager::kv_get(const std::string& key, Done<std::string> done) {
@@ -385,7 +389,9 @@ GroupManager::WaitId GroupManager::kv_get(const std::string& key, Done<std::stri
 
 int64_t GroupManager::kv_add(const std::string& key, int64_t delta) {
     int64_t sum;
+    Fire fire;
     {
+        // Read and write under one lock: concurrent adds must not lose updates.
         std::lock_guard<std::mutex> lock(m_mutex);
         int64_t current = 0;
         auto it = m_kv.find(key);
@@ -400,8 +406,9 @@ int64_t GroupManager::kv_add(const std::string& key, int64_t delta) {
         }
         // Wrap like two's complement instead of overflowing into undefined behaviour.
         sum = int64_t(uint64_t(current) + uint64_t(delta));
+        store_locked(key, std::to_string(sum), fire);
     }
-    kv_set(key, std::to_string(sum));
+    for (auto& f : fire) f();
     return sum;
 }
 

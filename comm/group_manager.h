@@ -148,6 +148,8 @@ private:
         std::string key;
     };
     using Fire = std::vector<std::function<void()>>;
+    //! Stores `value` under `key` and queues the wake-ups of its waiters; m_mutex held.
+    void store_locked(const std::string& key, std::string value, Fire& fire);
 
     WaitId round_arrive(std::map<std::string, Round>& rounds, WaitKind kind, const char* call,
                         const std::string& key, uint32_t size, uint32_t rank, uint32_t root,
