@@ -30,7 +30,14 @@ struct PoolingParam {
     int pad_h = 0, pad_w = 0;
     //! AVERAGE only: divide by the full window size (true) or by the in-bounds count (false).
     bool count_include_pad = true;
+
+    bool operator==(const PoolingParam&) const = default;
 };
+
+//! Feeds every field into `h` (deduplication of Pooling and PoolingBackward).
+void hash_pooling_param(Hasher& h, const PoolingParam& p);
+//! "MAX,window=2x2,stride=2x2,pad=0x0" (plus ",exclude_pad" for such averages).
+std::string pooling_param_string(const PoolingParam& p);
 
 //! Max or average pooling over the spatial dims of an NCHW tensor.
 class Pooling final : public OperatorNode {

@@ -30,23 +30,15 @@ SymbolVar pooling_backward(SymbolVar x, SymbolVar dy, const PoolingParam& param)
 }
 
 void PoolingBackward::hash_params(Hasher& h) const {
-    const auto& p = m_param;
-    h.add_pod(p.mode).add_pod(p.window_h).add_pod(p.window_w).add_pod(p.stride_h);
-    h.add_pod(p.stride_w).add_pod(p.pad_h).add_pod(p.pad_w).add_pod(p.count_include_pad);
+    hash_pooling_param(h, m_param);
 }
 
 bool PoolingBackward::params_equal(const OperatorNode& rhs) const {
-    const auto &a = m_param, &b = static_cast<const PoolingBackward&>(rhs).m_param;
-    return a.mode == b.mode && a.window_h == b.window_h && a.window_w == b.window_w &&
-           a.stride_h == b.stride_h && a.stride_w == b.stride_w && a.pad_h == b.pad_h &&
-           a.pad_w == b.pad_w && a.count_include_pad == b.count_include_pad;
+    return m_param == static_cast<const PoolingBackward&>(rhs).m_param;
 }
 
 std::string PoolingBackward::param_string() const {
-    const auto& p = m_param;
-    return fmt::format("{},window={}x{},stride={}x{},pad={}x{}{}", pool_mode_name(p.mode),
-                       p.window_h, p.window_w, p.stride_h, p.stride_w, p.pad_h, p.pad_w,
-                       p.mode == PoolMode::AVERAGE && !p.count_include_pad ? ",exclude_pad" : "");
+    return pooling_param_string(m_param);
 }
 
 void PoolingBackward::init_output_dtypes() {
