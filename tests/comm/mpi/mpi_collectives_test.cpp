@@ -1,18 +1,17 @@
-// The collective checks of the "mpi" backend: one process per rank under mpirun. Rank 0
-// hosts a RendezvousServer in-process and tells the others its port through MPI; every
-// process registers through a TcpGroupClient, so the TCP path is exercised as well.
+// The collective checks of the "mpi" backend: one process per rank under mpirun. Ranks meet
+// through comm::MpiRendezvous (rank 0 hosts a RendezvousServer in-process), so every
+// process registers through a TcpGroupClient and the TCP path is exercised as well.
 #include "base/error.h"
 #include "collective_checker.h"
 #include "comm/mpi_communicator.h"
-#include "comm/rendezvous_server.h"
-#include "comm/tcp_client.h"
+#include "comm/mpi_rendezvous.h"
 
 #include <gtest/gtest.h>
 
 namespace braid::comm::test {
 namespace {
 
-std::shared_ptr<TcpGroupClient> g_client;
+std::shared_ptr<GroupClient> g_client;
 int g_test_counter = 0;
 
 //! Joins a fresh mpi group of all processes (key unique per call, equal across ranks since
@@ -130,20 +129,14 @@ int main(int argc, char** argv) {
         auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
         delete listeners.Release(listeners.default_result_printer());
     }
-    std::unique_ptr<RendezvousServer> server;
-    int port = 0;
-    if (rank == 0) {
-        server = std::make_unique<RendezvousServer>();
-        port = server->start();
-    }
-    BRAID_MPI_CHECK(MPI_Bcast(&port, 1, MPI_INT, 0, MPI_COMM_WORLD));
-    braid::comm::test::g_client = std::make_shared<TcpGroupClient>("127.0.0.1", uint16_t(port));
+    auto rendezvous = std::make_unique<MpiRendezvous>();
+    braid::comm::test::g_client = rendezvous->client();
     int failed = RUN_ALL_TESTS();
     int any_failed = 0;
     BRAID_MPI_CHECK(MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
     if (failed) std::fprintf(stderr, "braid_mpi_tests: rank %d had failures\n", rank);
     braid::comm::test::g_client.reset();
     CommunicatorCache::instance().clear();
-    if (server) server->stop();
+    rendezvous.reset();
     return any_failed;
 }
