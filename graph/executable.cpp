@@ -4,6 +4,7 @@
 #include "base/log.h"
 #include "graph/input_node.h"
 #include "graph/kernel_registry.h"
+#include "graph/schedule.h"
 
 #include <algorithm>
 #include <map>
@@ -95,7 +96,7 @@ size_t Executable::var_index(VarNode* var) const {
 }
 
 void Executable::build_sequences(const std::vector<OutputSpec>& outputs) {
-    // Operators the outputs depend on, in insertion order (a topological order).
+    // Operators the outputs depend on, in insertion order, then scheduled (graph/schedule.h).
     std::vector<OperatorNode*> stack;
     std::unordered_map<OperatorNode*, bool> needed;
     for (auto& o : outputs) stack.push_back(o.var->owner());
@@ -111,6 +112,7 @@ void Executable::build_sequences(const std::vector<OutputSpec>& outputs) {
     std::vector<OperatorNode*> order;
     for (auto& opr : m_graph->operators())
         if (needed.count(opr.get())) order.push_back(opr.get());
+    order = schedule_operators(*m_graph, order);
 
     for (auto* opr : order) {
         for (auto* out : opr->outputs()) {

@@ -162,6 +162,10 @@ public:
     virtual bool accepts_strided_inputs() const { return false; }
 
     // ---- 5. execution ----
+    //! Non-empty for an operator that completes only together with peers (a collective):
+    //! operators of one graph sharing this key run as one step of the schedule, so that no
+    //! comp node waits for a peer's result before it has started its own part.
+    virtual std::string peer_group() const { return {}; }
     //! The CPU kernel.
     virtual void execute(ExecCtx& ctx) = 0;
     //! State slot for the device kernel of this operator (empty until the kernel fills it).

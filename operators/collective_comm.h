@@ -71,6 +71,7 @@ public:
     const CollectiveParam& param() const { return m_param; }
     std::string param_string() const override;
     bool allow_dedup() const override { return false; }
+    std::string peer_group() const override { return m_param.key; }
     void init_output_dtypes() override;
     bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
     ValueInference value_inference() const override { return ValueInference::NONE; }
