@@ -244,58 +244,63 @@ struct CollectiveRun {
 };
 
 /*!
- * One graph with `n` comp nodes `<device>0` ... : rank r computes y_r = CollectiveComm(x_r)
- * with `backend`; the loss is the sum over ranks of sum(y_r * w_r). Returns every y_r and
- * d loss / d x_r after `runs` runs with the same inputs.
+ * One graph per rank, each on its own thread: rank r builds on comp node `<device><r>`
+ * y_r = CollectiveComm(x_r) with `backend` and loss_r = sum(y_r * w_r), and fetches y_r and
+ * d loss_r / d x_r after `runs` runs with the same inputs. A rank without input (BROADCAST
+ * and SCATTER non-roots) differentiates w.r.t. a stand-in input added to its loss, so that it
+ * still takes part in the gradient collective.
  */
-CollectiveRun run_collective_graph(CollectiveMode mode, const std::string& backend,
+CollectiveRun run_collective_ranks(CollectiveMode mode, const std::string& backend,
                                    const std::string& device, uint32_t n,
                                    const std::vector<Tensor>& inputs,
                                    const std::vector<Tensor>& weights, int runs = 2) {
     register_all_operators();
     auto client = std::make_shared<comm::InProcessGroupClient>();
-    GraphOptions options;
-    options.default_comp_node = device + "0";
-    auto g = ComputingGraph::make(options);
     const uint32_t root = 0;
-    SymbolVarArray xs, ys;
-    SymbolVar loss;
-    for (uint32_t r = 0; r < n; ++r) {
-        auto cn = CompNode::load(fmt::format("{}{}", device, r));
-        SymbolVar x;
-        if (!inputs[r].empty())
-            x = opr::Input::make(*g, fmt::format("x{}", r), dtype::Float32(), inputs[r].shape(),
-                                 cn);
-        opr::CollectiveParam p;
-        p.key = "graph"; // the same key on every rank (each run has its own group manager)
-        p.nr_devices = n;
-        p.rank = int32_t(r);
-        p.is_root = r == root;
-        p.group_client = client;
-        p.mode = mode;
-        p.backend = backend;
-        auto y = opr::CollectiveComm::make(x, *g, p, OperatorConfig::on(cn));
-        auto w = opr::ImmutableTensor::make(*g, weights[r], OperatorConfig::on(cn));
-        auto part = opr::reduce_sum(y * w);
-        loss = loss.valid() ? loss + part : part;
-        xs.push_back(x);
-        ys.push_back(y);
-    }
-    SymbolVarArray wrt;
-    for (auto& x : xs)
-        if (x.valid()) wrt.push_back(x);
-    SymbolVarArray dxs = grad(loss, wrt);
-    std::vector<OutputSpec> outs(ys.begin(), ys.end());
-    outs.insert(outs.end(), dxs.begin(), dxs.end());
-    auto exec = g->compile(outs);
-    for (uint32_t r = 0; r < n; ++r)
-        if (xs[r].valid()) exec->feed(xs[r], inputs[r]);
-    for (int i = 0; i < runs; ++i) exec->run();
     CollectiveRun result;
-    for (uint32_t r = 0; r < n; ++r) result.outputs.push_back(exec->output(r).copy());
-    size_t next = n;
+    result.outputs.resize(n);
+    result.grads.resize(n);
+    std::vector<std::string> errors(n);
+    std::vector<std::thread> threads;
     for (uint32_t r = 0; r < n; ++r)
-        result.grads.push_back(xs[r].valid() ? exec->output(next++).copy() : Tensor());
+        threads.emplace_back([&, r] {
+            try {
+                auto cn = CompNode::load(fmt::format("{}{}", device, r));
+                GraphOptions options;
+                options.default_comp_node = cn.locator();
+                auto g = ComputingGraph::make(options);
+                SymbolVar x;
+                if (!inputs[r].empty())
+                    x = opr::Input::make(*g, "x", dtype::Float32(), inputs[r].shape());
+                opr::CollectiveParam p;
+                p.key = "graph"; // every rank's key (each call has its own group manager)
+                p.nr_devices = n;
+                p.rank = int32_t(r);
+                p.is_root = r == root;
+                p.group_client = client;
+                p.mode = mode;
+                p.backend = backend;
+                auto y = opr::CollectiveComm::make(x, *g, p);
+                auto loss = opr::reduce_sum(y * opr::ImmutableTensor::make(*g, weights[r]));
+                SymbolVar wrt = x;
+                if (!x.valid()) {
+                    wrt = opr::Input::make(*g, "stand_in", dtype::Float32(), {1});
+                    loss = loss + opr::reduce_sum(wrt);
+                }
+                auto exec = g->compile({y, grad(loss, wrt)});
+                if (x.valid())
+                    exec->feed("x", inputs[r]);
+                else
+                    exec->feed("stand_in", make_tensor({1}, {0}));
+                for (int i = 0; i < runs; ++i) exec->run();
+                result.outputs[r] = exec->output(0).copy();
+                if (x.valid()) result.grads[r] = exec->output(1).copy();
+            } catch (const std::exception& e) {
+                errors[r] = e.what();
+            }
+        });
+    for (auto& t : threads) t.join();
+    for (uint32_t r = 0; r < n; ++r) EXPECT_EQ(errors[r], "") << backend << " rank " << r;
     return result;
 }
 
@@ -313,8 +318,9 @@ TEST(NcclCollectiveComm, ForwardAndBackwardMatchTheLocalBackendOnCpu) {
                     inputs[r] = random_tensor({n * 2, 3}, dtype::Float32(), rng);
             for (uint32_t r = 0; r < n; ++r)
                 weights[r] = random_tensor(output_shape(mode, n, r == 0), dtype::Float32(), rng);
-            CollectiveRun cpu = run_collective_graph(mode, "local", "cpu", n, inputs, weights);
-            CollectiveRun gpu = run_collective_graph(mode, "nccl", "cuda", n, inputs, weights);
+            CollectiveRun cpu = run_collective_ranks(mode, "local", "cpu", n, inputs, weights);
+            CollectiveRun gpu = run_collective_ranks(mode, "nccl", "cuda", n, inputs, weights);
+            if (HasFailure()) return;
             for (uint32_t r = 0; r < n; ++r) {
                 expect_tensor_near(gpu.outputs[r], cpu.outputs[r], 1e-5, 1e-5,
                                    fmt::format("output of rank {}", r));
