@@ -1,8 +1,9 @@
-// Checking macros for CUDA runtime and cuBLAS calls (CUDA builds only).
+// Checking macros for CUDA runtime, cuBLAS and NCCL calls (CUDA builds only).
 //
-// Every CUDA and cuBLAS call goes through one of these: a failure throws LibraryError whose
-// message names the call, the library's own error string and its error code name, e.g.
+// Every CUDA, cuBLAS and NCCL call goes through one of these: a failure throws LibraryError
+// whose message names the call, the library's own error string and its error code, e.g.
 //   cudaMalloc(&p, size) failed: out of memory (cudaErrorMemoryAllocation)
+// BRAID_NCCL_CHECK is usable where nccl.h is included (builds with BRAID_WITH_NCCL).
 #pragma once
 
 #include <cublas_api.h>
@@ -14,6 +15,9 @@ namespace braid::detail {
                                      int line);
 //! The cuBLAS error string (cuBLAS itself is loaded on first use).
 const char* cublas_status_string(cublasStatus_t status);
+//! Throws LibraryError for the ncclResult_t `result` (an int here, so that this header needs
+//! no nccl.h) with ncclGetErrorString's text; defined in base/cuda_nccl_check.cpp.
+[[noreturn]] void throw_nccl_error(int result, const char* call, const char* file, int line);
 } // namespace braid::detail
 
 //! Runs a CUDA runtime call; throws LibraryError with cudaGetErrorString on failure.
@@ -30,4 +34,14 @@ const char* cublas_status_string(cublasStatus_t status);
         cublasStatus_t braid_cublas_st_ = (call);                                                  \
         if (__builtin_expect(braid_cublas_st_ != CUBLAS_STATUS_SUCCESS, 0))                        \
             ::braid::detail::throw_cublas_error(braid_cublas_st_, #call, __FILE__, __LINE__);      \
+    } while (0)
+
+//! Runs an NCCL call; throws LibraryError with ncclGetErrorString's text unless it returned
+//! ncclSuccess. (A nonblocking communicator's calls may also return ncclInProgress: the NCCL
+//! backend checks those with its own macro, which accepts that value.)
+#define BRAID_NCCL_CHECK(call)                                                                     \
+    do {                                                                                           \
+        ncclResult_t braid_nccl_rc_ = (call);                                                      \
+        if (__builtin_expect(braid_nccl_rc_ != ncclSuccess, 0))                                    \
+            ::braid::detail::throw_nccl_error(int(braid_nccl_rc_), #call, __FILE__, __LINE__);     \
     } while (0)

@@ -1,9 +1,11 @@
 // Collective throughput of a communicator backend, as bus bandwidth (nccl-tests' definition)
 // next to its anchor measured in the same run: single-thread memcpy bandwidth for "local",
-// the raw MPI collective on the same buffers for "mpi".
+// the raw MPI collective on the same buffers for "mpi", device-to-device copy bandwidth on
+// cuda0 for "nccl".
 //
 //     bench_comm --backend local --ranks 2 --bytes 67108864 --json
 //     mpirun -np 2 bench_comm --backend mpi --bytes 67108864 --json
+//     bench_comm --backend nccl --bytes 67108864 --json     # every visible GPU, one thread each
 //
 // Times are medians of per-call times (the slowest rank's median), which shared, noisy
 // machines disturb least. Bus bandwidth = bytes / time x factor: all_reduce 2(n-1)/n; all_gather,
@@ -13,8 +15,10 @@
 #include "comm/mpi_communicator.h"
 #include "comm/rendezvous_server.h"
 #include "comm/tcp_client.h"
+#include "memory/tensor.h"
 
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <barrier>
@@ -248,6 +252,162 @@ int bench_mpi(size_t bytes, bool json, const std::vector<std::string>& ops, int 
     return 0;
 }
 
+// ---------------------------------------------------------------- nccl
+// GPUs as ranks: rank r runs on comp node cuda<r> from a thread of this process. A call
+// returns once queued, so each timed repetition queues `iters` calls back to back and then
+// waits for the stream (as nccl-tests does); the time of a call is the repetition's time over
+// `iters`, the median over repetitions, of the slowest rank. Algorithm bandwidth is bytes /
+// time, bus bandwidth that times nccl-tests' factor: all_reduce 2(n-1)/n; all_gather,
+// reduce_scatter and all_to_all (n-1)/n; broadcast and reduce 1.
+
+const std::vector<std::string> NCCL_OPS = {"all_reduce", "all_gather", "reduce_scatter",
+                                           "all_to_all", "broadcast",  "reduce"};
+
+//! One rank's device buffers for `op` (float32, sized as make_buffers sizes host ones).
+struct DeviceBuffers {
+    Tensor send, recv;
+    size_t count = 0;
+};
+
+DeviceBuffers make_device_buffers(CompNode cn, const std::string& op, size_t bytes, size_t n) {
+    bool per_rank_blocks = op == "all_gather" || op == "reduce_scatter" || op == "all_to_all";
+    size_t elems = bytes / sizeof(float), count = per_rank_blocks ? elems / n : elems;
+    size_t send_elems = op == "all_gather" ? count : per_rank_blocks ? count * n : count;
+    size_t recv_elems = op == "reduce_scatter" ? count : per_rank_blocks ? count * n : count;
+    DeviceBuffers b;
+    b.count = count;
+    b.send = Tensor(TensorShape{std::max<size_t>(send_elems, 1)}, dtype::Float32(), cn.allocator());
+    b.recv = Tensor(TensorShape{std::max<size_t>(recv_elems, 1)}, dtype::Float32(), cn.allocator());
+    Tensor ones(b.send.shape(), dtype::Float32());
+    std::fill_n(ones.ptr<float>(), ones.shape().total_nr_elems(), 1.0f);
+    cn.copy(b.send, ones);
+    cn.device_sync();
+    return b;
+}
+
+void run_device_op(Communicator& comm, const std::string& op, DeviceBuffers& b) {
+    if (op == "reduce")
+        comm.reduce(b.send.raw_ptr(), b.recv.raw_ptr(), b.count, dtype::Float32(), ReduceOp::SUM,
+                    0);
+    else if (op == "broadcast")
+        comm.broadcast(b.send.raw_ptr(), b.recv.raw_ptr(), b.count, dtype::Float32(), 0);
+    else if (op == "all_reduce")
+        comm.all_reduce(b.send.raw_ptr(), b.recv.raw_ptr(), b.count, dtype::Float32(),
+                        ReduceOp::SUM);
+    else if (op == "all_gather")
+        comm.all_gather(b.send.raw_ptr(), b.recv.raw_ptr(), b.count, dtype::Float32());
+    else if (op == "reduce_scatter")
+        comm.reduce_scatter(b.send.raw_ptr(), b.recv.raw_ptr(), b.count, dtype::Float32(),
+                            ReduceOp::SUM);
+    else
+        comm.all_to_all(b.send.raw_ptr(), b.recv.raw_ptr(), b.count, dtype::Float32());
+}
+
+//! Device-to-device copy bandwidth of `bytes` on `cn` (median of batches), GB/s.
+double d2d_copy_gbps(CompNode cn, size_t bytes) {
+    TensorShape shape{std::max<size_t>(bytes, 1)};
+    Tensor src(shape, dtype::Uint8(), cn.allocator()), dst(shape, dtype::Uint8(), cn.allocator());
+    size_t iters = iterations_for(bytes);
+    cn.copy(dst, src);
+    cn.device_sync();
+    std::vector<double> runs;
+    for (int rep = 0; rep < 5; ++rep) {
+        auto start = Clock::now();
+        for (size_t i = 0; i < iters; ++i) cn.copy(dst, src);
+        cn.device_sync();
+        runs.push_back(seconds_since(start) / double(iters));
+    }
+    return double(bytes) / median(runs) / 1e9;
+}
+
+void print_nccl(bool json, const std::string& op, size_t n, size_t bytes, double us,
+                double copy_bw) {
+    double algbw = double(bytes) / (us * 1e-6) / 1e9;
+    double factor = op == "broadcast" || op == "reduce" ? 1.0 : bus_factor(op, n);
+    double busbw = algbw * factor;
+    if (json)
+        std::printf("{\"bench\":\"comm\",\"backend\":\"nccl\",\"op\":\"%s\",\"ranks\":%zu,"
+                    "\"bytes\":%zu,\"us\":%.2f,\"algbw_gbps\":%.3f,\"busbw_gbps\":%.3f,"
+                    "\"d2d_copy_gbps\":%.3f,\"busbw_vs_d2d_copy\":%.3f}\n",
+                    op.c_str(), n, bytes, us, algbw, busbw, copy_bw, busbw / copy_bw);
+    else
+        std::printf("nccl   %-15s ranks %zu  %10zu B  %10.2f us  algbw %8.3f GB/s  busbw %8.3f "
+                    "GB/s  (d2d copy %.3f GB/s)\n",
+                    op.c_str(), n, bytes, us, algbw, busbw, copy_bw);
+    std::fflush(stdout);
+}
+
+int bench_nccl(size_t ranks, bool ranks_given, size_t bytes, bool json,
+               const std::vector<std::string>& ops, int reps) {
+    auto names = CommunicatorRegistry::instance().names();
+    if (std::find(names.begin(), names.end(), "nccl") == names.end()) {
+        std::printf("bench_comm: this build has no NCCL backend (CUDA or NCCL not found)\n");
+        return 0;
+    }
+    int devices = CompNode::cuda_device_count();
+    if (devices == 0) {
+        std::printf("bench_comm: no CUDA device found; nothing to measure\n");
+        return 0;
+    }
+    if (!ranks_given) ranks = size_t(devices);
+    if (ranks > size_t(devices)) {
+        std::fprintf(stderr, "bench_comm: --ranks %zu needs %zu GPUs, %d found\n", ranks, ranks,
+                     devices);
+        return 1;
+    }
+    std::vector<CompNode> cns;
+    for (size_t r = 0; r < ranks; ++r) cns.push_back(CompNode::load(fmt::format("cuda{}", r)));
+    double copy_bw = d2d_copy_gbps(cns[0], bytes);
+    auto client = std::make_shared<InProcessGroupClient>();
+    std::vector<std::shared_ptr<Communicator>> comms(ranks);
+    std::vector<std::string> errors(ranks);
+    auto on_ranks = [&](auto&& body) {
+        std::vector<std::thread> threads;
+        for (size_t r = 0; r < ranks; ++r)
+            threads.emplace_back([&, r] {
+                try {
+                    body(r);
+                } catch (const std::exception& e) {
+                    errors[r] = e.what();
+                }
+            });
+        for (auto& t : threads) t.join();
+        for (size_t r = 0; r < ranks; ++r)
+            if (!errors[r].empty())
+                throw std::runtime_error(fmt::format("rank {}: {}", r, errors[r]));
+    };
+    on_ranks([&](size_t r) {
+        comms[r] = join_group(client, "nccl", "bench", uint32_t(ranks), false, UNASSIGNED_RANK,
+                              cns[r].id(), cns[r])
+                       .communicator;
+    });
+    size_t iters = iterations_for(bytes);
+    for (auto& op : ops) {
+        std::vector<double> seconds(ranks, 0);
+        std::barrier<> sync{std::ptrdiff_t(ranks)};
+        on_ranks([&](size_t r) {
+            DeviceBuffers b = make_device_buffers(cns[r], op, bytes, ranks);
+            Communicator& comm = *comms[r];
+            for (int i = 0; i < 2; ++i) run_device_op(comm, op, b); // warm-up
+            comm.synchronize();
+            std::vector<double> runs;
+            for (int rep = 0; rep < reps; ++rep) {
+                sync.arrive_and_wait();
+                auto start = Clock::now();
+                for (size_t i = 0; i < iters; ++i) run_device_op(comm, op, b);
+                comm.synchronize();
+                runs.push_back(seconds_since(start) / double(iters));
+            }
+            seconds[r] = median(runs);
+        });
+        double us = *std::max_element(seconds.begin(), seconds.end()) * 1e6;
+        print_nccl(json, op, ranks, bytes, us, copy_bw);
+    }
+    comms.clear();
+    CommunicatorCache::instance().clear();
+    return 0;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -257,17 +417,28 @@ int main(int argc, char** argv) {
     int reps = 3;
     std::vector<std::string> ops = OPS;
     CLI::App app{"bench_comm: collective bus bandwidth against memcpy / raw MPI"};
-    app.add_option("--backend", backend, "local or mpi")->check(CLI::IsMember({"local", "mpi"}));
-    app.add_option("--ranks", ranks, "ranks (threads) for the local backend")
-        ->check(CLI::Range(1, 1024));
+    app.add_option("--backend", backend, "local, mpi or nccl")
+        ->check(CLI::IsMember({"local", "mpi", "nccl"}));
+    auto* ranks_opt = app.add_option("--ranks", ranks,
+                                     "ranks (threads) for the local and nccl backends; nccl: "
+                                     "GPUs cuda0.., every visible one by default")
+                          ->check(CLI::Range(1, 1024));
     app.add_option("--bytes", bytes, "bytes per buffer (see the header)")
         ->check(CLI::Range(4, 1 << 30));
-    app.add_option("--ops", ops, "ops to run")->check(CLI::IsMember(OPS));
+    auto* ops_opt = app.add_option("--ops", ops, "ops to run (reduce: nccl only)")
+                        ->check(CLI::IsMember(NCCL_OPS));
     app.add_option("--reps", reps, "timed repetitions per op (the best is kept)")
         ->check(CLI::Range(1, 100));
     app.add_flag("--json", json, "one JSON object per op");
     CLI11_PARSE(app, argc, argv);
+    if (backend != "nccl" && std::count(ops.begin(), ops.end(), "reduce")) {
+        std::fprintf(stderr, "bench_comm: reduce is measured on the nccl backend only\n");
+        return 1;
+    }
     try {
+        if (backend == "nccl")
+            return bench_nccl(ranks, ranks_opt->count() > 0, bytes, json,
+                              ops_opt->count() > 0 ? ops : NCCL_OPS, reps);
         return backend == "mpi" ? bench_mpi(bytes, json, ops, reps)
                                 : bench_local(ranks, bytes, json, ops, reps);
     } catch (const std::exception& e) {

@@ -5,6 +5,10 @@
 #include "comm/local_communicator.h"
 #include "comm/mpi_communicator.h"
 
+#if BRAID_WITH_NCCL
+#include "comm/cuda_nccl_communicator.h" // declares the backend without CUDA headers
+#endif
+
 #include <algorithm>
 #include <limits>
 
@@ -55,10 +59,14 @@ void Communicator::mark_broken(const std::string& reason) {
     if (m_broken_reason.empty()) m_broken_reason = reason;
 }
 
-void Communicator::check_args(const char* call, DType dt, size_t count, size_t multiple) const {
+void Communicator::check_usable(const char* call) const {
     if (!m_broken_reason.empty())
         BRAID_THROW(CommError, "{}: the communicator is unusable after an earlier failure: {}",
                     describe(call), m_broken_reason);
+}
+
+void Communicator::check_args(const char* call, DType dt, size_t count, size_t multiple) const {
+    check_usable(call);
     if (!is_comm_dtype(dt))
         BRAID_THROW(DTypeError,
                     "{}: dtype {} is not supported; expected float32, float16, bfloat16, int32, "
@@ -178,10 +186,18 @@ void Communicator::recv(void* buf, size_t count, DType dt, uint32_t peer) {
     guarded("recv", [&] { do_recv(buf, count, dt, peer); });
 }
 
+void Communicator::synchronize() {
+    check_usable("synchronize");
+    guarded("synchronize", [&] { do_synchronize(); });
+}
+
 CommunicatorRegistry::CommunicatorRegistry() {
     // The built-in backends, listed explicitly (no static registration objects).
     m_factories["local"] = make_local_communicator;
     m_factories["mpi"] = make_mpi_communicator;
+#if BRAID_WITH_NCCL
+    m_factories["nccl"] = make_nccl_communicator;
+#endif
 }
 
 CommunicatorRegistry& CommunicatorRegistry::instance() {

@@ -6,7 +6,8 @@
 // of the comp node the communicator was created for), and every wait inside them has a
 // deadline (timeout(), default_timeout() unless set). A backend that executes on a stream
 // (NCCL) orders the call on its comp node's stream instead and returns once it is queued;
-// the interface is the same.
+// the interface is the same. Its buffers live in device memory (buffer_kind()), and
+// synchronize() waits, with the deadline, until the queued calls have finished.
 //
 // Counts follow NCCL: all_gather and gather take the count each rank sends,
 // reduce_scatter and scatter the count each rank receives, all_to_all the count of one
@@ -68,6 +69,9 @@ public:
 
     //! Backend name: "local", "mpi", ...
     virtual const char* backend() const = 0;
+    //! Where the buffers of every call live: host memory (local, mpi) or the CUDA device of
+    //! the communicator's comp node (nccl).
+    virtual Device::Kind buffer_kind() const { return Device::Kind::CPU; }
     size_t nranks() const { return m_desc.nranks; }
     size_t rank() const { return m_desc.rank; }
     const std::string& key() const { return m_desc.key; }
@@ -101,6 +105,10 @@ public:
     void send(const void* buf, size_t count, DType dt, uint32_t peer);
     //! Receives `count` elements from `peer`'s matching send.
     void recv(void* buf, size_t count, DType dt, uint32_t peer);
+    //! Blocks until every call made so far has finished, so that its results can be read.
+    //! Backends whose calls are synchronous return at once; a stream backend waits for its
+    //! stream until the deadline, then throws TimeoutError and is broken.
+    void synchronize();
 
 protected:
     virtual void do_all_reduce(const void* send, void* recv, size_t count, DType dt,
@@ -119,6 +127,7 @@ protected:
     virtual void do_all_to_all(const void* send, void* recv, size_t count, DType dt) = 0;
     virtual void do_send(const void* buf, size_t count, DType dt, uint32_t peer) = 0;
     virtual void do_recv(void* buf, size_t count, DType dt, uint32_t peer) = 0;
+    virtual void do_synchronize() {}
 
     //! Marks the communicator broken (first reason wins); later calls throw CommError.
     void mark_broken(const std::string& reason);
@@ -131,6 +140,8 @@ private:
     //! Checks the common preconditions and runs `body`; a TimeoutError or CommError
     //! escaping it breaks the communicator.
     template <typename Body> void guarded(const char* call, Body&& body);
+    //! Throws CommError when an earlier failure broke the communicator.
+    void check_usable(const char* call) const;
     void check_args(const char* call, DType dt, size_t count, size_t multiple) const;
     void check_root(const char* call, uint32_t root) const;
     void check_ptr(const char* call, const char* what, const void* ptr, size_t count) const;
@@ -143,8 +154,8 @@ private:
 using CommunicatorFactory =
     std::function<std::shared_ptr<Communicator>(const CommunicatorDesc& desc)>;
 
-//! Backends by name. The built-in ones ("local", "mpi") are registered when the registry
-//! is first used; others (a future "nccl") call add(). Thread-safe.
+//! Backends by name. The built-in ones ("local", "mpi", and "nccl" in builds with NCCL) are
+//! registered when the registry is first used; others call add(). Thread-safe.
 class CommunicatorRegistry {
 public:
     static CommunicatorRegistry& instance();

@@ -3,6 +3,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "comm/communicator.h"
+#include "graph/kernel_registry.h"
 #include "operators/collective_modes.h"
 
 #include <chrono>
@@ -117,6 +118,16 @@ void CollectiveComm::join(const Tensor* input) {
     m_comm = membership.communicator;
     m_rank = membership.info.rank;
     m_root = membership.info.root_rank;
+    Device::Kind memory = comp_node().device().kind;
+    if (m_comm->buffer_kind() != memory) {
+        auto comm = std::move(m_comm);
+        BRAID_THROW(CommError,
+                    "{}: backend \"{}\" works on {} memory, but the operator runs on comp node {} "
+                    "({} memory); use backend \"nccl\" on CUDA comp nodes and \"local\" or "
+                    "\"mpi\" on CPU ones",
+                    describe(), m_param.backend, device_kind_name(comm->buffer_kind()),
+                    comp_node().locator(), device_kind_name(memory));
+    }
     if (mode_trait(m_param.mode).rooted() && (m_rank == m_root) != m_param.is_root)
         BRAID_THROW(CommError,
                     "{}: rank {} was built as {} but the group's root is rank {}; rooted modes "
@@ -181,6 +192,19 @@ void CollectiveComm::execute(ExecCtx& ctx) {
                        collective_mode_name(m_param.mode), m_param.key, m_rank, m_param.nr_devices,
                        out.shape().to_string(), m_param.dtype.name(), us);
     }
+}
+
+// ---- kernels: CollectiveComm is device-agnostic (its communicator reads and writes the
+// memory of the comp node's device: a stream backend queues on the comp node's stream), so
+// its CUDA kernel is execute(), as its CPU kernel is.
+namespace {
+void collective_kernel(OperatorNode& opr, ExecCtx& ctx) {
+    opr.execute(ctx);
+}
+} // namespace
+
+void register_collective_kernels() {
+    register_kernel("CollectiveComm", Device::Kind::CUDA, &collective_kernel);
 }
 
 CollectiveParam Group::param(CollectiveMode mode, DType dtype, const std::string& name) const {

@@ -63,8 +63,20 @@ bool shape_from_root(const CollectiveComm& opr, TensorShape& out, bool may_block
     }
 }
 
-void zero_fill(Tensor& t) {
-    if (t.nr_bytes()) std::memset(t.raw_ptr(), 0, t.nr_bytes());
+//! Zeroes a non-root's {1} placeholder output, in host memory or, for a stream backend, on
+//! the communicator's comp node (a copy queued on its stream, ordered before the collective).
+void zero_fill(const comm::Communicator& c, Tensor& t) {
+    if (!t.nr_bytes()) return;
+    if (t.device().kind == Device::Kind::CPU) {
+        std::memset(t.raw_ptr(), 0, t.nr_bytes());
+        return;
+    }
+    // The copy may still read its source after returning, so the zeros live for good.
+    alignas(16) static const uint8_t zeros[16] = {};
+    BRAID_ASSERT(t.nr_bytes() <= sizeof(zeros), "placeholder of {} bytes", t.nr_bytes());
+    Tensor host(Storage::wrap(const_cast<uint8_t*>(zeros), sizeof(zeros), Device::cpu()), 0,
+                t.layout());
+    c.comp_node().copy(t, host);
 }
 
 //! This rank, which local gradients need when the graph is built.
@@ -171,7 +183,7 @@ public:
     void execute(comm::Communicator& c, const Tensor* in, Tensor& out, uint32_t rank,
                  uint32_t root) const override {
         bool is_root = rank == root;
-        if (!is_root) zero_fill(out); // the placeholder output
+        if (!is_root) zero_fill(c, out); // the placeholder output
         c.reduce(in->raw_ptr(), is_root ? out.raw_ptr() : nullptr, elems(*in), in->dtype(),
                  comm::ReduceOp::SUM, root);
     }
@@ -235,7 +247,7 @@ public:
     void execute(comm::Communicator& c, const Tensor* in, Tensor& out, uint32_t rank,
                  uint32_t root) const override {
         bool is_root = rank == root;
-        if (!is_root) zero_fill(out);
+        if (!is_root) zero_fill(c, out);
         c.gather(in->raw_ptr(), is_root ? out.raw_ptr() : nullptr, elems(*in), in->dtype(), root);
     }
     VarNode* grad(CollectiveComm& opr, size_t, SymbolVar g) const override {

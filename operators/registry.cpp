@@ -121,6 +121,8 @@ void register_all_operators() {
 
         // Cross-device copies (graph rule, gradient, kernels).
         opr::register_copy();
+        // CollectiveComm on CUDA comp nodes (backend "nccl").
+        opr::register_collective_kernels();
 #if BRAID_WITH_CUDA
         // CUDA kernels of every family above (operators/cuda/).
         opr::register_cuda_kernels();

@@ -1,8 +1,11 @@
 #include "collective_checker.h"
 
+#include "memory/tensor.h"
+
 #include <fmt/format.h>
 
 #include <cstring>
+#include <optional>
 
 namespace braid::comm::test {
 
@@ -133,6 +136,52 @@ double expected(const CollectiveCase& c, uint32_t n, uint32_t me, size_t i) {
     return 0;
 }
 
+/*!
+ * Device copies of a rank's host buffers, for backends whose buffers live on their comp
+ * node's device (nccl): the host buffers are copied up before the call, host pointers into
+ * them are mapped to the same offsets on the device, and everything is copied back after.
+ */
+class DeviceMirror {
+public:
+    DeviceMirror(const Communicator& comm, std::vector<std::vector<uint8_t>*> host)
+        : m_cn(comm.comp_node()) {
+        for (auto* h : host) {
+            Tensor device;
+            if (!h->empty()) {
+                device = Tensor(TensorShape{h->size()}, dtype::Uint8(), m_cn.allocator());
+                Tensor view = host_view(*h);
+                m_cn.copy(device, view);
+            }
+            m_pairs.push_back({h, device});
+        }
+    }
+    //! The device address of host address `p` (inside one of the buffers, or null).
+    void* map(const void* p) const {
+        auto* at = static_cast<const uint8_t*>(p);
+        for (auto& [h, device] : m_pairs)
+            if (!h->empty() && at >= h->data() && at < h->data() + h->size())
+                return static_cast<uint8_t*>(device.raw_ptr()) + (at - h->data());
+        return nullptr;
+    }
+    //! Copies every device buffer back into its host buffer (after the calls finished).
+    void copy_back() {
+        for (auto& [h, device] : m_pairs) {
+            if (h->empty()) continue;
+            Tensor view = host_view(*h);
+            m_cn.copy(view, device);
+        }
+        m_cn.device_sync();
+    }
+
+private:
+    static Tensor host_view(std::vector<uint8_t>& h) {
+        return Tensor(Storage::wrap(h.data(), h.size(), Device::cpu()), 0,
+                      TensorLayout(TensorShape{h.size()}, dtype::Uint8()));
+    }
+    CompNode m_cn;
+    std::vector<std::pair<std::vector<uint8_t>*, Tensor>> m_pairs;
+};
+
 } // namespace
 
 std::vector<CollectiveCase> sweep(Collective collective, uint32_t nranks) {
@@ -198,6 +247,15 @@ std::string run_and_check(Communicator& comm, const CollectiveCase& c) {
             break;
         }
     }
+    // A device backend gets device copies of the buffers at the same offsets; `recv` keeps
+    // pointing into the host buffers, which hold the results once copied back.
+    std::optional<DeviceMirror> mirror;
+    const void* host_recv = recv;
+    if (comm.buffer_kind() != Device::Kind::CPU) {
+        mirror.emplace(comm, std::vector<std::vector<uint8_t>*>{&send_buf, &recv_buf});
+        send = mirror->map(send);
+        recv = mirror->map(recv);
+    }
     switch (c.collective) {
     case Collective::ALL_REDUCE:
         comm.all_reduce(send, recv, k, c.dt, c.op);
@@ -233,6 +291,11 @@ std::string run_and_check(Communicator& comm, const CollectiveCase& c) {
             comm.send(send, k, c.dt, (me + 1) % n);
         }
         break;
+    }
+    if (mirror) {
+        comm.synchronize();
+        mirror->copy_back();
+        recv = const_cast<void*>(host_recv);
     }
     size_t out_elems =
         c.collective == Collective::REDUCE_SCATTER || c.collective == Collective::SCATTER

@@ -47,7 +47,8 @@ std::vector<CollectiveCase> sweep(Collective collective, uint32_t nranks);
 /*!
  * Runs `c` on this rank of `comm` with deterministic inputs and compares the result with a
  * reference computed from every rank's inputs. Returns an empty string when it matches,
- * else what differed (first mismatching element).
+ * else what differed (first mismatching element). A backend whose buffers live on a device
+ * (buffer_kind()) works on device copies of the buffers, synchronized and copied back.
  */
 std::string run_and_check(Communicator& comm, const CollectiveCase& c);
 

@@ -137,8 +137,20 @@ TEST(LocalCommunicator, MismatchedCountsFailOnEveryRank) {
             ++failures;
         }
         EXPECT_TRUE(comm.broken());
+        EXPECT_THROW(comm.synchronize(), CommError); // broken: every call refuses
     });
     EXPECT_EQ(failures.load(), 3);
+}
+
+TEST(LocalCommunicator, WorksOnHostMemoryAndHasNothingToSynchronize) {
+    run_ranks(2, [&](Communicator& comm) {
+        EXPECT_EQ(comm.buffer_kind(), Device::Kind::CPU);
+        float x = float(comm.rank() + 1);
+        comm.all_reduce(&x, &x, 1, dtype::Float32(), ReduceOp::SUM);
+        EXPECT_EQ(x, 3.0f); // synchronous: the result is there when the call returns
+        EXPECT_NO_THROW(comm.synchronize());
+        EXPECT_FALSE(comm.broken());
+    });
 }
 
 TEST(LocalCommunicator, TimeoutNamesTheMissingRank) {
