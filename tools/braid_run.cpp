@@ -224,9 +224,11 @@ int main(int argc, char** argv) {
     bool no_mem_plan = false;
     app.add_flag("--no-mem-plan", no_mem_plan, "Give every var its own allocation");
     app.add_option("--seed", cfg.seed, "Seed of random inputs")->capture_default_str();
-    auto* devices = app.add_option("--devices", cfg.devices,
-                                   "Run N ranks as threads in this process (one comp node each)")
-                        ->check(CLI::Range(size_t(1), size_t(256)));
+    auto* devices =
+        app.add_option("--devices", cfg.devices,
+                       "Run N ranks as threads of this process (one comp node each) with an "
+                       "in-process group manager")
+            ->check(CLI::Range(size_t(1), size_t(256)));
     auto* server =
         app.add_option("--server", cfg.server, "Group manager HOST:PORT (multi-process ranks)")
             ->check(CLI::Validator(

@@ -77,6 +77,7 @@ Tensor rank_input(int rank) {
 
 void expect_loaded_ranks_match_built_ranks(size_t n, bool explicit_client) {
     SCOPED_TRACE(fmt::format("{} ranks", n));
+    register_all_operators();
     auto built_client = fresh_client();
     std::vector<uint8_t> bytes;
     std::vector<std::string> names;
@@ -240,6 +241,7 @@ TEST(CollectiveModel, LoaderRefusesRanksOutsideTheWorldAndUnknownRoots) {
 
 TEST(CollectiveModel, ModelDumpedFromOneRankRunsOnTwo) {
     // ALL_GATHER's output shape follows the world size: recorded {3}, loaded on two ranks {6}.
+    register_all_operators();
     auto g = ComputingGraph::make();
     opr::Group solo;
     solo.key_prefix = "grow";
