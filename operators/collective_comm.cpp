@@ -266,3 +266,137 @@ SymbolVar scatter_from_root(SymbolVar x, ComputingGraph& graph, const Group& g, 
 }
 
 } // namespace braid::opr
+
+// ---- serialization: params dump and load, registered in register_all_operators()
+#include "comm/tcp_client.h"
+#include "serialization/params.h"
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+
+namespace braid::opr {
+
+namespace {
+
+//! Largest group size a model may record or a binding may ask for.
+constexpr int64_t MAX_COLLECTIVE_DEVICES = 1 << 20;
+
+//! The group client a binding names: its own, one TCP client per server address, or the
+//! process-wide in-process group manager.
+std::shared_ptr<comm::GroupClient> binding_client(const CollectiveBinding& b,
+                                                  const std::string& what) {
+    if (b.group_client) return b.group_client;
+    if (b.server.empty()) {
+        static const auto in_process = std::make_shared<comm::InProcessGroupClient>();
+        return in_process;
+    }
+    auto colon = b.server.rfind(':');
+    int port = 0;
+    if (colon != std::string::npos && colon > 0 && colon + 1 < b.server.size() &&
+        b.server.size() - colon <= 6 &&
+        b.server.find_first_not_of("0123456789", colon + 1) == std::string::npos)
+        port = std::stoi(b.server.substr(colon + 1));
+    if (port < 1 || port > 65535)
+        BRAID_THROW(ValueError, "{}: the group manager address \"{}\" is not HOST:PORT", what,
+                    b.server);
+    static std::mutex mutex;
+    static std::map<std::string, std::weak_ptr<comm::GroupClient>> clients;
+    std::lock_guard lk(mutex);
+    auto& slot = clients[b.server];
+    auto client = slot.lock();
+    if (!client) {
+        client = std::make_shared<comm::TcpGroupClient>(b.server.substr(0, colon), uint16_t(port));
+        slot = client;
+    }
+    return client;
+}
+
+} // namespace
+
+void dump_collective_comm(const OperatorNode& opr, ParamWriter& w) {
+    auto& p = opr_cast<CollectiveComm>(opr).param();
+    w.write_string("key", p.key);
+    w.write_int("nr_devices", p.nr_devices);
+    w.write_bool("is_root", p.is_root);
+    w.write_int("rank", p.rank);
+    w.write_bool("local_grad", p.local_grad);
+    w.write_string("mode", collective_mode_name(p.mode));
+    w.write_dtype("dtype", p.dtype);
+    w.write_string("backend", p.backend);
+    w.write_bool("check_consistency", p.check_consistency);
+}
+
+SymbolVarArray load_collective_comm(const OprLoadContext& ctx) {
+    ctx.expect_inputs(0, 1);
+    const ParamReader& r = ctx.params;
+    const CollectiveBinding& bind = ctx.collective;
+    const std::string& what = r.context();
+    CollectiveParam p;
+    p.key = r.read_string("key");
+    p.mode = r.read_enum<CollectiveMode>("mode", collective_mode_name);
+    p.dtype = r.read_dtype("dtype");
+    p.local_grad = r.read_bool("local_grad");
+    p.check_consistency = r.read_bool("check_consistency");
+    int64_t recorded_devices = r.read_int("nr_devices");
+    if (recorded_devices < 1 || recorded_devices > MAX_COLLECTIVE_DEVICES)
+        BRAID_THROW(SerializationError, "{}: param \"nr_devices\" is {}; expected 1..{}", what,
+                    recorded_devices, MAX_COLLECTIVE_DEVICES);
+    int64_t recorded_rank = r.read_int("rank");
+    if (recorded_rank < comm::UNASSIGNED_RANK || recorded_rank >= recorded_devices)
+        BRAID_THROW(SerializationError,
+                    "{}: param \"rank\" is {}; expected -1 (unassigned) or 0..{} for a group of {}",
+                    what, recorded_rank, recorded_devices - 1, recorded_devices);
+    bool recorded_root = r.read_bool("is_root");
+    std::string recorded_backend = r.read_string("backend");
+    if (recorded_backend.empty()) r.throw_bad_value("backend", recorded_backend);
+
+    // The binding wins over what the model records: the file was dumped from one rank's graph
+    // and serves every rank.
+    if (bind.world_size > MAX_COLLECTIVE_DEVICES)
+        BRAID_THROW(SerializationError, "{}: the binding's world size {} is above {}", what,
+                    bind.world_size, MAX_COLLECTIVE_DEVICES);
+    p.nr_devices = uint32_t(bind.world_size > 0 ? bind.world_size : recorded_devices);
+    p.backend = bind.backend.empty() ? recorded_backend : bind.backend;
+    const auto& trait = mode_trait(p.mode);
+    if (bind.rank < 0) {
+        p.rank = int32_t(recorded_rank);
+        p.is_root = recorded_root;
+    } else {
+        p.rank = bind.rank;
+        // The root is the rank that was root when the model was dumped (rank 0 when that
+        // rank was left to the group manager). A model dumped from a non-root rank does not
+        // say which rank is the root.
+        if (recorded_root)
+            p.is_root = p.rank == std::max<int64_t>(recorded_rank, 0);
+        else if (p.rank == recorded_rank || !trait.rooted())
+            p.is_root = false;
+        else
+            BRAID_THROW(SerializationError,
+                        "{}: {} was dumped from non-root rank {}, so rank {} cannot tell which "
+                        "rank is its root; dump the root's graph",
+                        what, collective_mode_name(p.mode), recorded_rank, p.rank);
+    }
+    if (p.rank >= 0 && uint32_t(p.rank) >= p.nr_devices)
+        BRAID_THROW(SerializationError, "{}: rank {} is out of range for a world size of {}", what,
+                    p.rank, p.nr_devices);
+    if (bind.world_size > 0 && bind.world_size != recorded_devices)
+        logger()->debug("{}: recorded for {} ranks, loaded for {} (the binding's world size)", what,
+                        recorded_devices, bind.world_size);
+
+    // BROADCAST and SCATTER non-roots take no input: a model dumped from the root gives one,
+    // which this rank leaves unused.
+    SymbolVar input;
+    if (trait.rank_has_input(p.is_root)) {
+        if (ctx.inputs.empty())
+            BRAID_THROW(SerializationError,
+                        "{}: rank {} is the root of {} and needs an input, but the model gives "
+                        "none (it was dumped from a non-root rank); dump the root's graph",
+                        what, p.rank, collective_mode_name(p.mode));
+        input = ctx.input(0);
+    }
+    p.group_client = binding_client(bind, what);
+    return {CollectiveComm::make(input, ctx.graph, std::move(p), ctx.config)};
+}
+
+} // namespace braid::opr

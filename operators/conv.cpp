@@ -239,8 +239,7 @@ void Conv2d::execute(ExecCtx& ctx) {
 
 namespace braid::opr {
 
-void dump_conv2d(const OperatorNode& opr, ParamWriter& w) {
-    auto& p = opr_cast<Conv2d>(opr).param();
+void write_conv2d_param(ParamWriter& w, const Conv2dParam& p) {
     w.write_int("stride_h", p.stride_h);
     w.write_int("stride_w", p.stride_w);
     w.write_int("pad_h", p.pad_h);
@@ -250,10 +249,8 @@ void dump_conv2d(const OperatorNode& opr, ParamWriter& w) {
     w.write_int("groups", p.groups);
 }
 
-SymbolVarArray load_conv2d(const OprLoadContext& ctx) {
-    ctx.expect_inputs(2, 2);
-    const auto& r = ctx.params;
-    Conv2d::Param p;
+Conv2dParam read_conv2d_param(const ParamReader& r) {
+    Conv2dParam p;
     p.stride_h = r.read_int_as<int>("stride_h");
     p.stride_w = r.read_int_as<int>("stride_w");
     p.pad_h = r.read_int_as<int>("pad_h");
@@ -261,9 +258,18 @@ SymbolVarArray load_conv2d(const OprLoadContext& ctx) {
     p.dilation_h = r.read_int_as<int>("dilation_h");
     p.dilation_w = r.read_int_as<int>("dilation_w");
     p.groups = r.read_int_as<int>("groups");
+    return p;
+}
+
+void dump_conv2d(const OperatorNode& opr, ParamWriter& w) {
+    write_conv2d_param(w, opr_cast<Conv2d>(opr).param());
+}
+
+SymbolVarArray load_conv2d(const OprLoadContext& ctx) {
+    ctx.expect_inputs(2, 2);
     // make() refuses strides, dilations or groups below 1 and negative paddings (ValueError
     // naming the operator), and geometry that does not fit the inputs (ShapeError).
-    return {Conv2d::make(ctx.input(0), ctx.input(1), p, ctx.config)};
+    return {Conv2d::make(ctx.input(0), ctx.input(1), read_conv2d_param(ctx.params), ctx.config)};
 }
 
 } // namespace braid::opr

@@ -58,10 +58,15 @@ SymbolVar conv2d(SymbolVar x, SymbolVar w, int stride = 1, int padding = 0, int 
 // registered in register_all_operators().
 namespace braid {
 class ParamWriter;
+class ParamReader;
 struct OprLoadContext;
 } // namespace braid
 
 namespace braid::opr {
+//! Writes a convolution's geometry (Conv2d and its backward operators share the fields).
+void write_conv2d_param(ParamWriter& w, const Conv2dParam& p);
+//! Reads what write_conv2d_param() wrote; values are checked by the operators' make().
+Conv2dParam read_conv2d_param(const ParamReader& r);
 //! Writes Conv2d's params into a model.
 void dump_conv2d(const OperatorNode& opr, ParamWriter& w);
 //! Rebuilds a Conv2d from a model.

@@ -311,3 +311,43 @@ void Conv2dBackwardFilter::execute(ExecCtx& ctx) {
 }
 
 } // namespace braid::opr
+
+// ---- serialization: params dump and load, registered in register_all_operators()
+#include "serialization/params.h"
+
+namespace braid::opr {
+
+void dump_conv2d_backward_data(const OperatorNode& opr, ParamWriter& w) {
+    auto& p = opr_cast<Conv2dBackwardData>(opr).param();
+    write_conv2d_param(w, p.conv);
+    w.write_int("in_h", int64_t(p.in_h));
+    w.write_int("in_w", int64_t(p.in_w));
+}
+
+SymbolVarArray load_conv2d_backward_data(const OprLoadContext& ctx) {
+    ctx.expect_inputs(2, 2);
+    Conv2dBackwardData::Param p;
+    p.conv = read_conv2d_param(ctx.params);
+    // Spatial sizes fit 32 bits, so no size computed from them overflows; make() checks that
+    // they fit the kernel and the output gradient.
+    p.in_h = ctx.params.read_int_as<uint32_t>("in_h");
+    p.in_w = ctx.params.read_int_as<uint32_t>("in_w");
+    return {Conv2dBackwardData::make(ctx.input(0), ctx.input(1), p, ctx.config)};
+}
+
+void dump_conv2d_backward_filter(const OperatorNode& opr, ParamWriter& w) {
+    auto& p = opr_cast<Conv2dBackwardFilter>(opr).param();
+    write_conv2d_param(w, p.conv);
+    w.write_int("kernel_h", int64_t(p.kernel_h));
+    w.write_int("kernel_w", int64_t(p.kernel_w));
+}
+
+SymbolVarArray load_conv2d_backward_filter(const OprLoadContext& ctx) {
+    ctx.expect_inputs(2, 2);
+    Conv2dBackwardFilter::Param p;
+    p.conv = read_conv2d_param(ctx.params);
+    p.kernel_h = ctx.params.read_int_as<uint32_t>("kernel_h");
+    p.kernel_w = ctx.params.read_int_as<uint32_t>("kernel_w");
+    return {Conv2dBackwardFilter::make(ctx.input(0), ctx.input(1), p, ctx.config)};
+}
+} // namespace braid::opr

@@ -192,8 +192,7 @@ void Pooling::execute(ExecCtx& ctx) {
 
 namespace braid::opr {
 
-void dump_pooling(const OperatorNode& opr, ParamWriter& w) {
-    auto& p = opr_cast<Pooling>(opr).param();
+void write_pooling_param(ParamWriter& w, const PoolingParam& p) {
     w.write_string("mode", pool_mode_name(p.mode));
     w.write_int("window_h", p.window_h);
     w.write_int("window_w", p.window_w);
@@ -204,10 +203,8 @@ void dump_pooling(const OperatorNode& opr, ParamWriter& w) {
     w.write_bool("count_include_pad", p.count_include_pad);
 }
 
-SymbolVarArray load_pooling(const OprLoadContext& ctx) {
-    ctx.expect_inputs(1, 1);
-    const auto& r = ctx.params;
-    Pooling::Param p;
+PoolingParam read_pooling_param(const ParamReader& r) {
+    PoolingParam p;
     p.mode = r.read_enum<PoolMode>("mode", pool_mode_name);
     p.window_h = r.read_int_as<int>("window_h");
     p.window_w = r.read_int_as<int>("window_w");
@@ -216,9 +213,18 @@ SymbolVarArray load_pooling(const OprLoadContext& ctx) {
     p.pad_h = r.read_int_as<int>("pad_h");
     p.pad_w = r.read_int_as<int>("pad_w");
     p.count_include_pad = r.read_bool("count_include_pad");
+    return p;
+}
+
+void dump_pooling(const OperatorNode& opr, ParamWriter& w) {
+    write_pooling_param(w, opr_cast<Pooling>(opr).param());
+}
+
+SymbolVarArray load_pooling(const OprLoadContext& ctx) {
+    ctx.expect_inputs(1, 1);
     // make() refuses windows or strides below 1 and paddings outside [0, window) (ValueError
     // naming the operator), and inputs smaller than the window (ShapeError).
-    return {Pooling::make(ctx.input(0), p, ctx.config)};
+    return {Pooling::make(ctx.input(0), read_pooling_param(ctx.params), ctx.config)};
 }
 
 } // namespace braid::opr

@@ -77,10 +77,15 @@ SymbolVar avg_pool2d(SymbolVar x, int window, int stride, int padding = 0,
 // registered in register_all_operators().
 namespace braid {
 class ParamWriter;
+class ParamReader;
 struct OprLoadContext;
 } // namespace braid
 
 namespace braid::opr {
+//! Writes a pooling's params (Pooling and PoolingBackward share the fields).
+void write_pooling_param(ParamWriter& w, const PoolingParam& p);
+//! Reads what write_pooling_param() wrote; values are checked by the operators' make().
+PoolingParam read_pooling_param(const ParamReader& r);
 //! Writes Pooling's params into a model.
 void dump_pooling(const OperatorNode& opr, ParamWriter& w);
 //! Rebuilds a Pooling from a model.

@@ -152,3 +152,20 @@ void PoolingBackward::execute(ExecCtx& ctx) {
 }
 
 } // namespace braid::opr
+
+// ---- serialization: params dump and load, registered in register_all_operators()
+#include "serialization/params.h"
+
+namespace braid::opr {
+
+void dump_pooling_backward(const OperatorNode& opr, ParamWriter& w) {
+    write_pooling_param(w, opr_cast<PoolingBackward>(opr).param());
+}
+
+SymbolVarArray load_pooling_backward(const OprLoadContext& ctx) {
+    ctx.expect_inputs(2, 2);
+    // make() checks the params as Pooling's does, and that dy is the pooling output of x.
+    return {PoolingBackward::make(ctx.input(0), ctx.input(1), read_pooling_param(ctx.params),
+                                  ctx.config)};
+}
+} // namespace braid::opr

@@ -6,6 +6,7 @@
 #include "operators/collective_modes.h"
 #include "operators/concat_split.h"
 #include "operators/conv.h"
+#include "operators/conv_grad_ops.h"
 #include "operators/copy.h"
 #include "operators/elemwise.h"
 #include "operators/fill.h"
@@ -16,7 +17,9 @@
 #include "operators/normalization.h"
 #include "operators/optimizer.h"
 #include "operators/pooling.h"
+#include "operators/pooling_grad_ops.h"
 #include "operators/reduce.h"
+#include "operators/scatter.h"
 #include "operators/subtensor.h"
 #include "operators/tensor_manip.h"
 
@@ -100,6 +103,16 @@ void register_all_operators() {
         reg.add({"Arange", "fill", dump_arange, load_arange});
         reg.add({"ParamUpdate", "optimizer", dump_param_update, load_param_update});
         reg.add({"Copy", "copy", dump_copy, load_copy});
+        reg.add({"CollectiveComm", "collective_comm", dump_collective_comm, load_collective_comm});
+        // Backward operators that gradient rules insert, so training graphs can be dumped.
+        reg.add({"ScatterAdd", "scatter", dump_scatter_add, load_scatter_add});
+        reg.add({"IndexAdd", "scatter", dump_index_add, load_index_add});
+        reg.add({"Conv2dBackwardData", "conv_grad_ops", dump_conv2d_backward_data,
+                 load_conv2d_backward_data});
+        reg.add({"Conv2dBackwardFilter", "conv_grad_ops", dump_conv2d_backward_filter,
+                 load_conv2d_backward_filter});
+        reg.add(
+            {"PoolingBackward", "pooling_grad_ops", dump_pooling_backward, load_pooling_backward});
 
         // Gradient rules, one line per family.
         opr::register_grad_arith();

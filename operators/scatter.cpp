@@ -228,3 +228,30 @@ SymbolVar index_add(SymbolVar x, SymbolVar index, SymbolVar value, int axis) {
 }
 
 } // namespace braid::opr
+
+// ---- serialization: params dump and load, registered in register_all_operators()
+#include "serialization/params.h"
+
+namespace braid::opr {
+
+void dump_scatter_add(const OperatorNode& opr, ParamWriter& w) {
+    w.write_int("axis", opr_cast<ScatterAdd>(opr).axis());
+}
+
+SymbolVarArray load_scatter_add(const OprLoadContext& ctx) {
+    ctx.expect_inputs(3, 3);
+    // The axis, shapes and dtypes are checked by make().
+    return {ScatterAdd::make(ctx.input(0), ctx.input(1), ctx.input(2),
+                             ctx.params.read_int_as<int>("axis"), ctx.config)};
+}
+
+void dump_index_add(const OperatorNode& opr, ParamWriter& w) {
+    w.write_int("axis", opr_cast<IndexAdd>(opr).axis());
+}
+
+SymbolVarArray load_index_add(const OprLoadContext& ctx) {
+    ctx.expect_inputs(3, 3);
+    return {IndexAdd::make(ctx.input(0), ctx.input(1), ctx.input(2),
+                           ctx.params.read_int_as<int>("axis"), ctx.config)};
+}
+} // namespace braid::opr

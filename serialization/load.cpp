@@ -181,6 +181,10 @@ LoadedModel build_graph(const serial::ModelBytes& bytes, const LoadOptions& opti
     std::vector<SymbolVar> vars(desc.vars.size());
     auto& registry = OperatorRegistry::instance();
     bool shapes_as_recorded = options.input_shapes.empty();
+    // Vars computed from a collective's output may take other shapes than recorded when the
+    // binding gives another world size (ALL_GATHER's dim 0 is N times its input's).
+    bool world_rebound = options.collective.world_size > 0;
+    std::vector<bool> after_collective(desc.vars.size(), false);
 
     for (size_t i = 0; i < desc.operators.size(); ++i) {
         const ModelOperator& mo = desc.operators[i];
@@ -199,12 +203,14 @@ LoadedModel build_graph(const serial::ModelBytes& bytes, const LoadOptions& opti
                         "{}: params version {} is not supported (this build reads 1 to {})", what,
                         mo.version, traits->version);
         SymbolVarArray inputs;
+        bool world_dependent = mo.type_name == "CollectiveComm";
         for (uint32_t k : mo.inputs) {
             if (!vars[k].valid())
                 BRAID_THROW(SerializationError,
                             "{}: corrupt: input var #{} is not produced by an earlier operator",
                             what, k);
             inputs.push_back(vars[k]);
+            world_dependent = world_dependent || after_collective[k];
         }
         for (size_t a = 0; a < mo.outputs.size(); ++a) {
             if (vars[mo.outputs[a]].valid())
@@ -245,8 +251,9 @@ LoadedModel build_graph(const serial::ModelBytes& bytes, const LoadOptions& opti
             if (v.dtype() != mv.dtype)
                 BRAID_THROW(SerializationError, "{}: var \"{}\" loads as {}, the model records {}",
                             what, mv.name, v.dtype().name(), mv.dtype.name());
-            if (shapes_as_recorded && mv.shape_known && v.node()->shape_known() &&
-                v.node()->shape() != mv.shape)
+            after_collective[mo.outputs[k]] = world_dependent;
+            if (shapes_as_recorded && !(world_rebound && world_dependent) && mv.shape_known &&
+                v.node()->shape_known() && v.node()->shape() != mv.shape)
                 BRAID_THROW(SerializationError,
                             "{}: var \"{}\" loads with shape {}, the model records {}", what,
                             mv.name, v.node()->shape().to_string(), mv.shape.to_string());

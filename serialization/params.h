@@ -31,6 +31,10 @@
 #include <string_view>
 #include <vector>
 
+namespace braid::comm {
+class GroupClient;
+}
+
 namespace braid {
 
 //! Writes one operator's params while a model is dumped. Field names are unique per operator.
@@ -128,13 +132,23 @@ private:
     }
 };
 
-//! Per-rank facts bound when a model is loaded rather than stored in it, so one file serves
-//! every rank. Operators that communicate read them in their loader.
+/*!
+ * Per-rank facts bound when a model is loaded rather than stored in it, so one file serves
+ * every rank. Operators that communicate (CollectiveComm) read them in their loader:
+ *  - rank: this process's rank in every group; the root of a rooted collective is the rank
+ *    that was root when the model was dumped;
+ *  - world_size: the group size, replacing the recorded one when they differ (a model is
+ *    rank-agnostic: one dumped from a 1-rank graph runs on any number of ranks);
+ *  - the group manager: `group_client` when set, else a TCP client of `server`, else one
+ *    in-process group manager shared by the whole process (ranks as threads).
+ */
 struct CollectiveBinding {
-    int rank = -1;       //!< -1: assigned by the group manager
+    int rank = -1;       //!< -1: as recorded in the model
     int world_size = 0;  //!< 0: as recorded in the model
     std::string server;  //!< group manager address "host:port"; empty: in-process
     std::string backend; //!< "local", "mpi" or "nccl"; empty: as recorded in the model
+    //! The group manager's client; null: from `server`, or the process-wide in-process one.
+    std::shared_ptr<comm::GroupClient> group_client;
 };
 
 //! What an operator type's loader receives: the graph being built, the operator's loaded

@@ -1,6 +1,9 @@
 // braid-run: runs a serialized model and reports load time, latency statistics and outputs.
 //
 //     braid-run model.braid [--input x=in.npy] [--iter 50] [--json] ...
+//     braid-run model.braid --devices 4                      # 4 ranks as threads
+//     braid-run model.braid --server host:port --rank R --world-size N
+//     mpirun -np 2 braid-run model.braid --backend mpi
 //
 // Exit status: 0 success, 2 usage error, 3 bad model or input file, 4 failure while running.
 // Every error is one line on stderr. See docs/cli.md.
@@ -53,11 +56,13 @@ void print_text(const RunConfig& cfg, const RunResult& r) {
                 cfg.model_path.c_str(), info.format_major, info.format_minor, info.nr_operators,
                 info.nr_tensors, human_bytes(info.tensor_bytes).c_str());
     if (!r.note.empty()) std::printf("%s\n", r.note.c_str());
+    std::string devices;
+    if (cfg.devices > 1)
+        devices = fmt::format(", devices: {} ({})", cfg.devices,
+                              r.collectives ? "ranks as threads, in-process group manager"
+                                            : "independent copies: no collective operators");
     std::printf("comp node: %s, kernel threads: %zu, memory plan: %s%s\n", r0.comp_node.c_str(),
-                r.kernel_threads, cfg.mem_plan ? "on" : "off",
-                cfg.devices > 1
-                    ? fmt::format(", devices: {} (independent copies)", cfg.devices).c_str()
-                    : "");
+                r.kernel_threads, cfg.mem_plan ? "on" : "off", devices.c_str());
     std::printf("load: %.3f ms (%s of parameters used in place from the mapped file), "
                 "compile: %.3f ms\n",
                 r0.load_ms, human_bytes(info.mapped_bytes).c_str(), r0.compile_ms);
@@ -79,11 +84,15 @@ void print_text(const RunConfig& cfg, const RunResult& r) {
         std::printf("  first values:%s%s\n", vals.c_str(),
                     t.shape().total_nr_elems() > FIRST_VALUES ? " ..." : "");
     }
+    // The other ranks' outputs, by checksum (--json and --output-dir have rank 0's values).
     for (size_t k = 1; k < r.ranks.size(); ++k)
-        for (size_t i = 0; i < r.ranks[k].outputs.size(); ++i)
-            if (checksum_hex(r.ranks[k].outputs[i].second) != checksum_hex(r0.outputs[i].second))
-                std::printf("note: rank %zu output %s differs from rank 0\n", k,
-                            r0.outputs[i].first.c_str());
+        for (size_t i = 0; i < r.ranks[k].outputs.size(); ++i) {
+            auto& [name, t] = r.ranks[k].outputs[i];
+            std::string sum = checksum_hex(t);
+            std::printf("rank %zu output %s: %s %s checksum %s (%s rank 0)\n", k, name.c_str(),
+                        t.dtype().name(), t.shape().to_string().c_str(), sum.c_str(),
+                        sum == checksum_hex(r0.outputs[i].second) ? "same as" : "differs from");
+        }
     if (cfg.mem_report) {
         if (r0.planner_report)
             std::printf("memory:\n%s", r0.memory_report.c_str());
@@ -95,6 +104,22 @@ void print_text(const RunConfig& cfg, const RunResult& r) {
     if (!cfg.profile_path.empty())
         std::printf("profile: %s (Chrome trace; open in Perfetto)\n", cfg.profile_path.c_str());
     if (!cfg.output_dir.empty()) std::printf("outputs written to %s/\n", cfg.output_dir.c_str());
+}
+
+//! "outputs": [{name, dtype, shape, first_values, checksum}, ...]
+void write_outputs(JsonWriter& j, const std::vector<std::pair<std::string, Tensor>>& outputs) {
+    j.key("outputs").begin_array();
+    for (auto& [name, t] : outputs) {
+        j.begin_object().field("name", name).field("dtype", t.dtype().name());
+        j.key("shape").begin_array();
+        for (size_t d : t.shape().dims()) j.value(d);
+        j.end_array();
+        j.key("first_values").begin_array();
+        for (double v : first_values(t)) j.value(v);
+        j.end_array();
+        j.field("checksum", checksum_hex(t)).end_object();
+    }
+    j.end_array();
 }
 
 void print_json(const RunConfig& cfg, const RunResult& r) {
@@ -130,7 +155,9 @@ void print_json(const RunConfig& cfg, const RunResult& r) {
         for (auto& rank : r.ranks) {
             auto rs = latency_stats(rank.iteration_ms);
             j.begin_object().field("rank", rank.rank).field("comp_node", rank.comp_node);
-            j.field("load_ms", rank.load_ms).field("median_ms", rs.median).end_object();
+            j.field("load_ms", rank.load_ms).field("median_ms", rs.median);
+            write_outputs(j, rank.outputs);
+            j.end_object();
         }
         j.end_array();
     }
@@ -143,18 +170,7 @@ void print_json(const RunConfig& cfg, const RunResult& r) {
         j.end_array().end_object();
     }
     j.end_array();
-    j.key("outputs").begin_array();
-    for (auto& [name, t] : r0.outputs) {
-        j.begin_object().field("name", name).field("dtype", t.dtype().name());
-        j.key("shape").begin_array();
-        for (size_t d : t.shape().dims()) j.value(d);
-        j.end_array();
-        j.key("first_values").begin_array();
-        for (double v : first_values(t)) j.value(v);
-        j.end_array();
-        j.field("checksum", checksum_hex(t)).end_object();
-    }
-    j.end_array();
+    write_outputs(j, r0.outputs);
     if (cfg.mem_report)
         j.key("memory")
             .begin_object()
@@ -208,9 +224,11 @@ int main(int argc, char** argv) {
     bool no_mem_plan = false;
     app.add_flag("--no-mem-plan", no_mem_plan, "Give every var its own allocation");
     app.add_option("--seed", cfg.seed, "Seed of random inputs")->capture_default_str();
-    auto* devices = app.add_option("--devices", cfg.devices,
-                                   "Run N ranks as threads in this process (one comp node each)")
-                        ->check(CLI::Range(size_t(1), size_t(256)));
+    auto* devices =
+        app.add_option("--devices", cfg.devices,
+                       "Run N ranks as threads of this process (one comp node each) with an "
+                       "in-process group manager")
+            ->check(CLI::Range(size_t(1), size_t(256)));
     auto* server =
         app.add_option("--server", cfg.server, "Group manager HOST:PORT (multi-process ranks)")
             ->check(CLI::Validator(
@@ -226,11 +244,16 @@ int main(int argc, char** argv) {
                     return {};
                 },
                 "HOST:PORT"));
-    app.add_option("--rank", cfg.rank, "This process's rank (with --server)")
+    app.add_option("--rank", cfg.rank,
+                   "This process's rank (with --server; under --backend mpi, checked against "
+                   "MPI's)")
         ->check(CLI::Range(0, 1 << 20));
     app.add_option("--world-size", cfg.world_size, "Number of ranks (with --server)")
         ->check(CLI::Range(1, 1 << 20));
-    app.add_option("--backend", cfg.backend, "Collective backend")
+    app.add_option("--backend", cfg.backend,
+                   "Collective backend: local (ranks as threads, the default), mpi (one rank "
+                   "per process under mpirun; MPI rank 0 hosts the group manager unless "
+                   "--server is given), nccl")
         ->check(CLI::IsMember({"local", "mpi", "nccl"}));
     devices->excludes(server);
 
@@ -250,6 +273,7 @@ int main(int argc, char** argv) {
     try {
         for (auto& s : inputs) cfg.inputs.push_back(parse_input_spec(s));
         RunResult result = run_model(cfg);
+        if (!result.report) return EXIT_OK; // an MPI rank other than 0
         if (cfg.json)
             print_json(cfg, result);
         else
@@ -257,8 +281,12 @@ int main(int argc, char** argv) {
         std::fflush(stdout);
         return EXIT_OK;
     } catch (const ToolError& e) {
-        return error_exit(e.exit_code(), e.what());
+        int code = error_exit(e.exit_code(), e.what());
+        if (cfg.backend == "mpi") abort_mpi_job(code);
+        return code;
     } catch (const std::exception& e) {
-        return error_exit(EXIT_RUN_FAILED, e.what());
+        int code = error_exit(EXIT_RUN_FAILED, e.what());
+        if (cfg.backend == "mpi") abort_mpi_job(code);
+        return code;
     }
 }

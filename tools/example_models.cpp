@@ -85,6 +85,13 @@ SymbolVarArray build_every_operator(ComputingGraph& graph) {
     out(opr::batch_norm(conv, stat(1.5f, 0.5f, "bn_scale"), stat(0.1f, -0.1f, "bn_bias"),
                         stat(0.2f, -0.3f, "bn_mean"), stat(0.8f, 1.2f, "bn_var"), 1e-3f),
         "bn");
+    // The backward operators of Conv2d and Pooling, with conv's output as the gradient.
+    opr::Conv2dParam conv_geometry{1, 2, 1, 0, 1, 1, 1};
+    out(opr::conv2d_backward_data(cw, conv, conv_geometry, 4, 6), "conv_dx");    // {1,1,4,6}
+    out(opr::conv2d_backward_filter(img, conv, conv_geometry, 3, 3), "conv_dw"); // {2,1,3,3}
+    opr::PoolingParam avg_exclude{opr::PoolMode::AVERAGE, 2, 2, 2, 1, 1, 0, false};
+    out(opr::pooling_backward(conv, opr::Pooling::make(conv, avg_exclude), avg_exclude),
+        "pool_dx"); // {1,2,4,2}
 
     // Attention with both outputs: causal with an explicit scale, and full with the default.
     auto heads = [](SymbolVar v) { return v.reshape(std::vector<long>{1, 2, 4, 3}); };
@@ -105,7 +112,14 @@ SymbolVarArray build_every_operator(ComputingGraph& graph) {
     Tensor ids(TensorShape{2, 3}, dtype::Int32());
     for (int i = 0; i < 6; ++i) ids.ptr<int32_t>()[i] = (i * 7) % 10;
     auto table = opr::SharedParam::make(graph, uniform_param({10, 3}, rng, 1.f), "table");
-    out(opr::embedding(table, opr::ImmutableTensor::make(graph, ids, "ids")), "embedded");
+    auto ids_var = opr::ImmutableTensor::make(graph, ids, "ids");
+    auto embedded = opr::embedding(table, ids_var);
+    out(embedded, "embedded"); // {2,3,3}
+    // Their transposes (the gradients of Gather and Embedding): ScatterAdd and IndexAdd.
+    out(opr::scatter_add(x, am, opr::gather(x, am, 1), 1), "scattered"); // {4,6}
+    out(opr::index_add(table, ids_var.reshape(std::vector<long>{6}),
+                       embedded.reshape(std::vector<long>{6, 3}), 0),
+        "index_added"); // {10,3}
 
     // Dimshuffle with a new axis, AxisAddRemove both ways.
     auto shuffled = opr::dimshuffle(x, {1, -1, 0}); // {6,1,4}
@@ -166,6 +180,14 @@ SymbolVarArray build_every_operator(ComputingGraph& graph) {
     out(opr::ParamUpdate::make(p_sgd, grad, {}, sgd), "updated_sgd");
     out(opr::ParamUpdate::make(p_adam, grad, {sm}, adam), "updated_adam");
 
+    // CollectiveComm in a group of one rank (an identity); loaded with a CollectiveBinding it
+    // joins a group of the binding's size.
+    opr::Group solo;
+    solo.key_prefix = "every_operator";
+    solo.rank = 0;
+    solo.client = std::make_shared<comm::InProcessGroupClient>();
+    out(opr::all_reduce_sum(mixed, solo, "sum"), "all_reduced");
+
     // Copy to another comp node.
     out(opr::Copy::make(opr::sigmoid(y), CompNode::load("cpu1")), "copied");
     return outs;
@@ -213,6 +235,27 @@ SymbolVarArray build_transformer_block(ComputingGraph& graph, size_t seq, size_t
     return {y.rename("y")};
 }
 
+SymbolVarArray build_dp_allreduce(ComputingGraph& graph, const opr::Group& group, size_t batch,
+                                  size_t in, size_t hidden, size_t classes) {
+    std::mt19937 rng(2024);
+    auto w1 = opr::SharedParam::make(graph, uniform_param({in, hidden}, rng, 0.25f), "w1");
+    auto b1 = opr::SharedParam::make(graph, uniform_param({hidden}, rng, 0.25f), "b1");
+    auto w2 = opr::SharedParam::make(graph, uniform_param({hidden, classes}, rng, 0.25f), "w2");
+    auto b2 = opr::SharedParam::make(graph, uniform_param({classes}, rng, 0.25f), "b2");
+    auto x = opr::Input::make(graph, "x", dtype::Float32(), {batch, in});
+    auto label = opr::Input::make(graph, "label", dtype::Int32(), {batch});
+    auto logits = opr::matmul(opr::relu(opr::matmul(x, w1) + b1), w2) + b2;
+    // Mean cross-entropy: -log_softmax(logits)[i, label[i]], averaged over the batch.
+    auto loss =
+        opr::neg(opr::reduce_mean(opr::indexing_one_hot(opr::log_softmax(logits, 1), label, 1)));
+    auto grads = grad(loss, {w1, b1, w2, b2});
+    SymbolVarArray outs = {opr::all_reduce_sum(loss, group, "loss").rename("loss")};
+    const char* names[] = {"grad_w1", "grad_b1", "grad_w2", "grad_b2"};
+    for (size_t i = 0; i < grads.size(); ++i)
+        outs.push_back(opr::all_reduce_sum(grads[i], group, names[i]).rename(names[i]));
+    return outs;
+}
+
 std::vector<ExampleModel> example_models() {
     std::vector<ExampleModel> models;
     {
@@ -241,8 +284,19 @@ std::vector<ExampleModel> example_models() {
     {
         ExampleModel m;
         m.name = "dp_allreduce";
-        m.description = "data-parallel step: local MLP gradient all-reduced across ranks";
-        m.pending = "needs the CollectiveComm operator";
+        m.description = "data-parallel step: batch 8, MLP 16 -> 32 -> 10, cross-entropy loss; "
+                        "loss and weight gradients all-reduced (sum) across ranks";
+        m.build = [](ComputingGraph& g) {
+            opr::Group solo;
+            solo.key_prefix = "dp";
+            solo.rank = 0;
+            solo.client = std::make_shared<comm::InProcessGroupClient>();
+            return build_dp_allreduce(g, solo);
+        };
+        m.dump_options.input_shapes["x"] = {-1, 16};
+        m.dump_options.input_shapes["label"] = {-1};
+        m.dump_options.metadata = {{"example", "dp_allreduce"},
+                                   {"weights", "uniform(-0.25, 0.25), seed 2024"}};
         models.push_back(std::move(m));
     }
     return models;

@@ -42,6 +42,14 @@ SymbolVarArray build_transformer_block(ComputingGraph& graph, size_t seq = 128,
                                        size_t d_model = 256, size_t nr_heads = 4,
                                        size_t d_ff = 1024);
 
+//! One data-parallel training step of a small classifier on input "x" float32 {batch, in} and
+//! "label" int32 {batch}: logits = relu(x·w1 + b1)·w2 + b2, loss = mean cross-entropy; outputs
+//! "loss", "grad_w1", "grad_b1", "grad_w2" and "grad_b2", each summed over the ranks of
+//! `group` with ALL_REDUCE_SUM (keys "<prefix>:loss", "<prefix>:grad_w1", ...). Weights
+//! uniform in ±0.25 from a fixed seed, so every rank starts from the same ones.
+SymbolVarArray build_dp_allreduce(ComputingGraph& graph, const opr::Group& group, size_t batch = 8,
+                                  size_t in = 16, size_t hidden = 32, size_t classes = 10);
+
 //! A small graph that uses every operator type in this build: input "x" float32 {4, 6}.
 SymbolVarArray build_every_operator(ComputingGraph& graph);
 

@@ -1,6 +1,8 @@
 #include "tools/run_model.h"
 
 #include "base/thread_pool.h"
+#include "comm/mpi_communicator.h"
+#include "comm/mpi_rendezvous.h"
 #include "serialization/npy.h"
 
 #include <algorithm>
@@ -170,7 +172,8 @@ RankResult run_rank(const RunConfig& cfg, int rank, const LoadedModel& model, do
     r.rank = rank;
     r.load_ms = load_ms;
     r.comp_node = model.outputs.at(0).var.comp_node().locator();
-    std::string prefix = cfg.devices > 1 ? fmt::format("rank {}: ", rank) : "";
+    bool many_ranks = cfg.devices > 1 || !cfg.server.empty() || cfg.backend == "mpi";
+    std::string prefix = many_ranks ? fmt::format("rank {}: ", rank) : "";
     auto t0 = Clock::now();
     auto exec = stage(EXIT_RUN_FAILED, prefix + "compile: ", [&] { return model.compile(); });
     r.compile_ms = ms_since(t0);
@@ -221,15 +224,12 @@ LoadOptions load_options(const RunConfig& cfg, const std::string& comp_node,
     return opt;
 }
 
-//! Multi-rank runs. Today a model has no collective operators (CollectiveComm is not in this
-//! build), so ranks are independent: `--devices N` runs N copies as threads, each on its own
-//! comp node, and `--server/--rank/--world-size` or `--backend mpi` run this process's rank.
-//! Each rank loads with a CollectiveBinding {rank, world size, server, backend}; once
-//! CollectiveComm exists its loader reads that binding, and `--devices N` must start an
-//! in-process group manager here and pass its address in binding.server.
+//! `--devices N`: N ranks as threads of this process, rank r on its own comp node (a
+//! collective blocks its comp node's queue until its peers arrive, so ranks never share one).
+//! Rank 0's model is already loaded; every other rank loads the file with its own binding.
 std::vector<RankResult> run_ranks(const RunConfig& cfg, const std::string& comp_node,
-                                  LoadedModel& model0, double load0_ms,
-                                  const std::vector<ResolvedInput>& inputs,
+                                  const CollectiveBinding& base, LoadedModel& model0,
+                                  double load0_ms, const std::vector<ResolvedInput>& inputs,
                                   Clock::time_point origin) {
     size_t n = cfg.devices;
     std::vector<RankResult> results(n);
@@ -242,8 +242,8 @@ std::vector<RankResult> run_ranks(const RunConfig& cfg, const std::string& comp_
                     results[r] = run_rank(cfg, 0, model0, load0_ms, inputs, origin);
                     return;
                 }
-                CollectiveBinding binding{int(r), int(n), "",
-                                          cfg.backend.empty() ? "local" : cfg.backend};
+                CollectiveBinding binding = base;
+                binding.rank = int(r);
                 std::string cn = rank_comp_node(comp_node, int(r));
                 auto t0 = Clock::now();
                 auto model = stage(EXIT_BAD_FILE, fmt::format("rank {}: ", r), [&] {
@@ -256,6 +256,8 @@ std::vector<RankResult> run_ranks(const RunConfig& cfg, const std::string& comp_
         });
     }
     for (auto& t : threads) t.join();
+    // A rank that failed makes its peers fail too (their collectives lose a member); the
+    // first failure in rank order is the one to report.
     for (auto& e : errors)
         if (e) std::rethrow_exception(e);
     return results;
@@ -270,6 +272,88 @@ std::optional<std::pair<int, int>> mpi_env_rank() {
         if (r && s) return std::pair{std::atoi(r), std::atoi(s)};
     }
     return std::nullopt;
+}
+
+//! Flag combinations that the parser cannot see; each is one line and exit status 2.
+void check_rank_flags(const RunConfig& cfg) {
+    bool mpi = cfg.backend == "mpi";
+    if (cfg.devices > 1 && (!cfg.server.empty() || cfg.rank >= 0 || cfg.world_size > 0))
+        throw ToolError(EXIT_USAGE, "--devices runs every rank in this process; it excludes "
+                                    "--server, --rank and --world-size");
+    if (cfg.devices > 1 && mpi)
+        throw ToolError(EXIT_USAGE, "--backend mpi runs one rank per process; it excludes "
+                                    "--devices (launch with mpirun -np N instead)");
+    if (mpi) return; // rank and world size come from MPI; --server is optional
+    if (cfg.rank >= 0 && cfg.world_size <= 0)
+        throw ToolError(EXIT_USAGE, "--rank needs --world-size N (and --server HOST:PORT)");
+    if (cfg.world_size > 0 && cfg.rank < 0)
+        throw ToolError(EXIT_USAGE, "--world-size needs --rank R (and --server HOST:PORT)");
+    if (cfg.rank >= 0 && cfg.server.empty())
+        throw ToolError(EXIT_USAGE, "--rank and --world-size need --server HOST:PORT (or "
+                                    "--backend mpi under mpirun)");
+    if (!cfg.server.empty() && cfg.rank < 0)
+        throw ToolError(EXIT_USAGE, "--server needs --rank R and --world-size N");
+    if (cfg.world_size > 0 && cfg.rank >= cfg.world_size)
+        throw ToolError(EXIT_USAGE, fmt::format("--rank {} is out of range for --world-size {}",
+                                                cfg.rank, cfg.world_size));
+}
+
+/*!
+ * The binding every rank of this process loads the model with:
+ *  - `--devices N` (and the default, N = 1): rank 0 of N (run_ranks() sets the others), a
+ *    group manager embedded in this process, the local backend unless --backend says;
+ *  - `--server`: rank and world size from the flags, the braid-server at that address;
+ *  - `--backend mpi`: rank and world size from MPI, the group manager that MPI rank 0 hosts
+ *    (`rendezvous` is set), or the braid-server of --server.
+ */
+CollectiveBinding rank_binding(const RunConfig& cfg,
+                               std::unique_ptr<comm::MpiRendezvous>& rendezvous) {
+    CollectiveBinding binding;
+    binding.backend = cfg.backend.empty() ? "local" : cfg.backend;
+    binding.server = cfg.server;
+    if (cfg.backend == "mpi") {
+        if (!mpi_env_rank())
+            throw ToolError(EXIT_USAGE,
+                            "--backend mpi: no MPI launcher environment (OMPI_COMM_WORLD_RANK, "
+                            "PMI_RANK); run under mpirun -np N");
+        stage(EXIT_RUN_FAILED, "--backend mpi: ", [&] {
+            if (cfg.server.empty()) {
+                rendezvous = std::make_unique<comm::MpiRendezvous>();
+                binding.group_client = rendezvous->client();
+            }
+            binding.rank = comm::mpi_world_rank();
+            binding.world_size = comm::mpi_world_size();
+            return 0;
+        });
+        if (cfg.rank >= 0 && cfg.rank != binding.rank)
+            throw ToolError(EXIT_USAGE, fmt::format("--rank {} differs from this process's MPI "
+                                                    "rank {}",
+                                                    cfg.rank, binding.rank));
+        if (cfg.world_size > 0 && cfg.world_size != binding.world_size)
+            throw ToolError(EXIT_USAGE, fmt::format("--world-size {} differs from the MPI world "
+                                                    "size {}",
+                                                    cfg.world_size, binding.world_size));
+    } else if (!cfg.server.empty()) {
+        binding.rank = cfg.rank;
+        binding.world_size = cfg.world_size;
+    } else {
+        binding.rank = 0;
+        binding.world_size = int(cfg.devices);
+        binding.group_client = std::make_shared<comm::InProcessGroupClient>();
+    }
+    return binding;
+}
+
+//! The end of an MPI run that hosts its own group manager: every rank waits for the others
+//! (with a deadline) before MPI rank 0 stops the server they all talk to.
+void finish_mpi_ranks(comm::MpiRendezvous& rendezvous) {
+    stage(EXIT_RUN_FAILED, "--backend mpi: ", [&] {
+        rendezvous.client()->group_barrier("braid-run:finished", uint32_t(rendezvous.world_size()),
+                                           uint32_t(rendezvous.world_rank()));
+        // Every rank has its barrier reply once all passed the MPI barrier.
+        BRAID_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+        return 0;
+    });
 }
 
 } // namespace
@@ -336,39 +420,10 @@ LatencyStats latency_stats(std::vector<double> samples) {
 
 RunResult run_model(const RunConfig& cfg) {
     RunResult result;
-    // Flag combinations that the parser cannot see.
-    if (cfg.devices > 1 && (!cfg.server.empty() || cfg.rank >= 0 || cfg.world_size > 0))
-        throw ToolError(EXIT_USAGE, "--devices runs every rank in this process; it excludes "
-                                    "--server, --rank and --world-size");
-    if (cfg.devices > 1 && cfg.backend == "mpi")
-        throw ToolError(EXIT_USAGE, "--backend mpi runs one rank per process; it excludes "
-                                    "--devices (launch with mpirun -n N instead)");
-    CollectiveBinding binding;
-    binding.server = cfg.server;
-    binding.backend = cfg.backend;
-    binding.rank = cfg.rank;
-    binding.world_size = cfg.world_size;
-    if (cfg.backend == "mpi" && (cfg.rank < 0 || cfg.world_size <= 0)) {
-        auto env = mpi_env_rank();
-        if (!env)
-            throw ToolError(EXIT_USAGE,
-                            "--backend mpi: no --rank/--world-size and no MPI launcher "
-                            "environment (OMPI_COMM_WORLD_RANK, PMI_RANK); run under mpirun");
-        if (binding.rank < 0) binding.rank = env->first;
-        if (binding.world_size <= 0) binding.world_size = env->second;
-    }
-    if ((binding.rank >= 0 || binding.world_size > 0 || !binding.server.empty()) &&
-        cfg.backend != "mpi") {
-        if (binding.server.empty())
-            throw ToolError(EXIT_USAGE, "--rank and --world-size need --server HOST:PORT (or "
-                                        "--backend mpi)");
-        if (binding.rank < 0 || binding.world_size <= 0)
-            throw ToolError(EXIT_USAGE, "--server needs --rank R and --world-size N");
-    }
-    if (binding.world_size > 0 && (binding.rank < 0 || binding.rank >= binding.world_size))
-        throw ToolError(EXIT_USAGE, fmt::format("--rank {} is out of range for --world-size {}",
-                                                binding.rank, binding.world_size));
-    if (binding.backend.empty()) binding.backend = "local";
+    check_rank_flags(cfg);
+    // Declared before the model, so that the model (and its communicators) goes first.
+    std::unique_ptr<comm::MpiRendezvous> rendezvous;
+    CollectiveBinding binding = rank_binding(cfg, rendezvous);
 
     if (cfg.threads) set_kernel_threads(cfg.threads);
     result.kernel_threads = kernel_threads();
@@ -381,29 +436,40 @@ RunResult run_model(const RunConfig& cfg) {
               [&] { return CompNode::load(rank_comp_node(comp_node, int(r))); });
 
     auto origin = Clock::now();
-    if (cfg.devices > 1) {
-        binding.rank = 0;
-        binding.world_size = int(cfg.devices);
-    }
     auto model = stage(EXIT_BAD_FILE, "",
                        [&] { return load(cfg.model_path, load_options(cfg, comp_node, binding)); });
     double load_ms = ms_since(origin);
     result.info = model.info;
+    for (auto& opr : model.graph->operators())
+        result.collectives += std::string_view(opr->type_name()) == "CollectiveComm";
     result.inputs = resolve_inputs(cfg, model);
-    if (cfg.devices == 1 && binding.world_size > 0) {
+    bool own_process = cfg.backend == "mpi" || !cfg.server.empty();
+    if (own_process) {
         result.rank = binding.rank;
         result.world_size = binding.world_size;
-        result.note = fmt::format("rank {} of {} ({} backend{}): the model has no collective "
-                                  "operators, so this rank runs alone",
-                                  binding.rank, binding.world_size, binding.backend,
-                                  cfg.server.empty() ? "" : ", server " + cfg.server);
+        std::string manager =
+            !cfg.server.empty() ? ", server " + cfg.server : ", group manager on MPI rank 0";
+        result.note = fmt::format("rank {} of {} ({} backend{}){}", binding.rank,
+                                  binding.world_size, binding.backend, manager,
+                                  result.collectives ? ""
+                                                     : ": the model has no collective "
+                                                       "operators, so this rank runs alone");
+        result.report = cfg.backend != "mpi" || binding.rank == 0;
+        if (result.collectives && binding.backend == "local" && binding.world_size > 1)
+            throw ToolError(EXIT_USAGE,
+                            fmt::format("rank {} of {}: the local backend runs ranks as threads "
+                                        "of one process (--devices N); ranks in processes of "
+                                        "their own need --backend mpi (under mpirun) or nccl",
+                                        binding.rank, binding.world_size));
     }
     if (cfg.devices == 1)
-        result.ranks.push_back(run_rank(cfg, 0, model, load_ms, result.inputs, origin));
+        result.ranks.push_back(
+            run_rank(cfg, std::max(binding.rank, 0), model, load_ms, result.inputs, origin));
     else
-        result.ranks = run_ranks(cfg, comp_node, model, load_ms, result.inputs, origin);
+        result.ranks = run_ranks(cfg, comp_node, binding, model, load_ms, result.inputs, origin);
+    if (rendezvous) finish_mpi_ranks(*rendezvous);
 
-    if (!cfg.profile_path.empty()) {
+    if (!cfg.profile_path.empty() && result.report) {
         std::vector<TraceEvent> all;
         for (auto& r : result.ranks) all.insert(all.end(), r.trace.begin(), r.trace.end());
         stage(EXIT_RUN_FAILED, "--profile: ", [&] {
@@ -411,7 +477,7 @@ RunResult run_model(const RunConfig& cfg) {
             return 0;
         });
     }
-    if (!cfg.output_dir.empty()) {
+    if (!cfg.output_dir.empty() && result.report) {
         stage(EXIT_RUN_FAILED, "--output-dir: ", [&] {
             std::filesystem::create_directories(cfg.output_dir);
             for (auto& [name, value] : result.ranks[0].outputs) {
@@ -431,6 +497,13 @@ RunResult run_model(const RunConfig& cfg) {
         });
     }
     return result;
+}
+
+void abort_mpi_job(int exit_code) {
+    int initialized = 0, finalized = 0;
+    MPI_Initialized(&initialized);
+    MPI_Finalized(&finalized);
+    if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, exit_code);
 }
 
 void write_chrome_trace(const std::string& path, const std::vector<TraceEvent>& events) {

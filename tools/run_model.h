@@ -104,6 +104,10 @@ struct RunResult {
     size_t kernel_threads = 0;
     int rank = -1, world_size = 0; //!< this process's rank (--server / --backend mpi)
     std::string note;              //!< one informational line, may be empty
+    size_t collectives = 0;        //!< CollectiveComm operators in the model
+    //! Whether this process prints the report and writes --output-dir (under --backend mpi,
+    //! MPI rank 0 alone does).
+    bool report = true;
 };
 
 //! Latency summary over iterations, in ms.
@@ -115,6 +119,11 @@ LatencyStats latency_stats(std::vector<double> samples);
 
 //! Runs the model as the config says; throws ToolError with the exit status to use.
 RunResult run_model(const RunConfig& config);
+
+//! Under --backend mpi, after this rank failed: ends every process of the MPI job (its peers
+//! would otherwise wait for this rank until their deadlines). Does nothing when MPI is not
+//! running.
+void abort_mpi_job(int exit_code);
 
 //! Writes a Chrome trace (Perfetto-readable) of `events`.
 void write_chrome_trace(const std::string& path, const std::vector<TraceEvent>& events);

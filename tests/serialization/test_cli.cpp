@@ -1,6 +1,7 @@
 // braid-run and braid-inspect as a user runs them: each flag, and the exit status and one-line
 // message of each kind of error.
 #include "base/hash.h"
+#include "comm/rendezvous_server.h"
 #include "helpers.h"
 #include "model_patch.h"
 #include "serialization/npy.h"
@@ -11,7 +12,6 @@
 
 #include <filesystem>
 #include <fstream>
-#include <sys/wait.h>
 
 using namespace braid;
 using namespace braid::test;
@@ -24,33 +24,13 @@ const std::string RUN = BRAID_RUN_PATH;
 const std::string INSPECT = BRAID_INSPECT_PATH;
 const std::string MLP = std::string(BRAID_EXAMPLE_MODELS_DIR) + "/mlp.braid";
 const std::string TRANSFORMER = std::string(BRAID_EXAMPLE_MODELS_DIR) + "/transformer_block.braid";
+const std::string DP = std::string(BRAID_EXAMPLE_MODELS_DIR) + "/dp_allreduce.braid";
 
-struct Result {
-    int status = -1;
-    std::string out, err;
-    //! Lines on stderr.
-    size_t err_lines() const { return size_t(std::count(err.begin(), err.end(), '\n')); }
-};
+using Result = ToolResult;
 
-std::string quote(const std::string& s) {
-    std::string r = "'";
-    for (char c : s) r += c == '\'' ? std::string("'\\''") : std::string(1, c);
-    return r + "'";
-}
-
-Result run(const std::string& binary, const std::vector<std::string>& args) {
-    static TempDir scratch;
-    std::string cmd = quote(binary);
-    for (auto& a : args) cmd += " " + quote(a);
-    std::string out = scratch.file("stdout"), err = scratch.file("stderr");
-    cmd += " > " + quote(out) + " 2> " + quote(err);
-    int raw = std::system(cmd.c_str());
-    Result r;
-    r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-    auto o = read_file(out), e = read_file(err);
-    r.out.assign(o.begin(), o.end());
-    r.err.assign(e.begin(), e.end());
-    return r;
+Result run(const std::string& binary, const std::vector<std::string>& args,
+           const std::vector<std::string>& env = {}) {
+    return run_tool(binary, args, env);
 }
 
 //! The value of "key":"..." in a JSON text (first occurrence).
@@ -154,6 +134,74 @@ TEST(BraidRunCli, ThreadsCompNodeMemoryPlanAndDevicesFlags) {
     EXPECT_THAT(s.out, HasSubstr("rank 1 of 2 (local backend, server 127.0.0.1:29500)"));
 }
 
+TEST(BraidRunCli, FourRanksAsThreadsGiveFourTimesTheSingleRankOutput) {
+    TempDir dir;
+    auto inputs = write_dp_inputs(dir);
+    auto args = [&](const std::string& devices, const std::string& out) {
+        std::vector<std::string> a = {DP,          "--json", "--iter",       "2",
+                                      "--devices", devices,  "--output-dir", dir.file(out)};
+        a.insert(a.end(), inputs.begin(), inputs.end());
+        return a;
+    };
+    auto one = run(RUN, args("1", "one"));
+    ASSERT_EQ(one.status, 0) << one.err;
+    auto four = run(RUN, args("4", "four"));
+    ASSERT_EQ(four.status, 0) << four.err;
+    expect_scaled_outputs(dir.file("one"), dir.file("four"), 4.f);
+
+    // --json holds every rank's outputs: all-reduced, so equal on every rank.
+    EXPECT_THAT(four.out, HasSubstr("\"devices\":4"));
+    auto ranks = four.out.substr(four.out.find("\"ranks\":["));
+    std::string loss0;
+    for (int r = 0; r < 4; ++r) {
+        auto at = ranks.find(fmt::format("{{\"rank\":{},\"comp_node\":\"cpu{}\"", r, r));
+        ASSERT_NE(at, std::string::npos) << "rank " << r << " in " << four.out;
+        auto sum = json_string(ranks.substr(at), "checksum"); // its first output: loss
+        if (r == 0) loss0 = sum;
+        EXPECT_EQ(sum, loss0) << "rank " << r;
+    }
+    Tensor loss = read_npy(dir.file("four/loss.npy"));
+    EXPECT_EQ(json_string(four.out, "checksum"), checksum_of(loss));
+
+    auto text = run(RUN, {DP, "--iter", "1", "--devices", "2"});
+    ASSERT_EQ(text.status, 0) << text.err;
+    EXPECT_THAT(text.out, HasSubstr("devices: 2 (ranks as threads, in-process group manager)"));
+    EXPECT_THAT(text.out, HasSubstr("rank 1 output grad_w2: float32 {32,10} checksum "));
+    EXPECT_THAT(text.out, HasSubstr("(same as rank 0)"));
+}
+
+TEST(BraidRunCli, ServerRankAndWorldSizeJoinARunningServer) {
+    comm::ServerOptions options;
+    options.token = "braid-run-test";
+    comm::RendezvousServer server(options);
+    std::string address = fmt::format("127.0.0.1:{}", server.start());
+    TempDir dir;
+    auto inputs = write_dp_inputs(dir);
+    auto args = [&](std::vector<std::string> a) {
+        a.insert(a.begin(), DP);
+        a.insert(a.end(), inputs.begin(), inputs.end());
+        return a;
+    };
+    auto alone = run(RUN, args({"--iter", "1", "--output-dir", dir.file("alone")}));
+    ASSERT_EQ(alone.status, 0) << alone.err;
+    // Rank 0 of 1 registers its collectives with the server: with its token it runs ...
+    auto joined = run(RUN,
+                      args({"--iter", "1", "--server", address, "--rank", "0", "--world-size", "1",
+                            "--output-dir", dir.file("joined")}),
+                      {"BRAID_TOKEN=braid-run-test"});
+    ASSERT_EQ(joined.status, 0) << joined.err;
+    EXPECT_THAT(joined.out, HasSubstr("rank 0 of 1 (local backend, server " + address + ")\n"));
+    expect_scaled_outputs(dir.file("alone"), dir.file("joined"), 1.f);
+    // ... and without it the server turns it away.
+    auto refused =
+        run(RUN, args({"--iter", "1", "--server", address, "--rank", "0", "--world-size", "1"}),
+            {"BRAID_TOKEN=wrong"});
+    expect_error(refused, 4, "authentication failed");
+    // Ranks in processes of their own cannot share memory: the local backend is refused.
+    expect_error(run(RUN, args({"--server", address, "--rank", "1", "--world-size", "2"})), 2,
+                 "rank 1 of 2: the local backend runs ranks as threads of one process");
+}
+
 TEST(BraidRunCli, RandomShapeOutputDirProfileAndMemReport) {
     TempDir dir;
     auto r = run(RUN, {MLP, "--iter", "2", "--input", "x=random:4x784", "--output-dir",
@@ -188,6 +236,21 @@ TEST(BraidRunCli, UsageErrorsExitWithStatus2) {
     expect_error(run(RUN, {MLP, "--server", "h:1", "--rank", "2", "--world-size", "2"}), 2,
                  "--rank 2 is out of range for --world-size 2");
     expect_error(run(RUN, {MLP, "--backend", "tcp"}), 2, "--backend");
+    // Multi-rank flags that do not go together.
+    expect_error(run(RUN, {DP, "--rank", "1"}), 2, "--rank needs --world-size N");
+    expect_error(run(RUN, {DP, "--world-size", "2"}), 2, "--world-size needs --rank R");
+    expect_error(run(RUN, {DP, "--rank", "0", "--world-size", "2"}), 2,
+                 "--rank and --world-size need --server HOST:PORT");
+    expect_error(run(RUN, {DP, "--server", "127.0.0.1:1"}), 2,
+                 "--server needs --rank R and --world-size N");
+    expect_error(run(RUN, {DP, "--devices", "2", "--rank", "0"}), 2,
+                 "--devices runs every rank in this process");
+    expect_error(run(RUN, {DP, "--devices", "2", "--backend", "mpi"}), 2,
+                 "--backend mpi runs one rank per process");
+    expect_error(
+        run(RUN, {DP, "--backend", "mpi"}, {"-u", "OMPI_COMM_WORLD_RANK", "-u", "PMI_RANK"}), 2,
+        "--backend mpi: no MPI launcher environment");
+    expect_error(run(RUN, {DP, "--devices", "0"}), 2, "--devices");
 }
 
 TEST(BraidRunCli, BadModelAndInputFilesExitWithStatus3) {

@@ -221,6 +221,21 @@ TEST(OperatorLoaders, RefuseBadCountsAxesAndRanges) {
     EXPECT_THAT(err("Pooling", "pad_h", int64_t(2)), HasSubstr("smaller than the window"));
     EXPECT_THAT(err("Gather", "axis", int64_t(-3)), HasSubstr("axis -3 out of range"));
     EXPECT_THAT(err("Concat", "axis", int64_t(2)), HasSubstr("axis 2 out of range"));
+    // CollectiveComm: the group size and the rank recorded in it.
+    EXPECT_THAT(err("CollectiveComm", "nr_devices", int64_t(0)),
+                HasSubstr("CollectiveComm \"t\": param \"nr_devices\" is 0; expected 1..1048576"));
+    EXPECT_THAT(
+        err("CollectiveComm", "rank", int64_t(1)),
+        HasSubstr("param \"rank\" is 1; expected -1 (unassigned) or 0..0 for a group of 1"));
+    EXPECT_THAT(err("CollectiveComm", "mode", std::string("ALL_REDUCE_AVG")),
+                HasSubstr("param \"mode\" has an invalid value \"ALL_REDUCE_AVG\""));
+    // Backward operators: spatial sizes fit 32 bits, geometry fits the inputs.
+    EXPECT_THAT(err("Conv2dBackwardData", "in_h", int64_t(1) << 40),
+                HasSubstr("param \"in_h\" has an invalid value \"1099511627776\""));
+    EXPECT_THAT(err("Conv2dBackwardFilter", "kernel_w", int64_t(5)),
+                HasSubstr("does not fit input {1,1,4,6} with a 3x5 kernel"));
+    EXPECT_THAT(err("PoolingBackward", "mode", std::string("MEDIAN")), HasSubstr("\"MEDIAN\""));
+    EXPECT_THAT(err("ScatterAdd", "axis", int64_t(2)), HasSubstr("axis 2 out of range"));
     // Missing params and input counts.
     auto& mm = zoo.find("BatchedMatMul");
     auto no_flag = params_of(mm);

@@ -111,6 +111,47 @@ TEST(SerializationRoundTrip, EveryRegisteredOperatorTypeRoundTrips) {
     expect_same_outputs(outputs, loaded, {{"x", random_input({4, 6}, 3)}});
 }
 
+TEST(SerializationRoundTrip, TrainingGraphWithBackwardOperatorsRoundTrips) {
+    // Gradients of a small conv / pooling / gather / embedding network: grad() inserts
+    // Conv2dBackwardData and Conv2dBackwardFilter, PoolingBackward, ScatterAdd and IndexAdd.
+    register_all_operators();
+    auto g = ComputingGraph::make();
+    auto param = [&](const TensorShape& shape, uint32_t seed, const char* name) {
+        return opr::SharedParam::make(*g, std::make_shared<Tensor>(random_input(shape, seed)),
+                                      name);
+    };
+    auto x = opr::Input::make(*g, "x", dtype::Float32(), {2, 1, 6, 6});
+    auto ids = opr::Input::make(*g, "ids", dtype::Int32(), {4});
+    auto w1 = param({3, 1, 3, 3}, 1, "w1"), w2 = param({2, 3, 3, 3}, 2, "w2");
+    auto table = param({10, 4}, 3, "table");
+    auto h = opr::relu(opr::Conv2d::make(x, w1, {1, 1, 1, 1, 1, 1, 1})); // {2,3,6,6}
+    auto pooled = opr::Pooling::make(opr::Conv2d::make(h, w2, {1, 1, 1, 1, 1, 1, 1}),
+                                     {opr::PoolMode::MAX, 2, 2, 2, 2, 0, 0, true}); // {2,2,3,3}
+    auto feat = pooled.reshape(std::vector<long>{2, 18});
+    Tensor pick(TensorShape{2, 1}, dtype::Int32());
+    pick.ptr<int32_t>()[0] = 3;
+    pick.ptr<int32_t>()[1] = 17;
+    auto picked = opr::gather(feat, opr::ImmutableTensor::make(*g, pick, "pick"), 1);
+    auto emb = opr::embedding(table, ids); // {4,4}
+    auto loss = opr::reduce_sum(feat * feat) + opr::reduce_sum(picked) + opr::reduce_sum(emb * emb);
+    auto grads = grad(loss, {w1, w2, table});
+    SymbolVarArray outputs = {loss.rename("loss"), grads[0].rename("grad_w1"),
+                              grads[1].rename("grad_w2"), grads[2].rename("grad_table")};
+    std::set<std::string> types;
+    for (auto& opr : g->operators()) types.insert(opr->type_name());
+    for (auto* t : {"Conv2dBackwardData", "Conv2dBackwardFilter", "PoolingBackward", "ScatterAdd",
+                    "IndexAdd"})
+        EXPECT_TRUE(types.count(t)) << t << " is not in the gradient graph";
+
+    std::vector<uint8_t> bytes;
+    dump(outputs, bytes);
+    auto loaded = load(bytes);
+    Tensor id_values(TensorShape{4}, dtype::Int32());
+    for (int i = 0; i < 4; ++i) id_values.ptr<int32_t>()[i] = (i * 3) % 10;
+    expect_same_outputs(outputs, loaded,
+                        {{"x", random_input({2, 1, 6, 6}, 4)}, {"ids", id_values}});
+}
+
 TEST(SerializationRoundTrip, EveryOperatorLoadsOntoOneCompNode) {
     // The fuzzer's setting: LoadOptions::comp_node puts every operator on one comp node, so a
     // Copy between two comp nodes loads as its input.
@@ -140,12 +181,20 @@ TEST(SerializationRoundTrip, ExampleModelsGiveBitIdenticalOutputs) {
         dump(outputs, bytes, m.dump_options);
         auto loaded = load(bytes);
         std::vector<std::pair<std::string, Tensor>> inputs;
-        for (size_t i = 0; i < loaded.inputs.size(); ++i)
-            inputs.emplace_back(loaded.inputs[i].name,
-                                random_input(loaded.inputs[i].default_shape, uint32_t(10 + i)));
+        for (size_t i = 0; i < loaded.inputs.size(); ++i) {
+            auto& io = loaded.inputs[i];
+            Tensor value = random_input(io.default_shape, uint32_t(10 + i));
+            if (io.dtype == dtype::Int32()) { // class labels (dp_allreduce has 10 classes)
+                Tensor labels(io.default_shape, dtype::Int32());
+                for (size_t k = 0; k < labels.shape().total_nr_elems(); ++k)
+                    labels.ptr<int32_t>()[k] = int32_t((k * 7 + i) % 10);
+                value = labels;
+            }
+            inputs.emplace_back(io.name, value);
+        }
         expect_same_outputs(outputs, loaded, inputs);
     }
-    EXPECT_GE(built, 2u); // mlp and transformer_block
+    EXPECT_GE(built, 3u); // mlp, transformer_block and dp_allreduce
 }
 
 TEST(SerializationRoundTrip, TransformerBlockRunsWithAnotherSequenceLength) {
