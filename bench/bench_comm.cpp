@@ -82,40 +82,47 @@ Buffers make_buffers(const std::string& op, size_t bytes, size_t n) {
     return b;
 }
 
-void run_op(Communicator& comm, const std::string& op, Buffers& b) {
+void run_op(Communicator& comm, const std::string& op, const float* send, float* recv,
+            size_t count) {
     DType f32 = dtype::Float32();
     if (op == "all_reduce")
-        comm.all_reduce(b.send.data(), b.recv.data(), b.count, f32, ReduceOp::SUM);
+        comm.all_reduce(send, recv, count, f32, ReduceOp::SUM);
     else if (op == "all_gather")
-        comm.all_gather(b.send.data(), b.recv.data(), b.count, f32);
+        comm.all_gather(send, recv, count, f32);
     else if (op == "reduce_scatter")
-        comm.reduce_scatter(b.send.data(), b.recv.data(), b.count, f32, ReduceOp::SUM);
+        comm.reduce_scatter(send, recv, count, f32, ReduceOp::SUM);
     else if (op == "all_to_all")
-        comm.all_to_all(b.send.data(), b.recv.data(), b.count, f32);
+        comm.all_to_all(send, recv, count, f32);
     else
-        comm.broadcast(b.send.data(), b.recv.data(), b.count, f32, 0);
+        comm.broadcast(send, recv, count, f32, 0);
 }
 
-void run_raw_mpi(MPI_Comm comm, const std::string& op, Buffers& b) {
-    int n = int(b.count);
+void run_op(Communicator& comm, const std::string& op, Buffers& b) {
+    run_op(comm, op, b.send.data(), b.recv.data(), b.count);
+}
+
+void run_raw_mpi(MPI_Comm comm, const std::string& op, const float* send, float* recv,
+                 size_t count) {
+    int n = int(count);
     if (op == "all_reduce")
-        BRAID_MPI_CHECK(MPI_Allreduce(b.send.data(), b.recv.data(), n, MPI_FLOAT, MPI_SUM, comm));
+        BRAID_MPI_CHECK(MPI_Allreduce(send, recv, n, MPI_FLOAT, MPI_SUM, comm));
     else if (op == "all_gather")
-        BRAID_MPI_CHECK(
-            MPI_Allgather(b.send.data(), n, MPI_FLOAT, b.recv.data(), n, MPI_FLOAT, comm));
+        BRAID_MPI_CHECK(MPI_Allgather(send, n, MPI_FLOAT, recv, n, MPI_FLOAT, comm));
     else if (op == "reduce_scatter")
-        BRAID_MPI_CHECK(
-            MPI_Reduce_scatter_block(b.send.data(), b.recv.data(), n, MPI_FLOAT, MPI_SUM, comm));
+        BRAID_MPI_CHECK(MPI_Reduce_scatter_block(send, recv, n, MPI_FLOAT, MPI_SUM, comm));
     else if (op == "all_to_all")
-        BRAID_MPI_CHECK(
-            MPI_Alltoall(b.send.data(), n, MPI_FLOAT, b.recv.data(), n, MPI_FLOAT, comm));
+        BRAID_MPI_CHECK(MPI_Alltoall(send, n, MPI_FLOAT, recv, n, MPI_FLOAT, comm));
     else {
         // Same as braid's broadcast: the root's send becomes every recv.
         int rank;
         MPI_Comm_rank(comm, &rank);
-        if (rank == 0) std::memcpy(b.recv.data(), b.send.data(), b.count * sizeof(float));
-        BRAID_MPI_CHECK(MPI_Bcast(b.recv.data(), n, MPI_FLOAT, 0, comm));
+        if (rank == 0) std::memcpy(recv, send, count * sizeof(float));
+        BRAID_MPI_CHECK(MPI_Bcast(recv, n, MPI_FLOAT, 0, comm));
     }
+}
+
+void run_raw_mpi(MPI_Comm comm, const std::string& op, Buffers& b) {
+    run_raw_mpi(comm, op, b.send.data(), b.recv.data(), b.count);
 }
 
 double seconds_since(Clock::time_point start) {
@@ -276,14 +283,21 @@ opr::CollectiveMode collective_mode_of(const std::string& op) {
     return opr::CollectiveMode::BROADCAST;
 }
 
-//! One rank's graph running `op` on the same amount of data as the bare call on `b`.
+/*!
+ * One rank's graph running `op` on the data of the bare call on `b`. After warm_up(), the bare
+ * calls use the graph's own input and output memory (send(), recv()), so both read and write
+ * the same bytes and differ only in how the collective is started.
+ */
 struct CollectiveGraph {
     std::unique_ptr<Executable> exec;
+    Tensor input, output;
+    size_t count = 0;         //!< the count argument of the bare call
     float expected_first = 0; //!< output element 0 after the first run (inputs are all 1)
 
     CollectiveGraph(const std::string& op, const Buffers& b, size_t n, uint32_t rank,
                     const std::string& comp_node, std::shared_ptr<GroupClient> client,
-                    const std::string& backend) {
+                    const std::string& backend)
+        : count(b.count) {
         GraphOptions options;
         options.default_comp_node = comp_node;
         auto graph = ComputingGraph::make(options);
@@ -296,13 +310,13 @@ struct CollectiveGraph {
         p.mode = collective_mode_of(op);
         p.backend = backend;
         SymbolVar x;
-        Tensor value(TensorShape{b.send.size()}, dtype::Float32());
-        std::fill_n(value.ptr<float>(), b.send.size(), 1.0f);
+        input = Tensor(TensorShape{b.send.size()}, dtype::Float32());
+        std::fill_n(input.ptr<float>(), b.send.size(), 1.0f);
         if (op != "broadcast" || rank == 0)
-            x = opr::Input::make(*graph, "x", dtype::Float32(), value.shape());
+            x = opr::Input::make(*graph, "x", dtype::Float32(), input.shape());
         auto y = opr::CollectiveComm::make(x, *graph, p);
         exec = graph->compile({y});
-        if (x.valid()) exec->feed("x", value);
+        if (x.valid()) exec->feed("x", input);
         expected_first = op == "all_reduce" || op == "reduce_scatter" ? float(n) : 1.0f;
     }
 
@@ -310,12 +324,15 @@ struct CollectiveGraph {
     //! and a check of its result.
     void warm_up() {
         exec->run();
-        float got = exec->output(0).ptr<float>()[0];
+        output = exec->output(0); // the same memory in every run: the plan does not change
+        float got = output.ptr<float>()[0];
         if (got != expected_first)
             BRAID_THROW(InternalError, "bench_comm --via-graph: output[0] is {}, expected {}", got,
                         expected_first);
         exec->run();
     }
+    const float* send() const { return input.ptr<float>(); }
+    float* recv() const { return output.ptr<float>(); }
 };
 
 void print_via_graph(bool json, const std::string& backend, const std::string& op, size_t n,
@@ -366,14 +383,14 @@ int bench_local_via_graph(size_t ranks, size_t bytes, bool json,
                     CollectiveGraph g(op, buffers[r], ranks, uint32_t(r),
                                       graph_comp_node(inline_run, r), client, "local");
                     g.warm_up();
-                    for (int i = 0; i < 2; ++i) run_op(*comms[r], op, buffers[r]);
+                    for (int i = 0; i < 2; ++i) run_op(*comms[r], op, g.send(), g.recv(), g.count);
                     // Alternate the two call by call so both see the same machine noise.
                     std::vector<double> bare_calls, graph_calls;
                     for (int rep = 0; rep < reps; ++rep) {
                         sync.arrive_and_wait();
                         for (size_t i = 0; i < iters; ++i) {
                             auto start = Clock::now();
-                            run_op(*comms[r], op, buffers[r]);
+                            run_op(*comms[r], op, g.send(), g.recv(), g.count);
                             bare_calls.push_back(seconds_since(start));
                             start = Clock::now();
                             g.exec->run();
@@ -417,21 +434,21 @@ int bench_mpi_via_graph(size_t bytes, bool json, const std::vector<std::string>&
         CollectiveGraph g(op, b, size_t(size), uint32_t(rank), "cpu0", rendezvous->client(), "mpi");
         g.warm_up();
         for (int i = 0; i < 2; ++i) {
-            run_op(*comm, op, b);
-            run_raw_mpi(raw, op, b);
+            run_op(*comm, op, g.send(), g.recv(), g.count);
+            run_raw_mpi(raw, op, g.send(), g.recv(), g.count);
         }
         std::vector<double> bare_calls, graph_calls, raw_calls;
         for (int rep = 0; rep < reps; ++rep) {
             BRAID_MPI_CHECK(MPI_Barrier(raw));
             for (size_t i = 0; i < iters; ++i) {
                 auto start = Clock::now();
-                run_op(*comm, op, b);
+                run_op(*comm, op, g.send(), g.recv(), g.count);
                 bare_calls.push_back(seconds_since(start));
                 start = Clock::now();
                 g.exec->run();
                 graph_calls.push_back(seconds_since(start));
                 start = Clock::now();
-                run_raw_mpi(raw, op, b);
+                run_raw_mpi(raw, op, g.send(), g.recv(), g.count);
                 raw_calls.push_back(seconds_since(start));
             }
         }

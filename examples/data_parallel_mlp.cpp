@@ -40,6 +40,7 @@ struct Options {
     int steps = 20;
     size_t batch = 128;
     float lr = 0.2f, momentum = 0.9f;
+    bool ranks_given = false; //!< --ranks on the command line (mpi: must match the world)
 };
 
 //! What every rank and the reference start from and train on: the same seed everywhere.
@@ -199,6 +200,9 @@ int run_threads(const Options& opt) {
 int run_mpi(Options opt) {
     comm::mpi_ensure_initialized();
     auto rendezvous = std::make_unique<comm::MpiRendezvous>();
+    if (opt.ranks_given && opt.ranks != uint32_t(rendezvous->world_size()))
+        BRAID_THROW(ValueError, "--ranks {} but mpirun started {} processes (one rank each)",
+                    opt.ranks, rendezvous->world_size());
     opt.ranks = uint32_t(rendezvous->world_size());
     uint32_t rank = uint32_t(rendezvous->world_rank());
     if (opt.batch % opt.ranks != 0)
@@ -240,7 +244,7 @@ int main(int argc, char** argv) {
     CLI::App app{"data_parallel_mlp: data-parallel MLP training checked against one rank"};
     app.add_option("--backend", opt.backend, "local (ranks are threads) or mpi (under mpirun)")
         ->check(CLI::IsMember({"local", "mpi"}));
-    app.add_option("--ranks", opt.ranks, "ranks (threads) for the local backend")
+    app.add_option("--ranks", opt.ranks, "ranks (threads); with mpi: the number of processes")
         ->check(CLI::Range(1, 64));
     app.add_option("--steps", opt.steps, "training steps")->check(CLI::Range(1, 100000));
     app.add_option("--batch", opt.batch, "rows per step, split evenly over the ranks")
@@ -248,6 +252,7 @@ int main(int argc, char** argv) {
     app.add_option("--lr", opt.lr, "SGD learning rate");
     app.add_option("--momentum", opt.momentum, "SGD momentum");
     CLI11_PARSE(app, argc, argv);
+    opt.ranks_given = app.count("--ranks") > 0;
     try {
         register_all_operators();
         if (opt.backend == "mpi") return run_mpi(opt);
