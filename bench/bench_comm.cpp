@@ -6,13 +6,25 @@
 //     bench_comm --backend local --ranks 2 --bytes 67108864 --json
 //     mpirun -np 2 bench_comm --backend mpi --bytes 67108864 --json
 //     bench_comm --backend nccl --bytes 67108864 --json     # every visible GPU, one thread each
+//     bench_comm --backend local --ranks 2 --bytes 1048576 --via-graph
+//     mpirun -np 2 bench_comm --backend mpi --bytes 1048576 --via-graph
+//
+// --via-graph also runs each op as a CollectiveComm operator in a compiled graph (one graph per
+// rank: rank r's on comp node cpu<r> for "local", cpu0 of each process for "mpi"), alternating
+// call by call with the bare communicator call, and prints both times and their ratio: the
+// cost of running the collective through an executable. A run hands the collective to the
+// comp node's worker thread and waits for it (two thread wake-ups); --inline puts the graphs on
+// "cpu:default" instead, which runs kernels in the calling thread, leaving the executable's
+// and the operator's own cost.
 //
 // Times are medians of per-call times (the slowest rank's median), which shared, noisy
 // machines disturb least. Bus bandwidth = bytes / time x factor: all_reduce 2(n-1)/n; all_gather,
 // reduce_scatter and all_to_all (n-1)/n; broadcast 1. `bytes` is the whole buffer of the op
 // (all_gather's recv, reduce_scatter's send, all_to_all's either); elements are float32.
+#include "braid.h"
 #include "comm/communicator.h"
 #include "comm/mpi_communicator.h"
+#include "comm/mpi_rendezvous.h"
 #include "comm/rendezvous_server.h"
 #include "comm/tcp_client.h"
 #include "memory/tensor.h"
@@ -74,40 +86,47 @@ Buffers make_buffers(const std::string& op, size_t bytes, size_t n) {
     return b;
 }
 
-void run_op(Communicator& comm, const std::string& op, Buffers& b) {
+void run_op(Communicator& comm, const std::string& op, const float* send, float* recv,
+            size_t count) {
     DType f32 = dtype::Float32();
     if (op == "all_reduce")
-        comm.all_reduce(b.send.data(), b.recv.data(), b.count, f32, ReduceOp::SUM);
+        comm.all_reduce(send, recv, count, f32, ReduceOp::SUM);
     else if (op == "all_gather")
-        comm.all_gather(b.send.data(), b.recv.data(), b.count, f32);
+        comm.all_gather(send, recv, count, f32);
     else if (op == "reduce_scatter")
-        comm.reduce_scatter(b.send.data(), b.recv.data(), b.count, f32, ReduceOp::SUM);
+        comm.reduce_scatter(send, recv, count, f32, ReduceOp::SUM);
     else if (op == "all_to_all")
-        comm.all_to_all(b.send.data(), b.recv.data(), b.count, f32);
+        comm.all_to_all(send, recv, count, f32);
     else
-        comm.broadcast(b.send.data(), b.recv.data(), b.count, f32, 0);
+        comm.broadcast(send, recv, count, f32, 0);
 }
 
-void run_raw_mpi(MPI_Comm comm, const std::string& op, Buffers& b) {
-    int n = int(b.count);
+void run_op(Communicator& comm, const std::string& op, Buffers& b) {
+    run_op(comm, op, b.send.data(), b.recv.data(), b.count);
+}
+
+void run_raw_mpi(MPI_Comm comm, const std::string& op, const float* send, float* recv,
+                 size_t count) {
+    int n = int(count);
     if (op == "all_reduce")
-        BRAID_MPI_CHECK(MPI_Allreduce(b.send.data(), b.recv.data(), n, MPI_FLOAT, MPI_SUM, comm));
+        BRAID_MPI_CHECK(MPI_Allreduce(send, recv, n, MPI_FLOAT, MPI_SUM, comm));
     else if (op == "all_gather")
-        BRAID_MPI_CHECK(
-            MPI_Allgather(b.send.data(), n, MPI_FLOAT, b.recv.data(), n, MPI_FLOAT, comm));
+        BRAID_MPI_CHECK(MPI_Allgather(send, n, MPI_FLOAT, recv, n, MPI_FLOAT, comm));
     else if (op == "reduce_scatter")
-        BRAID_MPI_CHECK(
-            MPI_Reduce_scatter_block(b.send.data(), b.recv.data(), n, MPI_FLOAT, MPI_SUM, comm));
+        BRAID_MPI_CHECK(MPI_Reduce_scatter_block(send, recv, n, MPI_FLOAT, MPI_SUM, comm));
     else if (op == "all_to_all")
-        BRAID_MPI_CHECK(
-            MPI_Alltoall(b.send.data(), n, MPI_FLOAT, b.recv.data(), n, MPI_FLOAT, comm));
+        BRAID_MPI_CHECK(MPI_Alltoall(send, n, MPI_FLOAT, recv, n, MPI_FLOAT, comm));
     else {
         // Same as braid's broadcast: the root's send becomes every recv.
         int rank;
         MPI_Comm_rank(comm, &rank);
-        if (rank == 0) std::memcpy(b.recv.data(), b.send.data(), b.count * sizeof(float));
-        BRAID_MPI_CHECK(MPI_Bcast(b.recv.data(), n, MPI_FLOAT, 0, comm));
+        if (rank == 0) std::memcpy(recv, send, count * sizeof(float));
+        BRAID_MPI_CHECK(MPI_Bcast(recv, n, MPI_FLOAT, 0, comm));
     }
+}
+
+void run_raw_mpi(MPI_Comm comm, const std::string& op, Buffers& b) {
+    run_raw_mpi(comm, op, b.send.data(), b.recv.data(), b.count);
 }
 
 double seconds_since(Clock::time_point start) {
@@ -157,21 +176,26 @@ void print(bool json, const std::string& backend, const std::string& op, size_t 
     std::fflush(stdout);
 }
 
+//! The communicators of `ranks` local ranks of one group (joined from one thread each).
+std::vector<std::shared_ptr<Communicator>>
+join_local_ranks(const std::shared_ptr<GroupClient>& client, size_t ranks) {
+    std::vector<std::shared_ptr<Communicator>> comms(ranks);
+    std::vector<std::thread> threads;
+    for (size_t r = 0; r < ranks; ++r)
+        threads.emplace_back([&, r] {
+            comms[r] =
+                join_group(client, "local", "bench", uint32_t(ranks), false, UNASSIGNED_RANK, r)
+                    .communicator;
+        });
+    for (auto& t : threads) t.join();
+    return comms;
+}
+
 int bench_local(size_t ranks, size_t bytes, bool json, const std::vector<std::string>& ops,
                 int reps) {
     double memcpy_bw = memcpy_gbps(bytes);
     auto client = std::make_shared<InProcessGroupClient>();
-    std::vector<std::shared_ptr<Communicator>> comms(ranks);
-    {
-        std::vector<std::thread> threads;
-        for (size_t r = 0; r < ranks; ++r)
-            threads.emplace_back([&, r] {
-                comms[r] =
-                    join_group(client, "local", "bench", uint32_t(ranks), false, UNASSIGNED_RANK, r)
-                        .communicator;
-            });
-        for (auto& t : threads) t.join();
-    }
+    auto comms = join_local_ranks(client, ranks);
     size_t iters = iterations_for(bytes);
     for (auto& op : ops) {
         std::vector<Buffers> buffers;
@@ -408,6 +432,199 @@ int bench_nccl(size_t ranks, bool ranks_given, size_t bytes, bool json,
     return 0;
 }
 
+// ---------------------------------------------------------------- --via-graph
+// The same collectives as CollectiveComm operators in a compiled graph, beside the bare calls.
+
+opr::CollectiveMode collective_mode_of(const std::string& op) {
+    if (op == "all_reduce") return opr::CollectiveMode::ALL_REDUCE_SUM;
+    if (op == "all_gather") return opr::CollectiveMode::ALL_GATHER;
+    if (op == "reduce_scatter") return opr::CollectiveMode::REDUCE_SCATTER_SUM;
+    if (op == "all_to_all") return opr::CollectiveMode::ALL_TO_ALL;
+    return opr::CollectiveMode::BROADCAST;
+}
+
+/*!
+ * One rank's graph running `op` on the data of the bare call on `b`. After warm_up(), the bare
+ * calls use the graph's own input and output memory (send(), recv()), so both read and write
+ * the same bytes and differ only in how the collective is started.
+ */
+struct CollectiveGraph {
+    std::unique_ptr<Executable> exec;
+    Tensor input, output;
+    size_t count = 0;         //!< the count argument of the bare call
+    float expected_first = 0; //!< output element 0 after the first run (inputs are all 1)
+
+    CollectiveGraph(const std::string& op, const Buffers& b, size_t n, uint32_t rank,
+                    const std::string& comp_node, std::shared_ptr<GroupClient> client,
+                    const std::string& backend)
+        : count(b.count) {
+        GraphOptions options;
+        options.default_comp_node = comp_node;
+        auto graph = ComputingGraph::make(options);
+        opr::CollectiveParam p;
+        p.key = "bench-graph-" + op;
+        p.nr_devices = uint32_t(n);
+        p.rank = int32_t(rank);
+        p.is_root = rank == 0;
+        p.group_client = std::move(client);
+        p.mode = collective_mode_of(op);
+        p.backend = backend;
+        SymbolVar x;
+        input = Tensor(TensorShape{b.send.size()}, dtype::Float32());
+        std::fill_n(input.ptr<float>(), b.send.size(), 1.0f);
+        if (op != "broadcast" || rank == 0)
+            x = opr::Input::make(*graph, "x", dtype::Float32(), input.shape());
+        auto y = opr::CollectiveComm::make(x, *graph, p);
+        exec = graph->compile({y});
+        if (x.valid()) exec->feed("x", input);
+        expected_first = op == "all_reduce" || op == "reduce_scatter" ? float(n) : 1.0f;
+    }
+
+    //! The first run (joins the group and checks the peers, which later runs do not repeat)
+    //! and a check of its result.
+    void warm_up() {
+        exec->run();
+        output = exec->output(0); // the same memory in every run: the plan does not change
+        float got = output.ptr<float>()[0];
+        if (got != expected_first)
+            BRAID_THROW(InternalError, "bench_comm --via-graph: output[0] is {}, expected {}", got,
+                        expected_first);
+        exec->run();
+    }
+    const float* send() const { return input.ptr<float>(); }
+    float* recv() const { return output.ptr<float>(); }
+};
+
+void print_via_graph(bool json, const std::string& backend, const std::string& op, size_t n,
+                     size_t bytes, bool inline_run, double bare_us, double graph_us,
+                     double raw_us) {
+    const char* where = inline_run ? "inline" : "worker";
+    if (json) {
+        std::printf("{\"bench\":\"comm_via_graph\",\"backend\":\"%s\",\"op\":\"%s\",\"ranks\":%zu,"
+                    "\"bytes\":%zu,\"graph_runs_on\":\"%s\",\"bare_us\":%.2f,\"graph_us\":%.2f,"
+                    "\"graph_vs_bare\":%.4f",
+                    backend.c_str(), op.c_str(), n, bytes, where, bare_us, graph_us,
+                    graph_us / bare_us);
+        if (raw_us > 0)
+            std::printf(",\"raw_mpi_us\":%.2f,\"graph_vs_raw_mpi\":%.4f", raw_us,
+                        graph_us / raw_us);
+        std::printf("}\n");
+    } else {
+        std::printf("%-6s %-15s ranks %zu  %10zu B  bare %10.2f us  graph (%s) %10.2f us  (x%.4f)",
+                    backend.c_str(), op.c_str(), n, bytes, bare_us, where, graph_us,
+                    graph_us / bare_us);
+        if (raw_us > 0) std::printf("  raw MPI %.2f us", raw_us);
+        std::printf("\n");
+    }
+    std::fflush(stdout);
+}
+
+//! The comp node of rank r's graph: its worker thread, or the calling thread (`inline_run`).
+std::string graph_comp_node(bool inline_run, size_t r) {
+    return inline_run ? "cpu:default" : fmt::format("cpu{}", r);
+}
+
+int bench_local_via_graph(size_t ranks, size_t bytes, bool json,
+                          const std::vector<std::string>& ops, int reps, bool inline_run) {
+    register_all_operators();
+    auto client = std::make_shared<InProcessGroupClient>();
+    auto comms = join_local_ranks(client, ranks);
+    size_t iters = iterations_for(bytes);
+    for (auto& op : ops) {
+        std::vector<Buffers> buffers;
+        for (size_t r = 0; r < ranks; ++r) buffers.push_back(make_buffers(op, bytes, ranks));
+        std::barrier<> sync{std::ptrdiff_t(ranks)};
+        std::vector<double> bare(ranks, 0), graph(ranks, 0);
+        std::vector<std::string> errors(ranks);
+        std::vector<std::thread> threads;
+        for (size_t r = 0; r < ranks; ++r)
+            threads.emplace_back([&, r] {
+                try {
+                    CollectiveGraph g(op, buffers[r], ranks, uint32_t(r),
+                                      graph_comp_node(inline_run, r), client, "local");
+                    g.warm_up();
+                    for (int i = 0; i < 2; ++i) run_op(*comms[r], op, g.send(), g.recv(), g.count);
+                    // Alternate the two call by call so both see the same machine noise.
+                    std::vector<double> bare_calls, graph_calls;
+                    for (int rep = 0; rep < reps; ++rep) {
+                        sync.arrive_and_wait();
+                        for (size_t i = 0; i < iters; ++i) {
+                            auto start = Clock::now();
+                            run_op(*comms[r], op, g.send(), g.recv(), g.count);
+                            bare_calls.push_back(seconds_since(start));
+                            start = Clock::now();
+                            g.exec->run();
+                            graph_calls.push_back(seconds_since(start));
+                        }
+                    }
+                    bare[r] = median(bare_calls);
+                    graph[r] = median(graph_calls);
+                } catch (const std::exception& e) {
+                    errors[r] = e.what();
+                }
+            });
+        for (auto& t : threads) t.join();
+        for (auto& e : errors)
+            if (!e.empty()) BRAID_THROW(Error, "{}", e);
+        print_via_graph(json, "local", op, ranks, bytes, inline_run,
+                        *std::max_element(bare.begin(), bare.end()) * 1e6,
+                        *std::max_element(graph.begin(), graph.end()) * 1e6, 0);
+    }
+    return 0;
+}
+
+int bench_mpi_via_graph(size_t bytes, bool json, const std::vector<std::string>& ops, int reps,
+                        bool inline_run) {
+    register_all_operators();
+    mpi_ensure_initialized();
+    auto rendezvous = std::make_unique<MpiRendezvous>();
+    int rank = rendezvous->world_rank(), size = rendezvous->world_size();
+    auto comm = join_group(rendezvous->client(), "mpi", "bench", uint32_t(size), false,
+                           UNASSIGNED_RANK, uint64_t(rank))
+                    .communicator;
+    MPI_Comm raw = static_cast<MpiCommunicator&>(*comm).mpi_comm();
+    size_t iters = iterations_for(bytes);
+    auto slowest = [&](double local) {
+        double out = 0;
+        BRAID_MPI_CHECK(MPI_Allreduce(&local, &out, 1, MPI_DOUBLE, MPI_MAX, raw));
+        return out;
+    };
+    for (auto& op : ops) {
+        Buffers b = make_buffers(op, bytes, size_t(size));
+        CollectiveGraph g(op, b, size_t(size), uint32_t(rank), "cpu0", rendezvous->client(), "mpi");
+        g.warm_up();
+        for (int i = 0; i < 2; ++i) {
+            run_op(*comm, op, g.send(), g.recv(), g.count);
+            run_raw_mpi(raw, op, g.send(), g.recv(), g.count);
+        }
+        std::vector<double> bare_calls, graph_calls, raw_calls;
+        for (int rep = 0; rep < reps; ++rep) {
+            BRAID_MPI_CHECK(MPI_Barrier(raw));
+            for (size_t i = 0; i < iters; ++i) {
+                auto start = Clock::now();
+                run_op(*comm, op, g.send(), g.recv(), g.count);
+                bare_calls.push_back(seconds_since(start));
+                start = Clock::now();
+                g.exec->run();
+                graph_calls.push_back(seconds_since(start));
+                start = Clock::now();
+                run_raw_mpi(raw, op, g.send(), g.recv(), g.count);
+                raw_calls.push_back(seconds_since(start));
+            }
+        }
+        double bare_s = slowest(median(bare_calls)), graph_s = slowest(median(graph_calls)),
+               raw_s = slowest(median(raw_calls));
+        if (rank == 0)
+            print_via_graph(json, "mpi", op, size_t(size), bytes, inline_run, bare_s * 1e6,
+                            graph_s * 1e6, raw_s * 1e6);
+    }
+    comm.reset();
+    CommunicatorCache::instance().clear();
+    BRAID_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+    rendezvous.reset();
+    return 0;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -430,6 +647,11 @@ int main(int argc, char** argv) {
     app.add_option("--reps", reps, "timed repetitions per op (the best is kept)")
         ->check(CLI::Range(1, 100));
     app.add_flag("--json", json, "one JSON object per op");
+    bool via_graph = false, inline_run = false;
+    app.add_flag("--via-graph", via_graph,
+                 "also run each op as a CollectiveComm operator in a compiled graph");
+    app.add_flag("--inline", inline_run,
+                 "with --via-graph: graphs on cpu:default (kernels in the calling thread)");
     CLI11_PARSE(app, argc, argv);
     if (backend != "nccl" && std::count(ops.begin(), ops.end(), "reduce")) {
         std::fprintf(stderr, "bench_comm: reduce is measured on the nccl backend only\n");
@@ -439,6 +661,10 @@ int main(int argc, char** argv) {
         if (backend == "nccl")
             return bench_nccl(ranks, ranks_opt->count() > 0, bytes, json,
                               ops_opt->count() > 0 ? ops : NCCL_OPS, reps);
+        if (via_graph)
+            return backend == "mpi"
+                       ? bench_mpi_via_graph(bytes, json, ops, reps, inline_run)
+                       : bench_local_via_graph(ranks, bytes, json, ops, reps, inline_run);
         return backend == "mpi" ? bench_mpi(bytes, json, ops, reps)
                                 : bench_local(ranks, bytes, json, ops, reps);
     } catch (const std::exception& e) {

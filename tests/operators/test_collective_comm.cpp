@@ -1,6 +1,7 @@
 // CollectiveComm on the local backend: every mode forward (one graph per rank on threads,
 // and one graph with N comp nodes), gradients against finite differences, and the errors.
 #include "checker.h"
+#include "collective_reference.h"
 
 #include "comm/group_client.h"
 
@@ -19,107 +20,6 @@ std::shared_ptr<comm::GroupClient> fresh_client() {
     return std::make_shared<comm::InProcessGroupClient>(std::make_shared<comm::GroupManager>());
 }
 
-bool has_input(CollectiveMode m, bool root) {
-    return !((m == CollectiveMode::BROADCAST || m == CollectiveMode::SCATTER) && !root);
-}
-
-//! The expected output of `rank` for `mode`, from every rank's input (inputs[r], or empty).
-Tensor reference(CollectiveMode mode, const std::vector<Tensor>& in, uint32_t rank, uint32_t root) {
-    size_t n = in.size();
-    const Tensor& x0 = in[root].empty() ? in[0] : in[root];
-    const TensorShape& s = x0.shape();
-    size_t e = s.total_nr_elems();
-    auto vec = [&](const TensorShape& shape) { return Tensor(shape, dtype::Float32()); };
-    auto at = [&](size_t r, size_t i) { return float(in[r].at(i)); };
-    auto put = [](Tensor& t, size_t i, float v) { t.ptr<float>()[i] = v; };
-    TensorShape gathered = s, split = s;
-    gathered[0] = s[0] * n;
-    split[0] = s[0] / n;
-    switch (mode) {
-    case CollectiveMode::ALL_REDUCE_SUM:
-    case CollectiveMode::ALL_REDUCE_MAX:
-    case CollectiveMode::ALL_REDUCE_MIN: {
-        Tensor r = vec(s);
-        for (size_t i = 0; i < e; ++i) {
-            float v = at(0, i);
-            for (size_t k = 1; k < n; ++k)
-                v = mode == CollectiveMode::ALL_REDUCE_SUM   ? v + at(k, i)
-                    : mode == CollectiveMode::ALL_REDUCE_MAX ? std::max(v, at(k, i))
-                                                             : std::min(v, at(k, i));
-            put(r, i, v);
-        }
-        return r;
-    }
-    case CollectiveMode::BROADCAST:
-        return in[root].copy();
-    case CollectiveMode::REDUCE_SUM: {
-        if (rank != root) {
-            Tensor z = vec({1});
-            put(z, 0, 0.f);
-            return z;
-        }
-        return reference(CollectiveMode::ALL_REDUCE_SUM, in, rank, root);
-    }
-    case CollectiveMode::ALL_GATHER:
-    case CollectiveMode::GATHER: {
-        if (mode == CollectiveMode::GATHER && rank != root) {
-            Tensor z = vec({1});
-            put(z, 0, 0.f);
-            return z;
-        }
-        Tensor r = vec(gathered);
-        for (size_t k = 0; k < n; ++k)
-            for (size_t i = 0; i < e; ++i) put(r, k * e + i, at(k, i));
-        return r;
-    }
-    case CollectiveMode::REDUCE_SCATTER_SUM: {
-        Tensor sum = reference(CollectiveMode::ALL_REDUCE_SUM, in, rank, root);
-        Tensor r = vec(split);
-        size_t b = e / n;
-        for (size_t i = 0; i < b; ++i) put(r, i, float(sum.at(rank * b + i)));
-        return r;
-    }
-    case CollectiveMode::SCATTER: {
-        Tensor r = vec(split);
-        size_t b = e / n;
-        for (size_t i = 0; i < b; ++i) put(r, i, at(root, rank * b + i));
-        return r;
-    }
-    case CollectiveMode::ALL_TO_ALL: {
-        Tensor r = vec(s);
-        size_t b = e / n;
-        for (size_t j = 0; j < n; ++j) // block j of my output = block `rank` of rank j's input
-            for (size_t i = 0; i < b; ++i) put(r, j * b + i, at(j, rank * b + i));
-        return r;
-    }
-    }
-    return {};
-}
-
-const std::vector<CollectiveMode> kAllModes = {CollectiveMode::ALL_REDUCE_SUM,
-                                               CollectiveMode::ALL_REDUCE_MAX,
-                                               CollectiveMode::ALL_REDUCE_MIN,
-                                               CollectiveMode::BROADCAST,
-                                               CollectiveMode::REDUCE_SUM,
-                                               CollectiveMode::ALL_GATHER,
-                                               CollectiveMode::REDUCE_SCATTER_SUM,
-                                               CollectiveMode::GATHER,
-                                               CollectiveMode::SCATTER,
-                                               CollectiveMode::ALL_TO_ALL};
-
-opr::CollectiveParam make_param(CollectiveMode mode, const std::string& key, uint32_t n,
-                                uint32_t rank, uint32_t root,
-                                std::shared_ptr<comm::GroupClient> client) {
-    opr::CollectiveParam p;
-    p.key = key;
-    p.nr_devices = n;
-    p.rank = int32_t(rank);
-    p.is_root = rank == root;
-    p.group_client = std::move(client);
-    p.mode = mode;
-    return p;
-}
-
 } // namespace
 
 class CollectiveComm : public ::testing::Test {
@@ -129,14 +29,14 @@ protected:
 
 TEST_F(CollectiveComm, EveryModeOneGraphPerRankOnThreads) {
     for (uint32_t n : {1u, 2u, 3u, 4u})
-        for (auto mode : kAllModes) {
+        for (auto mode : all_collective_modes()) {
             SCOPED_TRACE(fmt::format("{} with {} ranks", opr::collective_mode_name(mode), n));
             auto client = fresh_client();
             uint32_t root = n - 1;
             std::mt19937 rng(n * 31 + uint32_t(mode));
             std::vector<Tensor> inputs(n);
             for (uint32_t r = 0; r < n; ++r)
-                if (has_input(mode, r == root))
+                if (collective_has_input(mode, r == root))
                     inputs[r] = random_tensor({n * 2, 3}, dtype::Float32(), rng);
             std::vector<Tensor> results(n);
             std::vector<TensorShape> static_shapes(n);
@@ -152,7 +52,7 @@ TEST_F(CollectiveComm, EveryModeOneGraphPerRankOnThreads) {
                         if (!inputs[r].empty())
                             x = opr::Input::make(*g, "x", dtype::Float32(), inputs[r].shape());
                         auto y = opr::CollectiveComm::make(
-                            x, *g, make_param(mode, "fwd", n, r, root, client));
+                            x, *g, collective_param(mode, "fwd", n, r, root, client));
                         auto exec = g->compile({y});
                         static_shapes[r] = y.shape(); // known before execution
                         if (x.valid()) exec->feed("x", inputs[r]);
@@ -165,7 +65,7 @@ TEST_F(CollectiveComm, EveryModeOneGraphPerRankOnThreads) {
             for (auto& t : threads) t.join();
             for (uint32_t r = 0; r < n; ++r) {
                 ASSERT_EQ(errors[r], "") << "rank " << r;
-                Tensor expect = reference(mode, inputs, r, root);
+                Tensor expect = collective_reference(mode, inputs, r, root);
                 EXPECT_EQ(static_shapes[r], expect.shape()) << "rank " << r;
                 expect_tensor_near(results[r], expect, 1e-6, 1e-6, fmt::format("rank {}", r));
             }
@@ -173,8 +73,8 @@ TEST_F(CollectiveComm, EveryModeOneGraphPerRankOnThreads) {
 }
 
 TEST_F(CollectiveComm, EveryModeOneGraphWithNCompNodes) {
-    for (uint32_t n : {2u, 3u})
-        for (auto mode : kAllModes) {
+    for (uint32_t n : {1u, 2u, 3u, 4u})
+        for (auto mode : all_collective_modes()) {
             SCOPED_TRACE(fmt::format("{} with {} comp nodes", opr::collective_mode_name(mode), n));
             auto client = fresh_client();
             uint32_t root = 0;
@@ -186,14 +86,15 @@ TEST_F(CollectiveComm, EveryModeOneGraphWithNCompNodes) {
             for (uint32_t r = 0; r < n; ++r) {
                 auto cn = CompNode::load(fmt::format("cpu{}", r));
                 SymbolVar x;
-                if (has_input(mode, r == root)) {
+                if (collective_has_input(mode, r == root)) {
                     inputs[r] = random_tensor({n * 2, 2}, dtype::Float32(), rng);
                     x = opr::Input::make(*g, fmt::format("x{}", r), dtype::Float32(),
                                          inputs[r].shape(), cn);
                 }
                 xs.push_back(x);
                 outs.push_back(opr::CollectiveComm::make(
-                    x, *g, make_param(mode, "single", n, r, root, client), OperatorConfig::on(cn)));
+                    x, *g, collective_param(mode, "single", n, r, root, client),
+                    OperatorConfig::on(cn)));
             }
             auto exec = g->compile(outs);
             for (uint32_t r = 0; r < n; ++r)
@@ -201,8 +102,8 @@ TEST_F(CollectiveComm, EveryModeOneGraphWithNCompNodes) {
             for (int iter = 0; iter < 2; ++iter) {
                 exec->run();
                 for (uint32_t r = 0; r < n; ++r)
-                    expect_tensor_near(exec->output(r), reference(mode, inputs, r, root), 1e-6,
-                                       1e-6, fmt::format("rank {}", r));
+                    expect_tensor_near(exec->output(r), collective_reference(mode, inputs, r, root),
+                                       1e-6, 1e-6, fmt::format("rank {}", r));
             }
         }
 }
@@ -222,7 +123,7 @@ TEST_F(CollectiveComm, LocalGradientsFollowTheirDefinitions) {
         for (uint32_t r = 0; r < n; ++r) {
             auto cn = CompNode::load(fmt::format("cpu{}", r));
             auto x = opr::Input::make(*g, fmt::format("x{}", r), dtype::Float32(), {4, 1}, cn);
-            auto p = make_param(mode, "local", n, r, 0, client);
+            auto p = collective_param(mode, "local", n, r, 0, client);
             p.local_grad = true;
             auto y = opr::CollectiveComm::make(x, *g, p, OperatorConfig::on(cn));
             w[r] = random_tensor(y.shape(), dtype::Float32(), rng);
@@ -258,14 +159,14 @@ TEST_F(CollectiveComm, ShapeAndDtypeErrorsAtBuildTime) {
     auto x = opr::Input::make(*g, "x", dtype::Float32(), {10, 2});
     try {
         opr::CollectiveComm::make(
-            x, *g, make_param(CollectiveMode::REDUCE_SCATTER_SUM, "rs", 3, 0, 0, client));
+            x, *g, collective_param(CollectiveMode::REDUCE_SCATTER_SUM, "rs", 3, 0, 0, client));
         FAIL() << "expected ShapeError";
     } catch (const ShapeError& e) {
         std::string msg = e.what();
         EXPECT_NE(msg.find("10"), std::string::npos) << msg;
         EXPECT_NE(msg.find("nr_devices 3"), std::string::npos) << msg;
     }
-    auto p = make_param(CollectiveMode::ALL_REDUCE_SUM, "dt", 1, 0, 0, client);
+    auto p = collective_param(CollectiveMode::ALL_REDUCE_SUM, "dt", 1, 0, 0, client);
     p.dtype = dtype::Int32();
     try {
         opr::CollectiveComm::make(x, *g, p);
@@ -293,8 +194,8 @@ TEST_F(CollectiveComm, PeersDisagreeingOnShapeOrModeFailOnEveryRank) {
                     auto mode = mode_differs && r == 1 ? CollectiveMode::ALL_REDUCE_MAX
                                                        : CollectiveMode::ALL_REDUCE_SUM;
                     auto x = opr::Input::make(*g, "x", dtype::Float32(), s);
-                    auto y =
-                        opr::CollectiveComm::make(x, *g, make_param(mode, "mm", 2, r, 0, client));
+                    auto y = opr::CollectiveComm::make(
+                        x, *g, collective_param(mode, "mm", 2, r, 0, client));
                     auto exec = g->compile({y});
                     exec->feed("x", Tensor(s, dtype::Float32())).run();
                 } catch (const CommError& e) {
@@ -318,7 +219,7 @@ TEST_F(CollectiveComm, MissingRankTimesOutNamingIt) {
     auto g = ComputingGraph::make();
     auto x = opr::Input::make(*g, "x", dtype::Float32(), {4});
     auto y = opr::CollectiveComm::make(
-        x, *g, make_param(CollectiveMode::ALL_REDUCE_SUM, "lonely", 2, 0, 0, client));
+        x, *g, collective_param(CollectiveMode::ALL_REDUCE_SUM, "lonely", 2, 0, 0, client));
     auto exec = g->compile({y});
     exec->feed("x", Tensor(TensorShape{4}, dtype::Float32()));
     exec->execute();
@@ -337,7 +238,7 @@ TEST_F(CollectiveComm, DisableFlagZeroRunsOneSkipsOtherValuesAreErrors) {
     auto client = fresh_client();
     auto g = ComputingGraph::make();
     auto x = opr::Input::make(*g, "x", dtype::Float32(), {3});
-    auto p = make_param(CollectiveMode::ALL_REDUCE_SUM, "dis", 1, 0, 0, client);
+    auto p = collective_param(CollectiveMode::ALL_REDUCE_SUM, "dis", 1, 0, 0, client);
     p.disable = std::make_shared<std::atomic<int>>(0);
     auto y = opr::CollectiveComm::make(x, *g, p) * 1.0;
     auto exec = g->compile({y});

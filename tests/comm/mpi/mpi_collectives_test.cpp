@@ -4,21 +4,20 @@
 #include "base/error.h"
 #include "collective_checker.h"
 #include "comm/mpi_communicator.h"
-#include "comm/mpi_rendezvous.h"
+#include "mpi_test_main.h"
 
 #include <gtest/gtest.h>
 
 namespace braid::comm::test {
 namespace {
 
-std::shared_ptr<GroupClient> g_client;
 int g_test_counter = 0;
 
 //! Joins a fresh mpi group of all processes (key unique per call, equal across ranks since
 //! every process runs the same tests in the same order).
 std::shared_ptr<Communicator> join_world() {
     std::string key = fmt::format("mpi-test-{}", g_test_counter++);
-    auto member = join_group(g_client, "mpi", key, uint32_t(mpi_world_size()), false,
+    auto member = join_group(mpi_test_client(), "mpi", key, uint32_t(mpi_world_size()), false,
                              UNASSIGNED_RANK, uint64_t(mpi_world_rank()));
     EXPECT_EQ(int(member.info.rank), mpi_world_rank());
     return member.communicator;
@@ -108,8 +107,8 @@ TEST(MpiCollectives, SubgroupOfTheWorldWorks) {
     int world_rank = mpi_world_rank();
     std::string key = fmt::format("mpi-subgroup-{}", g_test_counter++);
     if (world_rank > 1) return;
-    auto member =
-        join_group(g_client, "mpi", key, 2, world_rank == 1, UNASSIGNED_RANK, uint64_t(world_rank));
+    auto member = join_group(mpi_test_client(), "mpi", key, 2, world_rank == 1, UNASSIGNED_RANK,
+                             uint64_t(world_rank));
     EXPECT_EQ(member.info.root_rank, 1u);
     int32_t value = world_rank + 10, sum = 0;
     member.communicator->all_reduce(&value, &sum, 1, dtype::Int32(), ReduceOp::SUM);
@@ -118,25 +117,3 @@ TEST(MpiCollectives, SubgroupOfTheWorldWorks) {
 
 } // namespace
 } // namespace braid::comm::test
-
-int main(int argc, char** argv) {
-    using namespace braid::comm;
-    ::testing::InitGoogleTest(&argc, argv);
-    mpi_ensure_initialized();
-    int rank = mpi_world_rank();
-    // Only rank 0 prints gtest's report; the others report failures through the exit code.
-    if (rank != 0) {
-        auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-        delete listeners.Release(listeners.default_result_printer());
-    }
-    auto rendezvous = std::make_unique<MpiRendezvous>();
-    braid::comm::test::g_client = rendezvous->client();
-    int failed = RUN_ALL_TESTS();
-    int any_failed = 0;
-    BRAID_MPI_CHECK(MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
-    if (failed) std::fprintf(stderr, "braid_mpi_tests: rank %d had failures\n", rank);
-    braid::comm::test::g_client.reset();
-    CommunicatorCache::instance().clear();
-    rendezvous.reset();
-    return any_failed;
-}

@@ -1,0 +1,175 @@
+// CollectiveComm on the "mpi" backend: one graph per process under mpirun. Every process
+// draws every rank's inputs from a seed all ranks share, so each can compute what any rank
+// must get (tests/operators/collective_reference.h). Checked: every mode forward with two
+// roots, the static output shapes of non-roots before any rank executes, and the gradients of
+// a loss summed over ranks for the modes whose backward pass is itself a collective.
+#include "checker.h"
+#include "collective_reference.h"
+#include "comm/mpi_communicator.h"
+#include "mpi_test_main.h"
+
+#include <gtest/gtest.h>
+
+using namespace braid;
+using namespace braid::test;
+using opr::CollectiveMode;
+
+namespace {
+
+uint32_t world_rank() {
+    return uint32_t(comm::mpi_world_rank());
+}
+uint32_t world_size() {
+    return uint32_t(comm::mpi_world_size());
+}
+
+//! A key no earlier test used, equal on every rank (all run the same tests in order).
+std::string fresh_key(const std::string& what) {
+    static int counter = 0;
+    return fmt::format("mpi-cc-{}-{}", what, counter++);
+}
+
+//! Every rank's input of `shape` for `mode` (empty for ranks without one), from `seed`.
+std::vector<Tensor> inputs_of_all_ranks(CollectiveMode mode, const TensorShape& shape,
+                                        uint32_t root, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::vector<Tensor> inputs(world_size());
+    for (uint32_t r = 0; r < world_size(); ++r)
+        if (collective_has_input(mode, r == root))
+            inputs[r] = random_tensor(shape, dtype::Float32(), rng);
+    return inputs;
+}
+
+//! This process's collective of `mode` in `graph`, on input `x` (invalid for non-roots of
+//! BROADCAST and SCATTER).
+SymbolVar collective(ComputingGraph& graph, SymbolVar x, CollectiveMode mode,
+                     const std::string& key, uint32_t root) {
+    return opr::CollectiveComm::make(x, graph,
+                                     collective_param(mode, key, world_size(), world_rank(), root,
+                                                      comm::test::mpi_test_client(), "mpi"));
+}
+
+void barrier() {
+    BRAID_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+}
+
+TEST(MpiCollectiveComm, EveryModeForwardMatchesReference) {
+    register_all_operators();
+    uint32_t n = world_size(), rank = world_rank();
+    for (uint32_t root : {0u, n - 1})
+        for (auto mode : all_collective_modes()) {
+            SCOPED_TRACE(
+                fmt::format("{}, {} ranks, root {}", opr::collective_mode_name(mode), n, root));
+            auto inputs = inputs_of_all_ranks(mode, {n * 2, 3}, root, 7 * n + uint32_t(mode));
+            Tensor expect = collective_reference(mode, inputs, rank, root);
+            auto graph = ComputingGraph::make();
+            SymbolVar x;
+            if (!inputs[rank].empty())
+                x = opr::Input::make(*graph, "x", dtype::Float32(), inputs[rank].shape());
+            auto y = collective(*graph, x, mode, fresh_key("fwd"), root);
+            auto exec = graph->compile({y});
+            EXPECT_EQ(y.shape(), expect.shape()); // static: known before execution
+            if (x.valid()) exec->feed("x", inputs[rank]);
+            for (int run = 0; run < 2; ++run) { // the second run reuses the communicator
+                exec->run();
+                expect_tensor_near(exec->output(0), expect, 1e-6, 1e-6,
+                                   fmt::format("rank {} run {}", rank, run));
+            }
+        }
+}
+
+TEST(MpiCollectiveComm, NonRootShapesAreKnownBeforeAnyRankExecutes) {
+    register_all_operators();
+    uint32_t n = world_size(), rank = world_rank(), root = n - 1;
+    for (auto mode : {CollectiveMode::BROADCAST, CollectiveMode::SCATTER}) {
+        SCOPED_TRACE(opr::collective_mode_name(mode));
+        TensorShape root_shape{n * 3, 5};
+        auto graph = ComputingGraph::make();
+        SymbolVar x;
+        if (rank == root) x = opr::Input::make(*graph, "x", dtype::Float32(), root_shape);
+        auto y = collective(*graph, x, mode, fresh_key("static"), root);
+        auto exec = graph->compile({y});
+        // compile() waited for the root's shape; nobody has executed yet.
+        ASSERT_TRUE(y.node()->shape_known());
+        TensorShape expect = mode == CollectiveMode::BROADCAST ? root_shape : TensorShape{3, 5};
+        EXPECT_EQ(y.shape(), expect) << "rank " << rank;
+        barrier();
+        std::mt19937 rng(11);
+        Tensor value = random_tensor(root_shape, dtype::Float32(), rng);
+        if (x.valid()) exec->feed("x", value);
+        exec->run();
+        std::vector<Tensor> inputs(n);
+        inputs[root] = value;
+        expect_tensor_near(exec->output(0), collective_reference(mode, inputs, rank, root), 1e-6,
+                           1e-6, fmt::format("rank {}", rank));
+    }
+}
+
+//! d(sum over ranks k of <y_k, w_k>) / d x_rank, for y_k the output of `mode` on rank k.
+Tensor expected_input_grad(CollectiveMode mode, const std::vector<Tensor>& w,
+                           const TensorShape& input_shape, uint32_t rank) {
+    size_t n = w.size(), e = input_shape.total_nr_elems();
+    Tensor g(input_shape, dtype::Float32());
+    float* out = g.ptr<float>();
+    for (size_t i = 0; i < e; ++i) {
+        double v = 0;
+        switch (mode) {
+        case CollectiveMode::ALL_REDUCE_SUM: // y_k = sum_j x_j
+        case CollectiveMode::BROADCAST:      // y_k = x_root
+            for (size_t k = 0; k < n; ++k) v += w[k].at(i);
+            break;
+        case CollectiveMode::ALL_GATHER: // block `rank` of every y_k is x_rank
+            for (size_t k = 0; k < n; ++k) v += w[k].at(rank * e + i);
+            break;
+        case CollectiveMode::REDUCE_SCATTER_SUM: // y_k = block k of sum_j x_j
+            v = w[i / (e / n)].at(i % (e / n));
+            break;
+        default:
+            ADD_FAILURE() << "no expected gradient for " << opr::collective_mode_name(mode);
+        }
+        out[i] = float(v);
+    }
+    return g;
+}
+
+TEST(MpiCollectiveComm, GradientsOfALossSummedOverRanks) {
+    // Rank k's loss is <y_k, w_k>; the gradient each rank gets for its input is that of the
+    // sum over ranks, which the backward collective assembles. Rank k also differentiates
+    // w.r.t. w_k (= y_k): a BROADCAST non-root has no input, yet must join the backward
+    // collective the root waits for.
+    register_all_operators();
+    uint32_t n = world_size(), rank = world_rank(), root = n - 1;
+    for (auto mode : {CollectiveMode::ALL_REDUCE_SUM, CollectiveMode::ALL_GATHER,
+                      CollectiveMode::REDUCE_SCATTER_SUM, CollectiveMode::BROADCAST}) {
+        SCOPED_TRACE(fmt::format("{}, {} ranks", opr::collective_mode_name(mode), n));
+        TensorShape in_shape{n * 2, 3};
+        auto inputs = inputs_of_all_ranks(mode, in_shape, root, 31 * n + uint32_t(mode));
+        std::vector<Tensor> forward(n), weights(n);
+        std::mt19937 rng(97);
+        for (uint32_t k = 0; k < n; ++k) {
+            forward[k] = collective_reference(mode, inputs, k, root);
+            weights[k] = random_tensor(forward[k].shape(), dtype::Float32(), rng, -1, 1);
+        }
+        auto graph = ComputingGraph::make();
+        SymbolVar x;
+        if (!inputs[rank].empty()) x = opr::Input::make(*graph, "x", dtype::Float32(), in_shape);
+        auto y = collective(*graph, x, mode, fresh_key("grad"), root);
+        auto w = opr::Input::make(*graph, "w", dtype::Float32(), weights[rank].shape());
+        auto loss = opr::reduce_sum(y * w);
+        SymbolVarArray wrt{w};
+        if (x.valid()) wrt.push_back(x);
+        auto grads = grad(loss, wrt);
+        std::vector<OutputSpec> outputs(grads.begin(), grads.end());
+        auto exec = graph->compile(outputs);
+        exec->feed("w", weights[rank]);
+        if (x.valid()) exec->feed("x", inputs[rank]);
+        exec->run();
+        expect_tensor_near(exec->output(0), forward[rank], 1e-6, 1e-6,
+                           fmt::format("d loss / d w on rank {}", rank));
+        if (x.valid())
+            expect_tensor_near(exec->output(1), expected_input_grad(mode, weights, in_shape, rank),
+                               1e-5, 1e-5, fmt::format("d loss / d x on rank {}", rank));
+    }
+}
+
+} // namespace
