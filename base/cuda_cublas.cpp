@@ -43,6 +43,7 @@ const CublasApi& load_cublas() {
     resolve(lib, "cublasSetStream_v2", api.set_stream, file);
     resolve(lib, "cublasSgemm_v2", api.sgemm, file);
     resolve(lib, "cublasGemmEx", api.gemm_ex, file);
+    resolve(lib, "cublasGemmStridedBatchedEx", api.gemm_strided_batched_ex, file);
     resolve(lib, "cublasGetStatusString", api.status_string, file);
     resolve(lib, "cublasGetStatusName", api.status_name, file);
     g_loaded.store(&api, std::memory_order_release);

@@ -22,6 +22,13 @@ struct CublasApi {
                               const void*, const void*, cudaDataType, int, const void*,
                               cudaDataType, int, const void*, void*, cudaDataType, int,
                               cublasComputeType_t, cublasGemmAlgo_t);
+    //! cublasGemmStridedBatchedEx, the cublasComputeType_t overload (as gemm_ex).
+    cublasStatus_t (*gemm_strided_batched_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t,
+                                              int, int, int, const void*, const void*, cudaDataType,
+                                              int, long long int, const void*, cudaDataType, int,
+                                              long long int, const void*, void*, cudaDataType, int,
+                                              long long int, int, cublasComputeType_t,
+                                              cublasGemmAlgo_t);
     decltype(&cublasGetStatusString) status_string;
     decltype(&cublasGetStatusName) status_name;
 };

@@ -199,6 +199,11 @@ SymbolVar subtensor(SymbolVar x, std::vector<AxisIndex> items) {
     return Subtensor::make(x, std::move(items));
 }
 
+Tensor subtensor_view(const Tensor& x, const std::vector<AxisIndex>& items,
+                      const std::string& who) {
+    return slice_view(x, items, who);
+}
+
 // ---------------------------------------------------------------- SetSubtensor
 SetSubtensor::SetSubtensor(VarNode* x, VarNode* value, Kind kind, std::vector<AxisIndex> items,
                            const OperatorConfig& config)

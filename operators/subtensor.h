@@ -92,6 +92,9 @@ private:
 
 //! x[items] as a view.
 SymbolVar subtensor(SymbolVar x, std::vector<AxisIndex> items);
+//! The tensor x[items] as a view of `x` (host or device memory; nothing is copied), as
+//! Subtensor computes it; throws ShapeError naming `who` for bad items. For device kernels.
+Tensor subtensor_view(const Tensor& x, const std::vector<AxisIndex>& items, const std::string& who);
 //! x with x[items] = value.
 SymbolVar set_subtensor(SymbolVar x, SymbolVar value, std::vector<AxisIndex> items);
 //! x with x[items] += value.

@@ -62,6 +62,13 @@ void register_cuda_kernels() {
     cuda::register_reduce_kernels();
     cuda::register_matmul_kernels();
     cuda::register_optimizer_kernels();
+    cuda::register_normalization_kernels();
+    cuda::register_concat_split_kernels();
+    cuda::register_subtensor_kernels();
+    cuda::register_indexing_kernels();
+    cuda::register_fill_kernels();
+    cuda::register_attention_kernels();
+    cuda::register_conv_kernels();
 }
 
 } // namespace braid::opr

@@ -26,6 +26,13 @@ void register_tensor_manip_kernels();
 void register_reduce_kernels();
 void register_matmul_kernels();
 void register_optimizer_kernels();
+void register_normalization_kernels();
+void register_concat_split_kernels();
+void register_subtensor_kernels();
+void register_indexing_kernels();
+void register_fill_kernels();
+void register_attention_kernels();
+void register_conv_kernels();
 
 //! The kernel state of `opr`, of type S, created on first use.
 template <typename S> S& kernel_state(OperatorNode& opr) {

@@ -1,5 +1,5 @@
-// CUDA kernel of Elemwise: picks the flat or the strided launch and reports integer division
-// by zero like the CPU kernel.
+// CUDA kernel of Elemwise (every mode): picks the flat or the strided launch and reports integer
+// division by zero and negative integer exponents like the CPU kernel.
 #include "operators/elemwise.h"
 #include "base/cuda_check.h"
 #include "base/error.h"
@@ -11,43 +11,60 @@ namespace braid::opr::cuda {
 
 namespace {
 
-//! The mode numbering of elemwise.cu, or -1 for modes that have no CUDA kernel yet.
-int cuda_mode(ElemMode mode) {
-    switch (mode) {
-    case ElemMode::NEG:
-        return 0;
-    case ElemMode::ABS:
-        return 1;
-    case ElemMode::RELU:
-        return 2;
-    case ElemMode::EXP:
-        return 3;
-    case ElemMode::LOG:
-        return 4;
-    case ElemMode::TANH:
-        return 5;
-    case ElemMode::SIGMOID:
-        return 6;
-    case ElemMode::ADD:
-        return 7;
-    case ElemMode::SUB:
-        return 8;
-    case ElemMode::MUL:
-        return 9;
-    case ElemMode::TRUE_DIV:
-        return 10;
-    case ElemMode::FLOOR_DIV:
-        return 11;
-    case ElemMode::MAX:
-        return 12;
-    case ElemMode::MIN:
-        return 13;
-    default:
-        return -1;
-    }
-}
+using braid::cuda::ElemKernelMode;
 
-//! A device-visible error flag in pinned memory (integer division by zero).
+// The kernels number the modes like ElemMode.
+#define BRAID_SAME_MODE(M)                                                                         \
+    static_assert(int(ElemMode::M) == int(ElemKernelMode::M), "ElemKernelMode::" #M)
+BRAID_SAME_MODE(NEG);
+BRAID_SAME_MODE(ABS);
+BRAID_SAME_MODE(SIGN);
+BRAID_SAME_MODE(RELU);
+BRAID_SAME_MODE(EXP);
+BRAID_SAME_MODE(EXPM1);
+BRAID_SAME_MODE(LOG);
+BRAID_SAME_MODE(LOG1P);
+BRAID_SAME_MODE(SQRT);
+BRAID_SAME_MODE(RSQRT);
+BRAID_SAME_MODE(SQUARE);
+BRAID_SAME_MODE(SIN);
+BRAID_SAME_MODE(COS);
+BRAID_SAME_MODE(TANH);
+BRAID_SAME_MODE(SIGMOID);
+BRAID_SAME_MODE(GELU);
+BRAID_SAME_MODE(GELU_TANH);
+BRAID_SAME_MODE(SILU);
+BRAID_SAME_MODE(ERF);
+BRAID_SAME_MODE(FLOOR);
+BRAID_SAME_MODE(CEIL);
+BRAID_SAME_MODE(ROUND);
+BRAID_SAME_MODE(LOGICAL_NOT);
+BRAID_SAME_MODE(ADD);
+BRAID_SAME_MODE(SUB);
+BRAID_SAME_MODE(MUL);
+BRAID_SAME_MODE(TRUE_DIV);
+BRAID_SAME_MODE(FLOOR_DIV);
+BRAID_SAME_MODE(MOD);
+BRAID_SAME_MODE(POW);
+BRAID_SAME_MODE(MAX);
+BRAID_SAME_MODE(MIN);
+BRAID_SAME_MODE(LT);
+BRAID_SAME_MODE(LEQ);
+BRAID_SAME_MODE(EQ);
+BRAID_SAME_MODE(NEQ);
+BRAID_SAME_MODE(LOGICAL_AND);
+BRAID_SAME_MODE(LOGICAL_OR);
+BRAID_SAME_MODE(LOGICAL_XOR);
+BRAID_SAME_MODE(CLIP);
+BRAID_SAME_MODE(WHERE);
+BRAID_SAME_MODE(COND_LEQ_MOV);
+BRAID_SAME_MODE(FMA3);
+#undef BRAID_SAME_MODE
+static_assert(int(ElemMode::FMA3) + 1 == int(ElemKernelMode::NR_MODES),
+              "operators/cuda/elemwise_kernels.h lists every ElemMode");
+
+//! A device-visible error flag in pinned memory (integer division by zero, negative integer
+//! exponent).
 struct ElemwiseState final : KernelState {
     Storage flag;
 };
@@ -59,11 +76,11 @@ void elemwise_cuda(OperatorNode& opr, ExecCtx& ctx) {
     braid::cuda::ElemwiseLaunch L;
     L.n = int64_t(y.shape().total_nr_elems());
     if (L.n == 0) return;
-    L.mode = cuda_mode(ew.mode());
-    if (L.mode < 0)
-        BRAID_THROW(GraphError, "{} has no CUDA kernel for mode {} on {}", opr.describe(),
-                    elem_mode_name(ew.mode()), opr.comp_node().locator());
-    L.dtype = dtype_code(y.dtype());
+    ElemMode mode = ew.mode();
+    L.mode = ElemKernelMode(int(mode));
+    // The dtype the mode computes on: the inputs' (WHERE: its branches', after the condition).
+    DType compute = ctx.input(mode == ElemMode::WHERE ? 1 : 0).dtype();
+    L.dtype = dtype_code(compute);
     L.arity = int(ctx.nr_inputs());
     L.out = y.raw_ptr();
     L.max_blocks = int64_t(cuda.sm_count()) * 8;
@@ -76,7 +93,7 @@ void elemwise_cuda(OperatorNode& opr, ExecCtx& ctx) {
         if (!(L.scalar[i] || (nx == L.n && x.layout().is_contiguous()))) L.flat = false;
     }
     if (!L.flat) {
-        L.scalar[0] = L.scalar[1] = false;
+        for (bool& s : L.scalar) s = false;
         const TensorShape& ys = y.shape();
         L.ndim = int(ys.ndim());
         for (int d = 0; d < L.ndim; ++d) L.shape[d] = int64_t(ys[size_t(d)]);
@@ -85,23 +102,31 @@ void elemwise_cuda(OperatorNode& opr, ExecCtx& ctx) {
             for (int d = 0; d < L.ndim; ++d) L.stride[i][d] = lb.stride[size_t(d)];
         }
     }
-    bool int_div = ew.mode() == ElemMode::FLOOR_DIV && !y.dtype().is_float();
+    // Integer FLOOR_DIV and MOD fail on a zero divisor, integer POW on a negative exponent.
+    bool checked =
+        (mode == ElemMode::FLOOR_DIV || mode == ElemMode::MOD || mode == ElemMode::POW) &&
+        compute.is_integer();
     int* flag = nullptr;
-    if (int_div) {
+    if (checked) {
         auto& st = kernel_state<ElemwiseState>(opr);
         if (st.flag.empty()) st.flag = Storage::make(sizeof(int), CudaHostAllocator::instance());
         flag = reinterpret_cast<int*>(st.flag.ptr());
-        *flag = 0; // the previous run's kernel finished (each run ends synchronised)
+        *flag = braid::cuda::ELEM_ERR_NONE; // the previous run's kernel finished (runs end
+                                            // synchronised)
     }
     L.error_flag = flag;
     if (!braid::cuda::launch_elemwise(L, cuda.stream()))
-        BRAID_THROW(DTypeError, "{}: no CUDA kernel for dtype {}", opr.describe(),
-                    y.dtype().name());
-    if (int_div) {
-        // Rare (shape arithmetic): wait for the result to report division by zero as the CPU
-        // kernel does.
+        BRAID_THROW(DTypeError, "{}: no CUDA kernel for mode {} on dtype {}", opr.describe(),
+                    elem_mode_name(mode), compute.name());
+    if (checked) {
+        // Rare (shape arithmetic): wait for the result to report the error as the CPU kernel
+        // does.
         cuda.synchronize();
-        if (*flag) BRAID_THROW(DTypeError, "Elemwise(FLOOR_DIV): integer division by zero");
+        if (*flag == braid::cuda::ELEM_ERR_DIV_ZERO)
+            BRAID_THROW(DTypeError, "{}: integer division by zero", opr.describe());
+        if (*flag == braid::cuda::ELEM_ERR_NEGATIVE_EXP)
+            BRAID_THROW(DTypeError, "{}: an integer base cannot take a negative integer exponent",
+                        opr.describe());
     }
 }
 

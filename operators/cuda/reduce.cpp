@@ -1,6 +1,6 @@
-// CUDA kernel of Reduce: groups adjacent reduced axes, reduces the groups from the innermost
-// one outwards with (outer, n, inner) passes, splitting long axes over several blocks, then
-// converts the accumulators into the output dtype (dividing for MEAN).
+// CUDA kernel of Reduce (every mode): groups adjacent reduced axes, reduces the groups from the
+// innermost one outwards with (outer, n, inner) passes, splitting long axes over several blocks,
+// then converts the accumulators into the output dtype (dividing for MEAN).
 #include "operators/reduce.h"
 #include "base/error.h"
 #include "operators/cuda/cuda_kernels.h"
@@ -50,10 +50,28 @@ void reduce_cuda(OperatorNode& opr, ExecCtx& ctx) {
         if (reduced[d]) count *= int64_t(shape[d]);
 
     bool float_acc = x.dtype().is_float();
-    DType acc_dtype = float_acc ? dtype::Float32() : dtype::Int64();
-    ReduceCombine combine = param.mode == ReduceMode::MAX   ? ReduceCombine::MAX
-                            : param.mode == ReduceMode::MIN ? ReduceCombine::MIN
-                                                            : ReduceCombine::SUM;
+    ReduceCombine combine = ReduceCombine::SUM; // SUM and MEAN
+    switch (param.mode) {
+    case ReduceMode::MAX:
+        combine = ReduceCombine::MAX;
+        break;
+    case ReduceMode::MIN:
+        combine = ReduceCombine::MIN;
+        break;
+    case ReduceMode::PROD:
+        combine = ReduceCombine::PROD;
+        break;
+    case ReduceMode::SUM_SQR:
+        combine = ReduceCombine::SUM_SQR;
+        break;
+    default:
+        break;
+    }
+    // Accumulators: float32 for float inputs, double for their products (the CPU multiplies
+    // in double too), int64 for integers. Doubles live in int64-typed buffers (same size).
+    bool f64_acc = float_acc && combine == ReduceCombine::PROD;
+    DType acc_dtype = float_acc && !f64_acc ? dtype::Float32() : dtype::Int64();
+    int acc_code = f64_acc ? braid::cuda::REDUCE_ACC_F64 : dtype_code(acc_dtype);
     bool mean = param.mode == ReduceMode::MEAN;
 
     // Groups of adjacent reduced axes, innermost first.
@@ -83,9 +101,11 @@ void reduce_cuda(OperatorNode& opr, ExecCtx& ctx) {
             BRAID_THROW(DTypeError, "{}: no CUDA kernel for dtype {}", opr.describe(),
                         x.dtype().name());
         cur = out_ptr;
-        cur_dtype = dtype_code(acc_dtype);
+        cur_dtype = acc_code;
+        // SUM_SQR squared the elements; its accumulators only need summing.
+        if (combine == ReduceCombine::SUM_SQR) combine = ReduceCombine::SUM;
     };
-    bool need_finalize = mean || y.dtype() != acc_dtype;
+    bool need_finalize = mean || f64_acc || y.dtype() != acc_dtype;
     if (groups.empty()) {
         // Nothing reduced: a copy through one pass over n = 1.
         Tensor acc(TensorShape{size_t(ny)}, acc_dtype, cn.allocator());
@@ -120,7 +140,7 @@ void reduce_cuda(OperatorNode& opr, ExecCtx& ctx) {
         }
     }
     if (need_finalize || groups.empty()) {
-        if (!braid::cuda::launch_reduce_finalize(float_acc, cur, dtype_code(y.dtype()), y.raw_ptr(),
+        if (!braid::cuda::launch_reduce_finalize(acc_code, cur, dtype_code(y.dtype()), y.raw_ptr(),
                                                  ny, mean, count, cuda.stream()))
             BRAID_THROW(DTypeError, "{}: no CUDA kernel for dtype {}", opr.describe(),
                         y.dtype().name());

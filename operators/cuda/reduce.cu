@@ -10,15 +10,35 @@
 
 #include <cfloat>
 #include <climits>
+#include <type_traits>
 
 namespace braid::cuda {
 
 namespace {
 
+//! Integer sums and products wrap (through uint64), like the CPU kernel.
+template <typename Acc> __device__ __forceinline__ Acc wrap_add(Acc a, Acc b) {
+    if constexpr (std::is_integral_v<Acc>)
+        return Acc(uint64_t(a) + uint64_t(b));
+    else
+        return a + b;
+}
+
 template <typename Acc, int COMBINE> struct Combine;
 template <typename Acc> struct Combine<Acc, int(ReduceCombine::SUM)> {
     __device__ static Acc init() { return Acc(0); }
-    __device__ static Acc apply(Acc a, Acc b) { return a + b; }
+    __device__ static Acc apply(Acc a, Acc b) { return wrap_add(a, b); }
+};
+template <typename Acc>
+struct Combine<Acc, int(ReduceCombine::SUM_SQR)> : Combine<Acc, int(ReduceCombine::SUM)> {};
+template <typename Acc> struct Combine<Acc, int(ReduceCombine::PROD)> {
+    __device__ static Acc init() { return Acc(1); }
+    __device__ static Acc apply(Acc a, Acc b) {
+        if constexpr (std::is_integral_v<Acc>)
+            return Acc(uint64_t(a) * uint64_t(b));
+        else
+            return a * b;
+    }
 };
 // MAX and MIN propagate NaN like the CPU kernel: b wins when it is NaN.
 template <typename Acc> struct Combine<Acc, int(ReduceCombine::MAX)> {
@@ -40,16 +60,42 @@ template <typename Acc> struct Combine<Acc, int(ReduceCombine::MIN)> {
     __device__ static Acc apply(Acc a, Acc b) { return (b < a || b != b) ? b : a; }
 };
 
-template <typename Tr> struct AccOf { using type = float; };
-template <> struct AccOf<I32> { using type = int64_t; };
-template <> struct AccOf<I64> { using type = int64_t; };
+//! Double accumulators (of PROD over float inputs) as an input type.
+struct F64 {
+    using S = double;
+    using C = double;
+    static constexpr bool IS_FLOAT = true;
+    __device__ static C load(S v) { return v; }
+};
+
+template <typename Tr, int COMBINE> struct AccOf {
+    using type = std::conditional_t<
+        !Tr::IS_FLOAT, int64_t,
+        std::conditional_t<COMBINE == int(ReduceCombine::PROD) || std::is_same_v<Tr, F64>, double,
+                           float>>;
+};
+
+//! An input element as an accumulator: squared for SUM_SQR (integers wrap, like the CPU).
+template <typename Tr, int COMBINE>
+__device__ __forceinline__ typename AccOf<Tr, COMBINE>::type load_acc(typename Tr::S v) {
+    using Acc = typename AccOf<Tr, COMBINE>::type;
+    Acc a = Acc(Tr::load(v));
+    if constexpr (COMBINE == int(ReduceCombine::SUM_SQR)) {
+        if constexpr (std::is_integral_v<Acc>)
+            return Acc(uint64_t(a) * uint64_t(a));
+        else
+            return a * a;
+    } else {
+        return a;
+    }
+}
 
 constexpr int ROW_THREADS = 256;
 
 template <typename Tr, int COMBINE>
-__global__ void reduce_rows(const typename Tr::S* in, typename AccOf<Tr>::type* out, int64_t n,
-                            int64_t splits, int64_t chunk) {
-    using Acc = typename AccOf<Tr>::type;
+__global__ void reduce_rows(const typename Tr::S* in, typename AccOf<Tr, COMBINE>::type* out,
+                            int64_t n, int64_t splits, int64_t chunk) {
+    using Acc = typename AccOf<Tr, COMBINE>::type;
     using Cb = Combine<Acc, COMBINE>;
     int64_t entry = blockIdx.x; // (o, s)
     int64_t o = entry / splits, s = entry % splits;
@@ -57,7 +103,7 @@ __global__ void reduce_rows(const typename Tr::S* in, typename AccOf<Tr>::type* 
     const typename Tr::S* row = in + o * n;
     Acc acc = Cb::init();
     for (int64_t k = begin + threadIdx.x; k < end; k += blockDim.x)
-        acc = Cb::apply(acc, Acc(Tr::load(row[k])));
+        acc = Cb::apply(acc, load_acc<Tr, COMBINE>(row[k]));
     for (int off = 16; off > 0; off /= 2) acc = Cb::apply(acc, __shfl_down_sync(~0u, acc, off));
     __shared__ Acc warp_acc[ROW_THREADS / 32];
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -71,9 +117,10 @@ __global__ void reduce_rows(const typename Tr::S* in, typename AccOf<Tr>::type* 
 }
 
 template <typename Tr, int COMBINE>
-__global__ void reduce_cols(const typename Tr::S* in, typename AccOf<Tr>::type* out, int64_t outer,
-                            int64_t n, int64_t inner, int64_t splits, int64_t chunk) {
-    using Acc = typename AccOf<Tr>::type;
+__global__ void reduce_cols(const typename Tr::S* in, typename AccOf<Tr, COMBINE>::type* out,
+                            int64_t outer, int64_t n, int64_t inner, int64_t splits,
+                            int64_t chunk) {
+    using Acc = typename AccOf<Tr, COMBINE>::type;
     using Cb = Combine<Acc, COMBINE>;
     int64_t total = outer * splits * inner;
     for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
@@ -83,13 +130,14 @@ __global__ void reduce_cols(const typename Tr::S* in, typename AccOf<Tr>::type* 
         int64_t begin = s * chunk, end = begin + chunk < n ? begin + chunk : n;
         const typename Tr::S* col = in + o * n * inner + i;
         Acc acc = Cb::init();
-        for (int64_t k = begin; k < end; ++k) acc = Cb::apply(acc, Acc(Tr::load(col[k * inner])));
+        for (int64_t k = begin; k < end; ++k)
+            acc = Cb::apply(acc, load_acc<Tr, COMBINE>(col[k * inner]));
         out[e] = acc;
     }
 }
 
 template <typename Tr, int COMBINE> void launch_pass(const ReducePass& p, cudaStream_t stream) {
-    using Acc = typename AccOf<Tr>::type;
+    using Acc = typename AccOf<Tr, COMBINE>::type;
     auto* in = static_cast<const typename Tr::S*>(p.in);
     auto* out = static_cast<Acc*>(p.out);
     int64_t chunk = p.splits > 0 ? (p.n + p.splits - 1) / p.splits : p.n;
@@ -104,14 +152,25 @@ template <typename Tr, int COMBINE> void launch_pass(const ReducePass& p, cudaSt
     BRAID_CUDA_CHECK(cudaGetLastError());
 }
 
-template <typename Tr> void launch_combine(const ReducePass& p, cudaStream_t stream) {
-    switch (p.combine) {
-    case ReduceCombine::SUM:
-        return launch_pass<Tr, int(ReduceCombine::SUM)>(p, stream);
-    case ReduceCombine::MAX:
-        return launch_pass<Tr, int(ReduceCombine::MAX)>(p, stream);
-    case ReduceCombine::MIN:
-        return launch_pass<Tr, int(ReduceCombine::MIN)>(p, stream);
+template <typename Tr> bool launch_combine(const ReducePass& p, cudaStream_t stream) {
+    if constexpr (std::is_same_v<Tr, F64>) {
+        // Double accumulators come from PROD only.
+        if (p.combine != ReduceCombine::PROD) return false;
+        return launch_pass<Tr, int(ReduceCombine::PROD)>(p, stream), true;
+    } else {
+        switch (p.combine) {
+        case ReduceCombine::SUM:
+            return launch_pass<Tr, int(ReduceCombine::SUM)>(p, stream), true;
+        case ReduceCombine::MAX:
+            return launch_pass<Tr, int(ReduceCombine::MAX)>(p, stream), true;
+        case ReduceCombine::MIN:
+            return launch_pass<Tr, int(ReduceCombine::MIN)>(p, stream), true;
+        case ReduceCombine::PROD:
+            return launch_pass<Tr, int(ReduceCombine::PROD)>(p, stream), true;
+        case ReduceCombine::SUM_SQR:
+            return launch_pass<Tr, int(ReduceCombine::SUM_SQR)>(p, stream), true;
+        }
+        return false;
     }
 }
 
@@ -121,14 +180,13 @@ __global__ void finalize_kernel(const Acc* acc, typename Tr::S* out, int64_t n, 
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
          i += int64_t(gridDim.x) * blockDim.x) {
         Acc v = acc[i];
-        if constexpr (sizeof(Acc) == 8) { // integers: truncating mean, saturating store
+        if constexpr (std::is_integral_v<Acc>) { // integers: truncating mean, wrapping store
             if (mean) v = count ? v / count : 0;
             using S = typename Tr::S;
-            if constexpr (sizeof(S) == 4) v = v < INT_MIN ? INT_MIN : v > INT_MAX ? INT_MAX : v;
-            out[i] = S(v);
+            out[i] = S(uint64_t(v)); // modulo 2^32 for int32, like the CPU's T(w)
         } else {
-            if (mean) v = v / float(count); // 0 / 0 is NaN, as on the CPU
-            out[i] = Tr::store(v);
+            if (mean) v = v / Acc(count); // 0 / 0 is NaN, as on the CPU
+            out[i] = Tr::store(float(v));
         }
     }
 }
@@ -145,25 +203,39 @@ void launch_finalize(const void* acc, void* out, int64_t n, bool mean, int64_t c
 
 bool launch_reduce_pass(const ReducePass& p, cudaStream_t stream) {
     if (p.outer * p.splits * p.inner == 0) return true;
+    if (p.in_dtype == REDUCE_ACC_F64) return launch_combine<F64>(p, stream);
     switch (DtypeCode(p.in_dtype)) {
     case DtypeCode::F32:
-        return launch_combine<F32>(p, stream), true;
+        return launch_combine<F32>(p, stream);
     case DtypeCode::F16:
-        return launch_combine<F16>(p, stream), true;
+        return launch_combine<F16>(p, stream);
     case DtypeCode::BF16:
-        return launch_combine<BF16>(p, stream), true;
+        return launch_combine<BF16>(p, stream);
     case DtypeCode::I32:
-        return launch_combine<I32>(p, stream), true;
+        return launch_combine<I32>(p, stream);
     case DtypeCode::I64:
-        return launch_combine<I64>(p, stream), true;
+        return launch_combine<I64>(p, stream);
     default:
         return false;
     }
 }
 
-bool launch_reduce_finalize(bool float_acc, const void* acc, int out_dtype, void* out, int64_t n,
+bool launch_reduce_finalize(int acc_dtype, const void* acc, int out_dtype, void* out, int64_t n,
                             bool mean, int64_t count, cudaStream_t stream) {
     if (n == 0) return true;
+    if (acc_dtype == REDUCE_ACC_F64) {
+        switch (DtypeCode(out_dtype)) {
+        case DtypeCode::F32:
+            return launch_finalize<double, F32>(acc, out, n, mean, count, stream), true;
+        case DtypeCode::F16:
+            return launch_finalize<double, F16>(acc, out, n, mean, count, stream), true;
+        case DtypeCode::BF16:
+            return launch_finalize<double, BF16>(acc, out, n, mean, count, stream), true;
+        default:
+            return false;
+        }
+    }
+    bool float_acc = DtypeCode(acc_dtype) == DtypeCode::F32;
     switch (DtypeCode(out_dtype)) {
     case DtypeCode::F32:
         return float_acc && (launch_finalize<float, F32>(acc, out, n, mean, count, stream), true);

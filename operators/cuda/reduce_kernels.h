@@ -7,15 +7,21 @@
 
 namespace braid::cuda {
 
-//! Reduction combine: SUM also serves MEAN (divided in the finalize step).
-enum class ReduceCombine : int { SUM, MAX, MIN };
+//! Reduction combine: SUM also serves MEAN (divided in the finalize step). SUM_SQR squares the
+//! elements it loads and sums them: only a pass over the input uses it, passes over its
+//! accumulators (already squared) use SUM.
+enum class ReduceCombine : int { SUM, MAX, MIN, PROD, SUM_SQR };
+
+//! The `in_dtype` of a pass over double accumulators (PROD of float inputs).
+constexpr int REDUCE_ACC_F64 = 64;
 
 /*!
- * One pass over a (outer, n, inner) view of `in` (dtype code `in_dtype`): writes the
- * accumulator array (outer, splits, inner) where entry (o, s, i) combines
+ * One pass over a (outer, n, inner) view of `in` (dtype code `in_dtype`, or REDUCE_ACC_F64):
+ * writes the accumulator array (outer, splits, inner) where entry (o, s, i) combines
  * in[o, s*chunk .. (s+1)*chunk, i], chunk = ceil(n / splits). Accumulators are float32 for
- * float inputs and int64 for integer inputs (float32 and int64 inputs are their own
- * accumulator type, so later passes read the previous pass's output).
+ * float inputs (double for PROD, like the CPU kernel's lanes) and int64 for integer inputs
+ * (integer sums and products wrap); float32, int64 and double accumulators are their own
+ * accumulator type, so later passes read the previous pass's output.
  */
 struct ReducePass {
     int in_dtype = 0;
@@ -28,9 +34,10 @@ struct ReducePass {
 //! Enqueues one reduction pass; false for an unsupported dtype.
 bool launch_reduce_pass(const ReducePass& pass, cudaStream_t stream);
 
-//! Converts `n` accumulators (float32 when `float_acc`, else int64) to `out_dtype`; with
-//! `mean`, divides by `count` first (integer division for integers; 0 when count is 0).
-bool launch_reduce_finalize(bool float_acc, const void* acc, int out_dtype, void* out, int64_t n,
+//! Converts `n` accumulators (`acc_dtype`: the float32 or int64 dtype code, or
+//! REDUCE_ACC_F64) to `out_dtype`; with `mean`, divides by `count` first (integer division for
+//! integers; 0 when count is 0). Integers convert to int32 modulo 2^32, like the CPU kernel.
+bool launch_reduce_finalize(int acc_dtype, const void* acc, int out_dtype, void* out, int64_t n,
                             bool mean, int64_t count, cudaStream_t stream);
 
 } // namespace braid::cuda

@@ -1,4 +1,4 @@
-// CUDA kernels of Reshape, GetVarShape, Broadcast and TypeCvt.
+// CUDA kernels of Reshape, GetVarShape, Broadcast, TypeCvt, Dimshuffle and AxisAddRemove.
 #include "operators/tensor_manip.h"
 #include "base/error.h"
 #include "memory/cuda_copy.h"
@@ -71,6 +71,35 @@ void typecvt_cuda(OperatorNode& opr, ExecCtx& ctx) {
                                 cuda_context(opr.comp_node()).stream());
 }
 
+void dimshuffle_cuda(OperatorNode& opr, ExecCtx& ctx) {
+    if (opr.output_mem(0) == OutputMem::READONLY_FORWARD) {
+        opr.execute(ctx); // the axes keep their order: a view, the same on every device
+        return;
+    }
+    // A permutation: a strided device copy of the permuted view into the planned output.
+    const auto& pattern = static_cast<Dimshuffle&>(opr).pattern();
+    const Tensor& x = ctx.input(0);
+    TensorLayout l;
+    l.dtype = x.dtype();
+    l.set_ndim(pattern.size());
+    for (size_t i = 0; i < pattern.size(); ++i) {
+        if (pattern[i] < 0) { // a new unit axis
+            l[i] = 1;
+            l.stride[i] = 0;
+        } else {
+            l[i] = x.shape()[size_t(pattern[i])];
+            l.stride[i] = x.layout().stride[size_t(pattern[i])];
+        }
+    }
+    Tensor& y = ctx.output(0);
+    if (y.shape().is_empty()) return;
+    cuda_copy_strided(y, x.view(l), cuda_context(opr.comp_node()).stream());
+}
+
+void axis_add_remove_cuda(OperatorNode& opr, ExecCtx& ctx) {
+    opr.execute(ctx); // always a view of the input
+}
+
 } // namespace
 
 void register_tensor_manip_kernels() {
@@ -78,6 +107,8 @@ void register_tensor_manip_kernels() {
     register_kernel("GetVarShape", Device::Kind::CUDA, &get_var_shape_cuda);
     register_kernel("Broadcast", Device::Kind::CUDA, &broadcast_cuda);
     register_kernel("TypeCvt", Device::Kind::CUDA, &typecvt_cuda);
+    register_kernel("Dimshuffle", Device::Kind::CUDA, &dimshuffle_cuda);
+    register_kernel("AxisAddRemove", Device::Kind::CUDA, &axis_add_remove_cuda);
 }
 
 } // namespace braid::opr::cuda
