@@ -36,13 +36,9 @@ Tensor device_temp(const Tensor& like, Device dev, const std::shared_ptr<Allocat
 
 } // namespace
 
-void cuda_copy_strided(const Tensor& dst, const Tensor& src, cudaStream_t stream) {
-    BRAID_ASSERT(dst.shape() == src.shape() && dst.dtype() == src.dtype(),
-                 "strided copy of mismatched tensors");
+cuda::StridedCopyDesc strided_walk(const TensorLayout& dl, const TensorLayout& sl, int elem_size) {
     cuda::StridedCopyDesc desc;
-    desc.elem_size = int(dst.dtype().size());
-    // Drop size-1 dims and merge dims that are contiguous in both tensors.
-    const auto &dl = dst.layout(), &sl = src.layout();
+    desc.elem_size = elem_size;
     for (size_t d = 0; d < dl.ndim(); ++d) {
         if (dl[d] == 1) continue;
         int k = desc.ndim;
@@ -58,6 +54,13 @@ void cuda_copy_strided(const Tensor& dst, const Tensor& src, cudaStream_t stream
         desc.src_stride[k] = sl.stride[d];
         ++desc.ndim;
     }
+    return desc;
+}
+
+void cuda_copy_strided(const Tensor& dst, const Tensor& src, cudaStream_t stream) {
+    BRAID_ASSERT(dst.shape() == src.shape() && dst.dtype() == src.dtype(),
+                 "strided copy of mismatched tensors");
+    auto desc = strided_walk(dst.layout(), src.layout(), int(dst.dtype().size()));
     cuda::launch_strided_copy(desc, dst.raw_ptr(), src.raw_ptr(), stream);
 }
 

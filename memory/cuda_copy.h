@@ -2,6 +2,7 @@
 // host, device to device (same or another device), any strides.
 #pragma once
 
+#include "memory/cuda_copy_kernel.h"
 #include "memory/tensor.h"
 
 #include <cuda_runtime_api.h>
@@ -21,6 +22,10 @@ namespace braid {
  */
 void cuda_copy_tensor(Tensor& dst, const Tensor& src, cudaStream_t stream,
                       const std::shared_ptr<Allocator>& scratch);
+
+//! The element walk of a strided kernel over two layouts of one shape (dst's and src's): dims
+//! of size 1 dropped, neighbours merged where both layouts stay linear across them.
+cuda::StridedCopyDesc strided_walk(const TensorLayout& dst, const TensorLayout& src, int elem_size);
 
 //! Enqueues a device-to-device strided copy (dst and src on one device) on `stream`.
 void cuda_copy_strided(const Tensor& dst, const Tensor& src, cudaStream_t stream);

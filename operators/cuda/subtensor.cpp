@@ -10,28 +10,6 @@ namespace braid::opr::cuda {
 
 namespace {
 
-//! The walk over two layouts of one shape: size-1 dims dropped, neighbours merged where both
-//! layouts stay linear across them.
-braid::cuda::StridedAddDesc strided_desc(const TensorLayout& dl, const TensorLayout& sl) {
-    braid::cuda::StridedAddDesc desc;
-    for (size_t d = 0; d < dl.ndim(); ++d) {
-        if (dl[d] == 1) continue;
-        int k = desc.ndim;
-        if (k > 0 && desc.dst_stride[k - 1] == dl.stride[d] * ptrdiff_t(dl[d]) &&
-            desc.src_stride[k - 1] == sl.stride[d] * ptrdiff_t(dl[d])) {
-            desc.shape[k - 1] *= int64_t(dl[d]);
-            desc.dst_stride[k - 1] = dl.stride[d];
-            desc.src_stride[k - 1] = sl.stride[d];
-            continue;
-        }
-        desc.shape[k] = int64_t(dl[d]);
-        desc.dst_stride[k] = dl.stride[d];
-        desc.src_stride[k] = sl.stride[d];
-        ++desc.ndim;
-    }
-    return desc;
-}
-
 void subtensor_cuda(OperatorNode& opr, ExecCtx& ctx) {
     opr.execute(ctx); // a view of the input: no data moves, the same on every device
 }
@@ -52,9 +30,10 @@ void set_subtensor_cuda(OperatorNode& opr, ExecCtx& ctx) {
         cuda_copy_strided(slice, v, stream);
         return;
     }
-    if (!braid::cuda::launch_strided_add(dtype_code(out.dtype()),
-                                         strided_desc(slice.layout(), v.layout()), slice.raw_ptr(),
-                                         v.raw_ptr(), stream))
+    if (!braid::cuda::launch_strided_add(
+            dtype_code(out.dtype()),
+            strided_walk(slice.layout(), v.layout(), int(out.dtype().size())), slice.raw_ptr(),
+            v.raw_ptr(), stream))
         BRAID_THROW(DTypeError, "{}: no CUDA kernel for dtype {}", opr.describe(),
                     out.dtype().name());
 }

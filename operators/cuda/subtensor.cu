@@ -11,7 +11,7 @@ namespace braid::cuda {
 namespace {
 
 template <typename Tr>
-__global__ void strided_add_kernel(StridedAddDesc desc, typename Tr::S* dst,
+__global__ void strided_add_kernel(StridedCopyDesc desc, typename Tr::S* dst,
                                    const typename Tr::S* src, int64_t n) {
     using C = typename Tr::C;
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
@@ -34,7 +34,7 @@ __global__ void strided_add_kernel(StridedAddDesc desc, typename Tr::S* dst,
 }
 
 template <typename Tr>
-void launch(const StridedAddDesc& desc, void* dst, const void* src, int64_t n,
+void launch(const StridedCopyDesc& desc, void* dst, const void* src, int64_t n,
             cudaStream_t stream) {
     strided_add_kernel<Tr><<<grid_blocks(n, 256, 65535), 256, 0, stream>>>(
         desc, static_cast<typename Tr::S*>(dst), static_cast<const typename Tr::S*>(src), n);
@@ -43,7 +43,7 @@ void launch(const StridedAddDesc& desc, void* dst, const void* src, int64_t n,
 
 } // namespace
 
-bool launch_strided_add(int dtype, const StridedAddDesc& desc, void* dst, const void* src,
+bool launch_strided_add(int dtype, const StridedCopyDesc& desc, void* dst, const void* src,
                         cudaStream_t stream) {
     int64_t n = 1;
     for (int d = 0; d < desc.ndim; ++d) n *= desc.shape[d];

@@ -6,6 +6,7 @@
 #include "cuda_checker.h"
 
 #include "../comm/collective_checker.h"
+#include "../operators/collective_reference.h"
 #include "comm/communicator.h"
 #include "operators/collective_comm.h"
 
@@ -204,21 +205,6 @@ TEST(NcclBackend, JoiningTimesOutNamingKeyAndRank) {
 
 namespace {
 
-bool mode_has_input(CollectiveMode m, bool root) {
-    return !((m == CollectiveMode::BROADCAST || m == CollectiveMode::SCATTER) && !root);
-}
-
-const std::vector<CollectiveMode> kAllModes = {CollectiveMode::ALL_REDUCE_SUM,
-                                               CollectiveMode::ALL_REDUCE_MAX,
-                                               CollectiveMode::ALL_REDUCE_MIN,
-                                               CollectiveMode::BROADCAST,
-                                               CollectiveMode::REDUCE_SUM,
-                                               CollectiveMode::ALL_GATHER,
-                                               CollectiveMode::REDUCE_SCATTER_SUM,
-                                               CollectiveMode::GATHER,
-                                               CollectiveMode::SCATTER,
-                                               CollectiveMode::ALL_TO_ALL};
-
 //! Rank's output shape for an input of {2n, 3} (see docs/collectives.md).
 TensorShape output_shape(CollectiveMode mode, uint32_t n, bool root) {
     size_t rows = 2 * n;
@@ -309,12 +295,12 @@ CollectiveRun run_collective_ranks(CollectiveMode mode, const std::string& backe
 TEST(NcclCollectiveComm, ForwardAndBackwardMatchTheLocalBackendOnCpu) {
     BRAID_REQUIRE_NCCL();
     for (uint32_t n : group_sizes())
-        for (auto mode : kAllModes) {
+        for (auto mode : all_collective_modes()) {
             SCOPED_TRACE(fmt::format("{} with {} ranks", opr::collective_mode_name(mode), n));
             std::mt19937 rng(n * 131 + uint32_t(mode));
             std::vector<Tensor> inputs(n), weights(n);
             for (uint32_t r = 0; r < n; ++r)
-                if (mode_has_input(mode, r == 0))
+                if (collective_has_input(mode, r == 0))
                     inputs[r] = random_tensor({n * 2, 3}, dtype::Float32(), rng);
             for (uint32_t r = 0; r < n; ++r)
                 weights[r] = random_tensor(output_shape(mode, n, r == 0), dtype::Float32(), rng);
