@@ -11,7 +11,7 @@
 //
 // --via-graph also runs each op as a CollectiveComm operator in a compiled graph (one graph per
 // rank: rank r's on comp node cpu<r> for "local", cpu0 of each process for "mpi"), alternating
-// call by call with the bare communicator call, and prints both times and their ratio: the
+// in blocks with the bare communicator call, and prints both times and their ratio: the
 // cost of running the collective through an executable. A run hands the collective to the
 // comp node's worker thread and waits for it (two thread wake-ups); --inline puts the graphs on
 // "cpu:default" instead, which runs kernels in the calling thread, leaving the executable's
@@ -519,6 +519,25 @@ void print_via_graph(bool json, const std::string& backend, const std::string& o
     std::fflush(stdout);
 }
 
+//! Per-call seconds of each of `calls`, measured in alternating blocks of `block` calls of one
+//! kind that every rank starts together (`sync` before each block), so that a peer still
+//! finishing one kind of call is not charged to the next kind; the median over `blocks` blocks.
+std::vector<double> alternating_block_medians(const std::vector<std::function<void()>>& calls,
+                                              size_t blocks, size_t block,
+                                              const std::function<void()>& sync) {
+    std::vector<std::vector<double>> per_call(calls.size());
+    for (size_t b = 0; b < blocks; ++b)
+        for (size_t k = 0; k < calls.size(); ++k) {
+            sync();
+            auto start = Clock::now();
+            for (size_t i = 0; i < block; ++i) calls[k]();
+            per_call[k].push_back(seconds_since(start) / double(block));
+        }
+    std::vector<double> out;
+    for (auto& v : per_call) out.push_back(median(v));
+    return out;
+}
+
 //! The comp node of rank r's graph: its worker thread, or the calling thread (`inline_run`).
 std::string graph_comp_node(bool inline_run, size_t r) {
     return inline_run ? "cpu:default" : fmt::format("cpu{}", r);
@@ -544,21 +563,14 @@ int bench_local_via_graph(size_t ranks, size_t bytes, bool json,
                                       graph_comp_node(inline_run, r), client, "local");
                     g.warm_up();
                     for (int i = 0; i < 2; ++i) run_op(*comms[r], op, g.send(), g.recv(), g.count);
-                    // Alternate the two call by call so both see the same machine noise.
-                    std::vector<double> bare_calls, graph_calls;
-                    for (int rep = 0; rep < reps; ++rep) {
-                        sync.arrive_and_wait();
-                        for (size_t i = 0; i < iters; ++i) {
-                            auto start = Clock::now();
-                            run_op(*comms[r], op, g.send(), g.recv(), g.count);
-                            bare_calls.push_back(seconds_since(start));
-                            start = Clock::now();
-                            g.exec->run();
-                            graph_calls.push_back(seconds_since(start));
-                        }
-                    }
-                    bare[r] = median(bare_calls);
-                    graph[r] = median(graph_calls);
+                    // Blocks of each kind alternate, so both see the same machine noise.
+                    auto t = alternating_block_medians(
+                        {[&] { run_op(*comms[r], op, g.send(), g.recv(), g.count); },
+                         [&] { g.exec->run(); }},
+                        size_t(reps) * 8, std::max<size_t>(iters / 8, 1),
+                        [&] { sync.arrive_and_wait(); });
+                    bare[r] = t[0];
+                    graph[r] = t[1];
                 } catch (const std::exception& e) {
                     errors[r] = e.what();
                 }
@@ -591,29 +603,19 @@ int bench_mpi_via_graph(size_t bytes, bool json, const std::vector<std::string>&
     };
     for (auto& op : ops) {
         Buffers b = make_buffers(op, bytes, size_t(size));
-        CollectiveGraph g(op, b, size_t(size), uint32_t(rank), "cpu0", rendezvous->client(), "mpi");
+        CollectiveGraph g(op, b, size_t(size), uint32_t(rank), graph_comp_node(inline_run, 0),
+                          rendezvous->client(), "mpi");
         g.warm_up();
         for (int i = 0; i < 2; ++i) {
             run_op(*comm, op, g.send(), g.recv(), g.count);
             run_raw_mpi(raw, op, g.send(), g.recv(), g.count);
         }
-        std::vector<double> bare_calls, graph_calls, raw_calls;
-        for (int rep = 0; rep < reps; ++rep) {
-            BRAID_MPI_CHECK(MPI_Barrier(raw));
-            for (size_t i = 0; i < iters; ++i) {
-                auto start = Clock::now();
-                run_op(*comm, op, g.send(), g.recv(), g.count);
-                bare_calls.push_back(seconds_since(start));
-                start = Clock::now();
-                g.exec->run();
-                graph_calls.push_back(seconds_since(start));
-                start = Clock::now();
-                run_raw_mpi(raw, op, g.send(), g.recv(), g.count);
-                raw_calls.push_back(seconds_since(start));
-            }
-        }
-        double bare_s = slowest(median(bare_calls)), graph_s = slowest(median(graph_calls)),
-               raw_s = slowest(median(raw_calls));
+        auto t = alternating_block_medians(
+            {[&] { run_op(*comm, op, g.send(), g.recv(), g.count); }, [&] { g.exec->run(); },
+             [&] { run_raw_mpi(raw, op, g.send(), g.recv(), g.count); }},
+            size_t(reps) * 8, std::max<size_t>(iters / 8, 1),
+            [&] { BRAID_MPI_CHECK(MPI_Barrier(raw)); });
+        double bare_s = slowest(t[0]), graph_s = slowest(t[1]), raw_s = slowest(t[2]);
         if (rank == 0)
             print_via_graph(json, "mpi", op, size_t(size), bytes, inline_run, bare_s * 1e6,
                             graph_s * 1e6, raw_s * 1e6);
