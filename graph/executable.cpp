@@ -43,6 +43,8 @@ struct Executable::NodeSeq {
     //! (var index, output index) of fetched outputs produced here on a device queue: copied
     //! into host tensors at the end of each run.
     std::vector<std::pair<size_t, size_t>> fetches;
+    //! Operators here that complete together with peers (see OperatorNode::peer_group).
+    std::vector<OperatorNode*> collectives;
     //! (generation << 32) | steps finished in that generation.
     std::atomic<uint64_t> progress{0};
 };
@@ -163,6 +165,7 @@ void Executable::build_sequences(const std::vector<OutputSpec>& outputs) {
         for (size_t i : step.input_idx) step.inputs.push_back(&m_tensors[i]);
         for (size_t i : step.output_idx) step.outputs.push_back(&m_tensors[i]);
         step.contiguous_inputs.resize(step.inputs.size());
+        if (!opr->peer_group().empty()) seq.collectives.push_back(opr);
         seq.steps.push_back(std::move(step));
     }
 
@@ -319,6 +322,8 @@ void Executable::finish_device_run(NodeSeq& seq) {
     // Fetched outputs become host tensors, and wait() returns only after the device finished.
     if (!m_failed.load(std::memory_order_acquire)) {
         try {
+            // Collectives first: their waits for peers have deadlines, the stream's has none.
+            for (auto* opr : seq.collectives) opr->wait_queued_work();
             for (auto [var_idx, out_idx] : seq.fetches) {
                 const Tensor& dev = m_tensors[var_idx];
                 Tensor& host = m_fetched[out_idx];

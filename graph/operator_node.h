@@ -166,6 +166,10 @@ public:
     //! operators of one graph sharing this key run as one step of the schedule, so that no
     //! comp node waits for a peer's result before it has started its own part.
     virtual std::string peer_group() const { return {}; }
+    //! Called on a device comp node at the end of a run, before the executable waits for the
+    //! device: an operator whose queued work may wait for peers (a collective) waits for it
+    //! here with a deadline, so a missing peer is an error instead of an endless wait.
+    virtual void wait_queued_work() {}
     //! The CPU kernel.
     virtual void execute(ExecCtx& ctx) = 0;
     //! State slot for the device kernel of this operator (empty until the kernel fills it).

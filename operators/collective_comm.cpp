@@ -207,6 +207,10 @@ void register_collective_kernels() {
     register_kernel("CollectiveComm", Device::Kind::CUDA, &collective_kernel);
 }
 
+void CollectiveComm::wait_queued_work() {
+    if (m_comm) m_comm->synchronize(); // bounded by the communicator's deadline
+}
+
 CollectiveParam Group::param(CollectiveMode mode, DType dtype, const std::string& name) const {
     CollectiveParam p;
     p.key = key_prefix + ":" + (name.empty() ? std::to_string((*counter)++) : name);

@@ -72,6 +72,7 @@ public:
     std::string param_string() const override;
     bool allow_dedup() const override { return false; }
     std::string peer_group() const override { return m_param.key; }
+    void wait_queued_work() override;
     void init_output_dtypes() override;
     bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
     ValueInference value_inference() const override { return ValueInference::NONE; }
