@@ -137,9 +137,9 @@ __global__ void avg_pool_backward_kernel(const typename Tr::S* dy, typename Tr::
         float sum = 0.f;
         for (int64_t i = ri.first; i <= ri.last; ++i)
             for (int64_t j = rj.first; j <= rj.last; ++j) {
-                float share = Tr::load(dy[out_base + i * g.ow + j]) *
-                              (include_pad ? full : 1.f / float(window_of(g, i, j).count()));
-                sum += share;
+                // __fmul_rn: rounded before the sum, as on the CPU (no contraction into an FMA).
+                sum += __fmul_rn(Tr::load(dy[out_base + i * g.ow + j]),
+                                 include_pad ? full : 1.f / float(window_of(g, i, j).count()));
             }
         dx[e] = Tr::store(sum);
     }
