@@ -54,6 +54,15 @@ std::string open_cudnn(CudnnApi& api) {
     resolve(lib, "cudnnGetConvolutionForwardAlgorithm_v7", api.get_fwd_algos, missing);
     resolve(lib, "cudnnGetConvolutionForwardWorkspaceSize", api.get_fwd_workspace, missing);
     resolve(lib, "cudnnConvolutionForward", api.conv_forward, missing);
+    resolve(lib, "cudnnGetConvolutionBackwardDataAlgorithm_v7", api.get_bwd_data_algos, missing);
+    resolve(lib, "cudnnGetConvolutionBackwardDataWorkspaceSize", api.get_bwd_data_workspace,
+            missing);
+    resolve(lib, "cudnnConvolutionBackwardData", api.conv_backward_data, missing);
+    resolve(lib, "cudnnGetConvolutionBackwardFilterAlgorithm_v7", api.get_bwd_filter_algos,
+            missing);
+    resolve(lib, "cudnnGetConvolutionBackwardFilterWorkspaceSize", api.get_bwd_filter_workspace,
+            missing);
+    resolve(lib, "cudnnConvolutionBackwardFilter", api.conv_backward_filter, missing);
     if (!missing.empty()) return "cuDNN library " + file + " has no symbol " + missing;
     // The legacy convolution API braid uses is the one of the major version it was built with.
     size_t version = api.get_version();
@@ -80,7 +89,9 @@ const CudnnApi* try_load_cudnn() {
     static const CudnnApi* loaded = [] {
         std::string error = open_cudnn(api);
         if (!error.empty()) {
-            logger()->warn("{}; Conv2d on CUDA comp nodes uses im2col and cuBLAS instead", error);
+            logger()->warn("{}; Conv2d and its gradients on CUDA comp nodes use im2col / col2im "
+                           "and cuBLAS instead",
+                           error);
             return static_cast<const CudnnApi*>(nullptr);
         }
         return static_cast<const CudnnApi*>(&api);

@@ -33,6 +33,12 @@ struct CudnnApi {
     decltype(&cudnnGetConvolutionForwardAlgorithm_v7) get_fwd_algos;
     decltype(&cudnnGetConvolutionForwardWorkspaceSize) get_fwd_workspace;
     decltype(&cudnnConvolutionForward) conv_forward;
+    decltype(&cudnnGetConvolutionBackwardDataAlgorithm_v7) get_bwd_data_algos;
+    decltype(&cudnnGetConvolutionBackwardDataWorkspaceSize) get_bwd_data_workspace;
+    decltype(&cudnnConvolutionBackwardData) conv_backward_data;
+    decltype(&cudnnGetConvolutionBackwardFilterAlgorithm_v7) get_bwd_filter_algos;
+    decltype(&cudnnGetConvolutionBackwardFilterWorkspaceSize) get_bwd_filter_workspace;
+    decltype(&cudnnConvolutionBackwardFilter) conv_backward_filter;
 };
 
 //! The loaded cuDNN, or nullptr when it cannot be loaded (the reason is logged once).

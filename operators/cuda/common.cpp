@@ -69,6 +69,9 @@ void register_cuda_kernels() {
     cuda::register_fill_kernels();
     cuda::register_attention_kernels();
     cuda::register_conv_kernels();
+    cuda::register_conv_grad_kernels();
+    cuda::register_pooling_kernels();
+    cuda::register_batch_norm_kernels();
 }
 
 } // namespace braid::opr

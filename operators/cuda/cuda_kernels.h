@@ -33,6 +33,9 @@ void register_indexing_kernels();
 void register_fill_kernels();
 void register_attention_kernels();
 void register_conv_kernels();
+void register_conv_grad_kernels();
+void register_pooling_kernels();
+void register_batch_norm_kernels();
 
 //! The kernel state of `opr`, of type S, created on first use.
 template <typename S> S& kernel_state(OperatorNode& opr) {

@@ -1,10 +1,12 @@
 // CUDA kernel of Reduce (every mode): groups adjacent reduced axes, reduces the groups from the
 // innermost one outwards with (outer, n, inner) passes, splitting long axes over several blocks,
-// then converts the accumulators into the output dtype (dividing for MEAN).
+// then converts the accumulators into the output dtype (dividing for MEAN). ArgReduce: one
+// launch over the (outer, n, inner) view of its axis.
 #include "operators/reduce.h"
 #include "base/error.h"
 #include "operators/cuda/cuda_kernels.h"
 #include "operators/cuda/reduce_kernels.h"
+#include "operators/kernel_utils.h"
 
 #include <algorithm>
 
@@ -147,10 +149,26 @@ void reduce_cuda(OperatorNode& opr, ExecCtx& ctx) {
     }
 }
 
+void arg_reduce_cuda(OperatorNode& opr, ExecCtx& ctx) {
+    const auto& param = static_cast<ArgReduce&>(opr).param();
+    const Tensor& x = ctx.input(0);
+    Tensor& y = ctx.output(0);
+    if (y.shape().is_empty()) return;
+    size_t axis = normalize_axis(param.axis, x.shape().ndim(), opr.describe());
+    AxisSplit sp = split_shape(x.shape(), axis, axis + 1);
+    if (!braid::cuda::launch_arg_reduce(dtype_code(x.dtype()), param.mode == ArgReduceMode::ARGMAX,
+                                        x.raw_ptr(), reinterpret_cast<int32_t*>(y.raw_ptr()),
+                                        int64_t(sp.outer), int64_t(sp.n), int64_t(sp.inner),
+                                        cuda_context(opr.comp_node()).stream()))
+        BRAID_THROW(DTypeError, "{}: no CUDA kernel for dtype {}", opr.describe(),
+                    x.dtype().name());
+}
+
 } // namespace
 
 void register_reduce_kernels() {
     register_kernel("Reduce", Device::Kind::CUDA, &reduce_cuda);
+    register_kernel("ArgReduce", Device::Kind::CUDA, &arg_reduce_cuda);
 }
 
 } // namespace braid::opr::cuda

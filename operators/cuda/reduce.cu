@@ -4,6 +4,10 @@
 // block-wide tree reduction. inner > 1: one thread per (outer, split, inner) entry walking the
 // axis, so neighbouring threads read neighbouring addresses. Long axes are split across blocks
 // and reduced again by a second pass over the partial results.
+//
+// ArgReduce: with inner == 1, one warp per row, each lane scanning its elements in order and the
+// lanes' (value, index) winners combined by index order; else one thread per (outer, inner)
+// column scanning the axis in order, as the CPU kernel.
 #include "base/cuda_check.h"
 #include "operators/cuda/device_types.cuh"
 #include "operators/cuda/reduce_kernels.h"
@@ -199,6 +203,108 @@ void launch_finalize(const void* acc, void* out, int64_t n, bool mean, int64_t c
     BRAID_CUDA_CHECK(cudaGetLastError());
 }
 
+// ---------------------------------------------------------------- ArgReduce
+
+template <typename C> __device__ __forceinline__ bool is_nan(C v) {
+    if constexpr (std::is_floating_point_v<C>)
+        return v != v;
+    else
+        return false;
+}
+
+//! The CPU kernel's rule for a scan in index order: v replaces best when it is strictly more
+//! extreme, or when it is the first NaN.
+template <bool MAX, typename C> __device__ __forceinline__ bool arg_better(C v, C best) {
+    if (is_nan(v)) return !is_nan(best);
+    return MAX ? v > best : v < best;
+}
+
+//! Merges the winner (ov, oi) of one set of positions into the winner (v, i) of another
+//! (index < 0: no position yet). The result is the winner of the union under the scan rule: the
+//! lowest-index NaN if any, else the lowest index of the extreme value, whatever the order of
+//! merging.
+template <bool MAX, typename C>
+__device__ __forceinline__ void arg_merge(C& v, int64_t& i, C ov, int64_t oi) {
+    if (oi < 0) return;
+    if (i < 0 || arg_better<MAX>(ov, v) || (!arg_better<MAX>(v, ov) && oi < i)) {
+        v = ov;
+        i = oi;
+    }
+}
+
+constexpr int ARG_ROW_THREADS = 256; //!< 8 rows per block, a warp each
+
+template <typename Tr, bool MAX>
+__global__ void arg_reduce_rows(const typename Tr::S* x, int32_t* y, int64_t rows, int64_t n) {
+    using C = typename Tr::C;
+    int warps = int(blockDim.x) / 32, lane = int(threadIdx.x) % 32;
+    // The row loop is uniform across a warp, so every lane reaches the shuffles.
+    for (int64_t r = int64_t(blockIdx.x) * warps + int(threadIdx.x) / 32; r < rows;
+         r += int64_t(gridDim.x) * warps) {
+        const typename Tr::S* row = x + r * n;
+        C best{};
+        int64_t idx = -1;
+        for (int64_t k = lane; k < n; k += 32) {
+            C v = Tr::load(row[k]);
+            if (idx < 0 || arg_better<MAX>(v, best)) {
+                best = v;
+                idx = k;
+            }
+        }
+        for (int off = 16; off > 0; off /= 2) {
+            C ov = __shfl_xor_sync(~0u, best, off);
+            int64_t oi = __shfl_xor_sync(~0u, idx, off);
+            arg_merge<MAX>(best, idx, ov, oi);
+        }
+        if (lane == 0) y[r] = int32_t(idx);
+    }
+}
+
+template <typename Tr, bool MAX>
+__global__ void arg_reduce_cols(const typename Tr::S* x, int32_t* y, int64_t outer, int64_t n,
+                                int64_t inner) {
+    using C = typename Tr::C;
+    int64_t total = outer * inner;
+    for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
+         e += int64_t(gridDim.x) * blockDim.x) {
+        int64_t o = e / inner, i = e % inner;
+        const typename Tr::S* col = x + o * n * inner + i;
+        C best = Tr::load(col[0]);
+        int64_t idx = 0;
+        for (int64_t k = 1; k < n; ++k) {
+            C v = Tr::load(col[k * inner]);
+            if (arg_better<MAX>(v, best)) {
+                best = v;
+                idx = k;
+            }
+        }
+        y[e] = int32_t(idx);
+    }
+}
+
+template <typename Tr, bool MAX>
+void arg_reduce_typed(const void* xv, int32_t* y, int64_t outer, int64_t n, int64_t inner,
+                      cudaStream_t stream) {
+    auto* x = static_cast<const typename Tr::S*>(xv);
+    if (inner == 1)
+        arg_reduce_rows<Tr, MAX>
+            <<<grid_blocks(outer, ARG_ROW_THREADS / 32, 65535), ARG_ROW_THREADS, 0, stream>>>(
+                x, y, outer, n);
+    else
+        arg_reduce_cols<Tr, MAX>
+            <<<grid_blocks(outer * inner, 256, 65535), 256, 0, stream>>>(x, y, outer, n, inner);
+    BRAID_CUDA_CHECK(cudaGetLastError());
+}
+
+template <typename Tr>
+void arg_reduce_mode(bool is_max, const void* x, int32_t* y, int64_t outer, int64_t n,
+                     int64_t inner, cudaStream_t stream) {
+    if (is_max)
+        arg_reduce_typed<Tr, true>(x, y, outer, n, inner, stream);
+    else
+        arg_reduce_typed<Tr, false>(x, y, outer, n, inner, stream);
+}
+
 } // namespace
 
 bool launch_reduce_pass(const ReducePass& p, cudaStream_t stream) {
@@ -249,6 +355,25 @@ bool launch_reduce_finalize(int acc_dtype, const void* acc, int out_dtype, void*
     case DtypeCode::I64:
         return !float_acc &&
                (launch_finalize<int64_t, I64>(acc, out, n, mean, count, stream), true);
+    default:
+        return false;
+    }
+}
+
+bool launch_arg_reduce(int dtype, bool is_max, const void* x, int32_t* y, int64_t outer, int64_t n,
+                       int64_t inner, cudaStream_t stream) {
+    if (outer * inner == 0) return true;
+    switch (DtypeCode(dtype)) {
+    case DtypeCode::F32:
+        return arg_reduce_mode<F32>(is_max, x, y, outer, n, inner, stream), true;
+    case DtypeCode::F16:
+        return arg_reduce_mode<F16>(is_max, x, y, outer, n, inner, stream), true;
+    case DtypeCode::BF16:
+        return arg_reduce_mode<BF16>(is_max, x, y, outer, n, inner, stream), true;
+    case DtypeCode::I32:
+        return arg_reduce_mode<I32>(is_max, x, y, outer, n, inner, stream), true;
+    case DtypeCode::I64:
+        return arg_reduce_mode<I64>(is_max, x, y, outer, n, inner, stream), true;
     default:
         return false;
     }

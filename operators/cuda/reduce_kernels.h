@@ -1,4 +1,5 @@
-// Launch interface of the reduction CUDA kernels (operators/cuda/reduce.cu).
+// Launch interface of the reduction CUDA kernels (operators/cuda/reduce.cu): Reduce's passes and
+// ArgReduce.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -39,5 +40,15 @@ bool launch_reduce_pass(const ReducePass& pass, cudaStream_t stream);
 //! integers; 0 when count is 0). Integers convert to int32 modulo 2^32, like the CPU kernel.
 bool launch_reduce_finalize(int acc_dtype, const void* acc, int out_dtype, void* out, int64_t n,
                             bool mean, int64_t count, cudaStream_t stream);
+
+/*!
+ * Enqueues ArgReduce along the middle axis of the (outer, n, inner) view of contiguous `x`
+ * (dtype code float32, float16 or bfloat16, compared in float32, int32 or int64) into the int32
+ * array `y` (outer, inner): the index of the first NaN along the axis when there is one, else of
+ * the first largest (`is_max`) or smallest element, as the CPU kernel. n >= 1. False for another
+ * dtype.
+ */
+bool launch_arg_reduce(int dtype, bool is_max, const void* x, int32_t* y, int64_t outer, int64_t n,
+                       int64_t inner, cudaStream_t stream);
 
 } // namespace braid::cuda

@@ -440,6 +440,10 @@ TEST(CudaKernels, EveryCoveredOperatorTypeHasACudaKernel) {
                              "Elemwise",   "Reduce",        "MatMul",        "TypeCvt",
                              "Broadcast",  "Reshape",       "Copy"})
         EXPECT_TRUE(has_kernel(type, Device::Kind::CUDA)) << type << " has no CUDA kernel";
+    // The operators convolutional networks train with.
+    for (const char* type : {"Pooling", "PoolingBackward", "BatchNorm", "Conv2dBackwardData",
+                             "Conv2dBackwardFilter", "ArgReduce"})
+        EXPECT_TRUE(has_kernel(type, Device::Kind::CUDA)) << type << " has no CUDA kernel";
 }
 
 TEST(CudaElemwise, EveryFloatModeMatchesCpu) {
