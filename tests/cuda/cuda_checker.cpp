@@ -1,6 +1,33 @@
 #include "cuda_checker.h"
 
+#include <algorithm>
+
 namespace braid::test {
+
+OprCase make_case(std::string name, std::vector<TensorShape> shapes, std::vector<DType> dtypes,
+                  std::function<SymbolVarArray(const SymbolVarArray&)> build) {
+    OprCase c;
+    c.name = std::move(name);
+    c.shapes = std::move(shapes);
+    c.dtypes = std::move(dtypes);
+    c.build = std::move(build);
+    return c;
+}
+
+void set_tolerance(OprCase& c, DType dt, double f32_rtol, double f32_atol) {
+    if (dt == dtype::Float16()) {
+        c.rtol = std::max(2e-3, f32_rtol);
+        c.atol = std::max(1e-3, f32_atol);
+    } else if (dt == dtype::BFloat16()) {
+        c.rtol = std::max(1.6e-2, f32_rtol);
+        c.atol = std::max(1e-2, f32_atol);
+    } else if (dt.is_float()) {
+        c.rtol = f32_rtol;
+        c.atol = f32_atol;
+    } else {
+        c.rtol = c.atol = 0;
+    }
+}
 
 std::vector<Tensor> run_case_on(const OprCase& c, const std::string& cn,
                                 const std::vector<Tensor>& values) {

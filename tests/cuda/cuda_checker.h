@@ -14,6 +14,15 @@
 
 namespace braid::test {
 
+//! A case named `name` on inputs of `shapes` and `dtypes` whose outputs `build` makes.
+OprCase make_case(std::string name, std::vector<TensorShape> shapes, std::vector<DType> dtypes,
+                  std::function<SymbolVarArray(const SymbolVarArray&)> build);
+
+//! The CUDA-vs-CPU tolerance of results in `dt`: float16 and bfloat16 (computed in float32,
+//! rounded once) may differ by one rounding step; float32 by `f32_rtol` / `f32_atol`
+//! (summation order differs between the devices); integers not at all.
+void set_tolerance(OprCase& c, DType dt, double f32_rtol = 1e-5, double f32_atol = 1e-6);
+
 //! Builds `c`'s graph on comp node `cn`, feeds `values`, runs it and returns host copies of
 //! the outputs.
 std::vector<Tensor> run_case_on(const OprCase& c, const std::string& cn,

@@ -14,32 +14,6 @@ using namespace braid::test;
 
 namespace {
 
-OprCase make_case(std::string name, std::vector<TensorShape> shapes, std::vector<DType> dtypes,
-                  std::function<SymbolVarArray(const SymbolVarArray&)> build) {
-    OprCase c;
-    c.name = std::move(name);
-    c.shapes = std::move(shapes);
-    c.dtypes = std::move(dtypes);
-    c.build = std::move(build);
-    return c;
-}
-
-//! Tolerance for a dtype: float16/bfloat16 results may differ by one rounding step.
-void set_tolerance(OprCase& c, DType dt) {
-    if (dt == dtype::Float16()) {
-        c.rtol = 2e-3;
-        c.atol = 1e-3;
-    } else if (dt == dtype::BFloat16()) {
-        c.rtol = 1.6e-2;
-        c.atol = 1e-2;
-    } else if (dt.is_float()) {
-        c.rtol = 1e-5;
-        c.atol = 1e-6;
-    } else {
-        c.rtol = c.atol = 0;
-    }
-}
-
 const std::vector<std::pair<TensorShape, TensorShape>> kBinaryShapes = {
     {{3, 4}, {3, 4}},
     {{3, 4}, {4}},

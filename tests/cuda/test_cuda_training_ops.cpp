@@ -16,30 +16,6 @@ namespace {
 
 const DType kFloatDtypes[] = {dtype::Float32(), dtype::Float16(), dtype::BFloat16()};
 
-OprCase make_case(std::string name, std::vector<TensorShape> shapes, std::vector<DType> dtypes,
-                  std::function<SymbolVarArray(const SymbolVarArray&)> build) {
-    OprCase c;
-    c.name = std::move(name);
-    c.shapes = std::move(shapes);
-    c.dtypes = std::move(dtypes);
-    c.build = std::move(build);
-    return c;
-}
-
-//! Results computed in float32 and rounded once: float16 / bfloat16 may differ by one rounding
-//! step; `f32` is the float32 tolerance (summation order differs between the devices).
-void set_tolerance(OprCase& c, DType dt, double f32) {
-    if (dt == dtype::Float16()) {
-        c.rtol = std::max(2e-3, f32);
-        c.atol = std::max(1e-3, f32);
-    } else if (dt == dtype::BFloat16()) {
-        c.rtol = std::max(1.6e-2, f32);
-        c.atol = std::max(1e-2, f32);
-    } else {
-        c.rtol = c.atol = f32;
-    }
-}
-
 //! Stores `v` into element i of `t` in its dtype.
 void store(Tensor& t, size_t i, double v) {
     store_from_double(t.dtype(), t.raw_ptr(), i, v);
@@ -108,7 +84,7 @@ TEST(CudaPooling, MaxAndAverageMatchCpu) {
                                    [p](const SymbolVarArray& in) {
                                        return SymbolVarArray{opr::Pooling::make(in[0], p)};
                                    });
-                set_tolerance(c, dt, 1e-6);
+                set_tolerance(c, dt, 1e-6, 1e-6);
                 check_cuda_matches_cpu(c);
             }
 }
@@ -144,7 +120,7 @@ TEST(CudaPooling, BackwardMatchesCpuForEveryModeWithTies) {
                         });
                     // Ties in x decide which element a max window's gradient goes to.
                     if (ties) c.fill = tie_fill({0}, mode == opr::PoolMode::MAX ? 11 : 0);
-                    set_tolerance(c, dt, 1e-6);
+                    set_tolerance(c, dt, 1e-6, 1e-6);
                     check_cuda_matches_cpu(c);
                 }
 }
@@ -183,7 +159,7 @@ TEST(CudaBatchNorm, EveryRankStatisticShapeAndDtypeMatchesCpu) {
                         t = idx == 4 ? random_tensor(t.shape(), t.dtype(), rng, 0.05, 2.0)
                                      : random_tensor(t.shape(), t.dtype(), rng);
                     };
-                    set_tolerance(c, dt, 1e-6);
+                    set_tolerance(c, dt, 1e-6, 1e-6);
                     check_cuda_matches_cpu(c);
                 }
 }
