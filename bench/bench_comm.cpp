@@ -25,8 +25,6 @@
 #include "comm/communicator.h"
 #include "comm/mpi_communicator.h"
 #include "comm/mpi_rendezvous.h"
-#include "comm/rendezvous_server.h"
-#include "comm/tcp_client.h"
 #include "memory/tensor.h"
 
 #include <CLI/CLI.hpp>
@@ -225,19 +223,11 @@ int bench_local(size_t ranks, size_t bytes, bool json, const std::vector<std::st
 }
 
 int bench_mpi(size_t bytes, bool json, const std::vector<std::string>& ops, int reps) {
-    mpi_ensure_initialized();
-    int rank = mpi_world_rank(), size = mpi_world_size();
-    std::unique_ptr<RendezvousServer> server;
-    int port = 0;
-    if (rank == 0) {
-        server = std::make_unique<RendezvousServer>();
-        port = server->start();
-    }
-    BRAID_MPI_CHECK(MPI_Bcast(&port, 1, MPI_INT, 0, MPI_COMM_WORLD));
-    auto client = std::make_shared<TcpGroupClient>("127.0.0.1", uint16_t(port));
-    auto comm =
-        join_group(client, "mpi", "bench", uint32_t(size), false, UNASSIGNED_RANK, uint64_t(rank))
-            .communicator;
+    auto rendezvous = std::make_unique<MpiRendezvous>();
+    int rank = rendezvous->world_rank(), size = rendezvous->world_size();
+    auto comm = join_group(rendezvous->client(), "mpi", "bench", uint32_t(size), false,
+                           UNASSIGNED_RANK, uint64_t(rank))
+                    .communicator;
     MPI_Comm raw = static_cast<MpiCommunicator&>(*comm).mpi_comm();
     double memcpy_bw = memcpy_gbps(bytes);
     size_t iters = iterations_for(bytes);
@@ -272,7 +262,7 @@ int bench_mpi(size_t bytes, bool json, const std::vector<std::string>& ops, int 
     comm.reset();
     CommunicatorCache::instance().clear();
     BRAID_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
-    if (server) server->stop();
+    rendezvous.reset();
     return 0;
 }
 

@@ -2,6 +2,7 @@
 // collective on comp node cpu<r>), the loss sums a random projection of every rank's output,
 // and check_gradient compares braid::grad with central differences of that loss.
 #include "checker.h"
+#include "collective_reference.h"
 
 #include "comm/group_client.h"
 
@@ -13,17 +14,13 @@ using opr::CollectiveMode;
 
 namespace {
 
-bool rank_has_input(CollectiveMode m, bool root) {
-    return !((m == CollectiveMode::BROADCAST || m == CollectiveMode::SCATTER) && !root);
-}
-
 //! The case for `mode` over `n` ranks whose root is `root`: the inputs of the ranks that have
 //! one, in rank order, each {2n, 2}.
 OprCase collective_case(CollectiveMode mode, uint32_t n, uint32_t root) {
     OprCase c;
     c.name = fmt::format("{} over {} ranks", opr::collective_mode_name(mode), n);
     for (uint32_t r = 0; r < n; ++r)
-        if (rank_has_input(mode, r == root)) c.shapes.push_back({n * 2, 2});
+        if (collective_has_input(mode, r == root)) c.shapes.push_back({n * 2, 2});
     auto client =
         std::make_shared<comm::InProcessGroupClient>(std::make_shared<comm::GroupManager>());
     c.build = [=](const SymbolVarArray& in) {
@@ -31,18 +28,12 @@ OprCase collective_case(CollectiveMode mode, uint32_t n, uint32_t root) {
         SymbolVarArray outs(n);
         for (uint32_t k = 0; k < n; ++k) {
             uint32_t r = (root + k) % n;
-            opr::CollectiveParam p;
-            p.key = "grad";
-            p.nr_devices = n;
-            p.rank = int32_t(r);
-            p.is_root = r == root;
-            p.group_client = client;
-            p.mode = mode;
+            auto p = collective_param(mode, "grad", n, r, root, client);
             // Inputs are in rank order, skipping the ranks that have none.
             SymbolVar x;
-            if (rank_has_input(mode, r == root)) {
+            if (collective_has_input(mode, r == root)) {
                 size_t idx = 0;
-                for (uint32_t q = 0; q < r; ++q) idx += rank_has_input(mode, q == root);
+                for (uint32_t q = 0; q < r; ++q) idx += collective_has_input(mode, q == root);
                 x = in[idx];
             }
             outs[r] = opr::CollectiveComm::make(
@@ -58,12 +49,7 @@ OprCase collective_case(CollectiveMode mode, uint32_t n, uint32_t root) {
 TEST(CollectiveCommGrad, EveryModeMatchesFiniteDifferencesAcrossRanks) {
     register_all_operators();
     for (uint32_t n : {1u, 2u, 3u, 4u})
-        for (auto mode :
-             {CollectiveMode::ALL_REDUCE_SUM, CollectiveMode::ALL_REDUCE_MAX,
-              CollectiveMode::ALL_REDUCE_MIN, CollectiveMode::BROADCAST, CollectiveMode::REDUCE_SUM,
-              CollectiveMode::ALL_GATHER, CollectiveMode::REDUCE_SCATTER_SUM,
-              CollectiveMode::GATHER, CollectiveMode::SCATTER, CollectiveMode::ALL_TO_ALL})
-            check_gradient(collective_case(mode, n, n - 1));
+        for (auto mode : all_collective_modes()) check_gradient(collective_case(mode, n, n - 1));
 }
 
 namespace {
@@ -71,11 +57,7 @@ namespace {
 //! rank r's all-reduce of `x` under `key`, on cpu<r>.
 SymbolVar all_reduce_on(SymbolVar x, const std::string& key, uint32_t r,
                         const std::shared_ptr<comm::GroupClient>& client) {
-    opr::CollectiveParam p;
-    p.key = key;
-    p.nr_devices = 2;
-    p.rank = int32_t(r);
-    p.group_client = client;
+    auto p = collective_param(CollectiveMode::ALL_REDUCE_SUM, key, 2, r, 0, client);
     return opr::CollectiveComm::make(x, x.graph(), p,
                                      OperatorConfig::on(CompNode::load(fmt::format("cpu{}", r))));
 }
