@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <unordered_map>
 #include <vector>
 
@@ -77,6 +78,11 @@ public:
     //! changed). Vars whose shape cannot be inferred become dynamic.
     void reinfer_all();
 
+    //! Held by an executable while it re-infers the graph's shapes for its fed inputs and
+    //! plans its memory from them, so executables of one graph may run and re-plan from
+    //! several threads. Building the graph itself is single-threaded and not guarded by it.
+    std::mutex& inference_mutex() { return m_inference_mutex; }
+
     //! Runs one operator's shape and value inference; `may_block` lets shape rules that
     //! depend on peers wait for them (see InferCtx::may_block).
     void infer_opr(OperatorNode* opr, bool may_block = false);
@@ -97,6 +103,7 @@ private:
     std::unordered_multimap<uint64_t, OperatorNode*> m_dedup;
     size_t m_next_var_id = 0;
     std::unordered_map<VarNode*, VarNodeArray> m_extra_deps;
+    std::mutex m_inference_mutex;
 };
 
 } // namespace braid

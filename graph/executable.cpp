@@ -28,7 +28,13 @@ struct Executable::Step {
     //! Set after the step on a device queue when `notify`: readers on other comp nodes wait
     //! for it (a CUDA event), so the producer's thread never blocks on the device.
     DeviceMarker marker;
-    bool dynamic = false;       //!< some output shape is only known at execution
+    bool dynamic = false; //!< some output shape is only known at execution
+    //! bound_to_static_values(): the outputs are copies of `static_values`, the kernel never
+    //! runs. Refreshed at each prepare(), under the graph's inference lock.
+    bool static_bound = false;
+    std::vector<Tensor> static_values;
+    //! The inputs are part of the executable (false only for a step bound when compiled).
+    bool inputs_wired = true;
     bool check_strided = false; //!< some input may arrive non-contiguous
     std::vector<std::pair<size_t, std::function<void(const Tensor&)>>> callbacks;
     std::vector<Tensor> contiguous_inputs; //!< scratch for inputs made contiguous
@@ -78,6 +84,7 @@ Executable::Executable(std::shared_ptr<ComputingGraph> graph,
     }
     m_memory_plan = std::make_unique<MemoryPlan>(m_graph->options());
     build_sequences(outputs);
+    std::lock_guard lk(m_graph->inference_mutex());
     prepare();
 }
 
@@ -107,7 +114,8 @@ void Executable::build_sequences(const std::vector<OutputSpec>& outputs) {
         stack.pop_back();
         if (needed[opr]) continue;
         needed[opr] = true;
-        for (auto* in : opr->inputs()) stack.push_back(in->owner());
+        if (!bound_to_static_values(*opr))
+            for (auto* in : opr->inputs()) stack.push_back(in->owner());
         for (auto* out : opr->outputs())
             for (auto* dep : m_graph->extra_deps(out)) stack.push_back(dep->owner());
     }
@@ -124,6 +132,7 @@ void Executable::build_sequences(const std::vector<OutputSpec>& outputs) {
         if (auto* in = dynamic_cast<InputNode*>(opr)) m_inputs.push_back(in);
     }
     m_tensors.resize(m_vars.size());
+    m_fed.resize(m_inputs.size());
 
     // One sequence per comp node, in the order of first use.
     std::map<CompNode, size_t> node_idx;
@@ -143,7 +152,9 @@ void Executable::build_sequences(const std::vector<OutputSpec>& outputs) {
         step.kernel =
             resolve_kernel(*opr, opr->comp_node().device().kind, opr->comp_node().locator());
         std::map<size_t, uint32_t> waits;
-        for (auto* in : opr->inputs()) {
+        step.inputs_wired = std::all_of(opr->inputs().begin(), opr->inputs().end(),
+                                        [&](VarNode* in) { return m_var_idx.count(in) > 0; });
+        for (auto* in : step.inputs_wired ? opr->inputs() : VarNodeArray{}) {
             step.input_idx.push_back(var_index(in));
             auto [pn, ps] = producer.at(in);
             if (pn != ni) {
@@ -163,6 +174,10 @@ void Executable::build_sequences(const std::vector<OutputSpec>& outputs) {
             producer[out] = {ni, uint32_t(seq.steps.size())};
         }
         for (size_t i : step.input_idx) step.inputs.push_back(&m_tensors[i]);
+        if (auto* in = dynamic_cast<InputNode*>(opr)) {
+            size_t k = std::find(m_inputs.begin(), m_inputs.end(), in) - m_inputs.begin();
+            step.inputs.push_back(&m_fed[k]); // ctx.input(0) of an InputNode (input_node.h)
+        }
         for (size_t i : step.output_idx) step.outputs.push_back(&m_tensors[i]);
         step.contiguous_inputs.resize(step.inputs.size());
         if (!opr->peer_group().empty()) seq.collectives.push_back(opr);
@@ -195,6 +210,16 @@ void Executable::prepare() {
             step.dynamic = false;
             for (auto* out : step.opr->outputs())
                 if (!out->shape_known()) step.dynamic = true;
+            step.static_bound = bound_to_static_values(*step.opr);
+            step.static_values.clear();
+            if (step.static_bound)
+                for (auto* out : step.opr->outputs())
+                    step.static_values.push_back(*out->static_value());
+            else if (!step.inputs_wired)
+                BRAID_THROW(GraphError,
+                            "{}: its output values were static when compiled and are not for the "
+                            "shapes fed now; compile the graph again for these shapes",
+                            step.opr->describe());
         }
     m_planned_input_shapes.clear();
     for (auto* in : m_inputs)
@@ -219,11 +244,22 @@ void Executable::allocate_memory() {
         }
 }
 
-Executable& Executable::feed(const std::string& name, Tensor value) {
+void Executable::feed_input(size_t i, Tensor value) {
+    auto* in = m_inputs[i];
+    if (value.empty())
+        BRAID_THROW(GraphError, "input \"{}\": fed an empty tensor", in->input_name());
+    if (value.dtype() != in->input_dtype())
+        BRAID_THROW(DTypeError, "input \"{}\": fed a {} tensor, expected {} (shape {})",
+                    in->input_name(), value.dtype().name(), in->input_dtype().name(),
+                    value.shape().to_string());
     if (m_state == State::RUNNING) wait(); // the Input kernels may be reading the fed tensors
-    for (auto* in : m_inputs)
-        if (in->input_name() == name) {
-            in->feed(std::move(value));
+    m_fed[i] = std::move(value);
+}
+
+Executable& Executable::feed(const std::string& name, Tensor value) {
+    for (size_t i = 0; i < m_inputs.size(); ++i)
+        if (m_inputs[i]->input_name() == name) {
+            feed_input(i, std::move(value));
             return *this;
         }
     std::string known;
@@ -233,10 +269,9 @@ Executable& Executable::feed(const std::string& name, Tensor value) {
 }
 
 Executable& Executable::feed(const SymbolVar& input, Tensor value) {
-    if (m_state == State::RUNNING) wait();
-    for (auto* in : m_inputs)
-        if (in->output(0) == input.node()) {
-            in->feed(std::move(value));
+    for (size_t i = 0; i < m_inputs.size(); ++i)
+        if (m_inputs[i]->output(0) == input.node()) {
+            feed_input(i, std::move(value));
             return *this;
         }
     BRAID_THROW(GraphError, "feed(): var \"{}\" is not an input of this executable",
@@ -248,12 +283,16 @@ void Executable::execute() {
     bool reshaped = false;
     for (size_t i = 0; i < m_inputs.size(); ++i) {
         auto* in = m_inputs[i];
-        if (in->fed().empty())
+        if (m_fed[i].empty())
             BRAID_THROW(GraphError, "input \"{}\" was never fed; call feed(\"{}\", tensor) first",
                         in->input_name(), in->input_name());
-        if (in->fed().shape() != m_planned_input_shapes[i]) reshaped = true;
+        if (m_fed[i].shape() != m_planned_input_shapes[i]) reshaped = true;
     }
     if (reshaped) {
+        // The graph's shapes are shared by its executables: this one re-infers them for its own
+        // fed shapes and plans from them under the lock; its runs then read only its tensors.
+        std::lock_guard lk(m_graph->inference_mutex());
+        for (size_t i = 0; i < m_inputs.size(); ++i) m_inputs[i]->set_fed_shape(m_fed[i].shape());
         m_graph->reinfer_all();
         prepare();
     }
@@ -346,6 +385,16 @@ void Executable::finish_device_run(NodeSeq& seq) {
 
 void Executable::run_step(Step& step) {
     auto* opr = step.opr;
+    if (step.static_bound) {
+        for (size_t k = 0; k < step.outputs.size(); ++k) {
+            Tensor& out = *step.outputs[k];
+            const Tensor& value = step.static_values[k];
+            if (out.empty() || out.shape() != value.shape() || out.dtype() != value.dtype())
+                out = Tensor(value.shape(), value.dtype(), opr->comp_node().allocator());
+            opr->comp_node().copy(out, value);
+        }
+        return;
+    }
     if (step.check_strided) {
         for (size_t i = 0; i < step.inputs.size(); ++i) {
             const Tensor& t = m_tensors[step.input_idx[i]];

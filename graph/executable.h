@@ -2,7 +2,9 @@
 // tensors of every var, and runs them asynchronously.
 //
 // execute() returns at once (kernels on "cpu:default" excepted, which run in the caller);
-// wait() joins and rethrows the first kernel error. An executable is driven from one thread.
+// wait() joins and rethrows the first kernel error. An executable is driven from one thread;
+// several executables of one graph are independent (each holds its own fed inputs, shapes and
+// memory) and may run concurrently from different threads.
 #pragma once
 
 #include "graph/computing_graph.h"
@@ -20,6 +22,8 @@ namespace braid {
 class InputNode;
 
 //! A compiled computation. Not thread-safe: call execute()/wait()/feed() from one thread.
+//! Executables compiled from one graph do not share fed values or memory: each may be driven
+//! from its own thread (parameters, SharedParam tensors, are shared and read by all).
 class Executable {
 public:
     Executable(std::shared_ptr<ComputingGraph> graph, const std::vector<OutputSpec>& outputs);
@@ -27,9 +31,10 @@ public:
     Executable(const Executable&) = delete;
     Executable& operator=(const Executable&) = delete;
 
-    //! Sets the value of the input operator named `name` for the next executions (waiting
-    //! for a run in flight first). The tensor is shared, not copied: keep it unchanged until
-    //! the run that reads it has been waited for. Throws GraphError for an unknown name and
+    //! Sets the value of the input operator named `name` for this executable's next
+    //! executions (waiting for a run in flight first); other executables of the graph keep
+    //! their own. The tensor is shared, not copied: keep it unchanged until the run that reads
+    //! it has been waited for. Throws GraphError for an unknown name or an empty tensor and
     //! DTypeError for a wrong dtype.
     Executable& feed(const std::string& name, Tensor value);
     //! Same, naming the input by its var.
@@ -78,6 +83,7 @@ private:
 
     void build_sequences(const std::vector<OutputSpec>& outputs);
     void prepare();
+    void feed_input(size_t i, Tensor value);
     void allocate_memory();
     void run_node(NodeSeq& seq, uint64_t gen);
     void run_step(Step& step);
@@ -92,6 +98,7 @@ private:
     std::vector<Tensor> m_tensors; //!< runtime tensor of m_vars[i]
     std::vector<std::unique_ptr<NodeSeq>> m_nodes;
     std::vector<InputNode*> m_inputs;
+    std::vector<Tensor> m_fed; //!< fed tensor of m_inputs[i]; the Input steps read it
     std::vector<TensorShape> m_planned_input_shapes;
     std::vector<OutputSpec> m_outputs;
     std::vector<size_t> m_output_idx;

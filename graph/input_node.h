@@ -5,18 +5,36 @@
 
 namespace braid {
 
-//! An operator whose output value the user supplies before each execution.
+/*!
+ * An operator whose output value the user supplies before each execution. The fed tensor
+ * belongs to the executable that was fed, never to the graph, so several executables of one
+ * graph run independently: an InputNode has no graph inputs, and its kernel finds the tensor
+ * fed to the running executable as `ctx.input(0)`.
+ */
 class InputNode : public OperatorNode {
 public:
     //! Name the user feeds it by (the operator's name).
     const std::string& input_name() const { return name(); }
-    //! Stores `value` as the next executions' input; throws DTypeError on a dtype mismatch.
-    virtual void feed(Tensor value) = 0;
-    //! The fed tensor (empty before the first feed()).
-    virtual const Tensor& fed() const = 0;
+    //! The dtype a fed tensor must have.
+    DType input_dtype() const { return m_input_dtype; }
+
+    //! The shape static inference gives this input: the one set by the last executable that
+    //! re-inferred the graph for its fed shapes (under ComputingGraph::inference_mutex()), or
+    //! nullptr before any, when the declared shape applies.
+    const TensorShape* fed_shape() const { return m_has_fed_shape ? &m_fed_shape : nullptr; }
+    void set_fed_shape(const TensorShape& shape) {
+        m_fed_shape = shape;
+        m_has_fed_shape = true;
+    }
 
 protected:
-    using OperatorNode::OperatorNode;
+    InputNode(DType input_dtype, const OperatorConfig& config)
+        : OperatorNode(config), m_input_dtype(input_dtype) {}
+
+private:
+    DType m_input_dtype;
+    TensorShape m_fed_shape;
+    bool m_has_fed_shape = false;
 };
 
 } // namespace braid

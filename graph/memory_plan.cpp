@@ -88,7 +88,8 @@ struct MemoryPlan::Analysis {
             for (uint32_t si = 0; si < oprs.size(); ++si) {
                 ns.positions.push_back(oprs[si]->id());
                 ns.in_begin.push_back(uint32_t(ns.inputs.size()));
-                for (auto* in : oprs[si]->inputs()) ns.inputs.push_back(index(in));
+                if (!bound_to_static_values(*oprs[si])) // reads no input otherwise
+                    for (auto* in : oprs[si]->inputs()) ns.inputs.push_back(index(in));
                 ns.out_begin.push_back(uint32_t(ns.outputs.size()));
                 auto& outs = oprs[si]->outputs();
                 for (uint32_t k = 0; k < outs.size(); ++k) {

@@ -41,4 +41,11 @@ VarNode* OperatorNode::add_output(const std::string& suffix) {
     return m_outputs.back();
 }
 
+bool bound_to_static_values(const OperatorNode& opr) {
+    if (opr.value_inference() != ValueInference::FROM_SHAPES) return false;
+    for (auto* out : opr.outputs())
+        if (!out->static_value()) return false;
+    return true;
+}
+
 } // namespace braid

@@ -197,4 +197,12 @@ private:
     std::unique_ptr<KernelState> m_kernel_state;
 };
 
+/*!
+ * True when executables bind `opr`'s outputs to their statically inferred values instead of
+ * running it: a FROM_SHAPES operator (GetVarShape) whose output values are known statically.
+ * It then reads none of its inputs at execution, so they are neither computed nor kept alive
+ * for it (a gradient's `zeros_like(x)` does not hold x's memory).
+ */
+bool bound_to_static_values(const OperatorNode& opr);
+
 } // namespace braid

@@ -34,7 +34,7 @@ VarNode* batch_norm_grad(OperatorNode& node, size_t i, const VarNodeArray& out_g
     // Back to the statistic's own shape and dtype.
     auto as_stat = [&](SymbolVar v, size_t k) {
         SymbolVar s = opr.input(k);
-        v = reshape_to(v, s.shape());
+        v = reshape_to(v, s);
         return (v.dtype() == s.dtype() ? v : v.astype(s.dtype())).node();
     };
     SymbolVar scale = stat(1), mean = stat(3);

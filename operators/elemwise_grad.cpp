@@ -30,7 +30,6 @@ VarNode* elemwise_grad(OperatorNode& node, size_t i, const VarNodeArray& out_gra
     auto in = [&](size_t k) { return SymbolVar(opr.input(k)); };
     SymbolVar x = in(0), y = opr.output(0);
     SymbolVar other = opr.inputs().size() == 2 ? in(1 - i) : SymbolVar();
-    const TensorShape& in_shape = opr.input(i)->shape();
     auto zero = [&] { return zeros_of(in(i)).node(); };
     SymbolVar r;
     switch (opr.mode()) {
@@ -179,7 +178,7 @@ VarNode* elemwise_grad(OperatorNode& node, size_t i, const VarNodeArray& out_gra
     if (!r.valid())
         BRAID_THROW(GraphError, "grad(): {} has no gradient rule for mode {}", opr.describe(),
                     elem_mode_name(opr.mode()));
-    return reduce_sum_to_shape(r, in_shape).node();
+    return reduce_sum_to_shape(r, in(i)).node();
 }
 
 } // namespace

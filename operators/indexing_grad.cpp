@@ -55,9 +55,13 @@ VarNode* index_add_grad(OperatorNode& node, size_t i, const VarNodeArray& out_gr
     if (i == 0) return g.node();
     const TensorShape& vs = static_shape(opr.input(2), "IndexAdd");
     size_t axis = normalize_axis(opr.axis(), vs.ndim(), opr.describe());
-    std::vector<long> along(vs.ndim(), 1);
-    along[axis] = long(vs[axis]);
-    SymbolVar index = SymbolVar(opr.input(1)).reshape(along).broadcast(vs);
+    // The 1-D index along `axis`, with unit axes around it, broadcast to the values' shape.
+    std::vector<int> unit_axes;
+    for (size_t d = 0; d < vs.ndim(); ++d)
+        if (d != axis) unit_axes.push_back(int(d));
+    SymbolVar index = SymbolVar(opr.input(1));
+    if (!unit_axes.empty()) index = expand_dims(index, unit_axes);
+    index = index.broadcast(SymbolVar(opr.input(2)).symshape());
     return gather(g, index, int(axis)).node();
 }
 

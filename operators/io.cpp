@@ -8,7 +8,7 @@
 namespace braid::opr {
 
 Input::Input(DType dtype, const TensorShape& shape, const OperatorConfig& config)
-    : InputNode(config), m_dtype(dtype), m_shape(shape) {
+    : InputNode(dtype, config), m_shape(shape) {
     add_output();
 }
 
@@ -24,30 +24,23 @@ SymbolVar Input::make(ComputingGraph& graph, const std::string& name, DType dtyp
 }
 
 void Input::init_output_dtypes() {
-    output(0)->set_dtype(m_dtype);
+    output(0)->set_dtype(input_dtype());
 }
 
 bool Input::infer_output_shapes(const InferCtx&, TensorShape* out) const {
-    out[0] = m_fed.empty() ? m_shape : m_fed.shape();
+    out[0] = fed_shape() ? *fed_shape() : m_shape;
     return true;
 }
 
-void Input::feed(Tensor value) {
-    if (value.empty()) BRAID_THROW(GraphError, "input \"{}\": fed an empty tensor", name());
-    if (value.dtype() != m_dtype)
-        BRAID_THROW(DTypeError, "input \"{}\": fed a {} tensor, expected {} (shape {})", name(),
-                    value.dtype().name(), m_dtype.name(), value.shape().to_string());
-    m_fed = std::move(value);
-}
-
 void Input::execute(ExecCtx& ctx) {
+    const Tensor& fed = ctx.input(0); // the running executable's fed tensor (InputNode)
     Tensor& out = ctx.output(0);
-    if (m_fed.device() == comp_node().device()) {
-        out = m_fed.contiguous(); // zero copy when contiguous
+    if (fed.device() == comp_node().device()) {
+        out = fed.contiguous(); // zero copy when contiguous
     } else {
-        if (out.empty() || out.shape() != m_fed.shape())
-            out = Tensor(m_fed.shape(), m_dtype, comp_node().allocator());
-        comp_node().copy(out, m_fed); // e.g. a tensor fed from a CUDA device
+        if (out.empty() || out.shape() != fed.shape())
+            out = Tensor(fed.shape(), fed.dtype(), comp_node().allocator());
+        comp_node().copy(out, fed); // e.g. a tensor fed from a CUDA device
     }
 }
 

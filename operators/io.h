@@ -9,6 +9,7 @@ namespace braid::opr {
 
 //! A named input the user feeds through Executable::feed(). Its shape is the declared one
 //! until a tensor is fed; feeding another shape re-infers the graph on the next execute().
+//! The fed tensor is held by the executable (see InputNode).
 class Input final : public InputNode {
 public:
     Input(DType dtype, const TensorShape& shape, const OperatorConfig& config);
@@ -22,15 +23,11 @@ public:
     ValueInference value_inference() const override { return ValueInference::NONE; }
     OutputMem output_mem(size_t) const override { return OutputMem::BOUND; }
     void execute(ExecCtx& ctx) override;
-    void feed(Tensor value) override;
-    const Tensor& fed() const override { return m_fed; }
-    DType declared_dtype() const { return m_dtype; }
+    DType declared_dtype() const { return input_dtype(); }
     const TensorShape& declared_shape() const { return m_shape; }
 
 private:
-    DType m_dtype;
     TensorShape m_shape;
-    Tensor m_fed;
 };
 
 //! A constant tensor whose value is part of the graph (known statically).

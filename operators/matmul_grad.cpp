@@ -30,7 +30,7 @@ VarNode* batched_matmul_grad(OperatorNode& node, size_t i, const VarNodeArray& o
     const TensorShape& bs = static_shape(b.node(), who);
     if (i == 0)
         return reduce_sum_to_shape(
-                   ta ? batched_matmul(b, g, tb, true) : batched_matmul(g, b, false, !tb), as)
+                   ta ? batched_matmul(b, g, tb, true) : batched_matmul(g, b, false, !tb), a)
             .node();
     if (bs.ndim() == 2 && as.ndim() > 2 && !ta) {
         // [..., m, k] x [k, n]: sum over the batch = one [k, B·m] x [B·m, n] product.
@@ -39,7 +39,7 @@ VarNode* batched_matmul_grad(OperatorNode& node, size_t i, const VarNodeArray& o
         return (tb ? matmul(g2, a2, true, false) : matmul(a2, g2, true, false)).node();
     }
     return reduce_sum_to_shape(
-               tb ? batched_matmul(g, a, true, ta) : batched_matmul(a, g, !ta, false), bs)
+               tb ? batched_matmul(g, a, true, ta) : batched_matmul(a, g, !ta, false), b)
         .node();
 }
 

@@ -41,8 +41,8 @@ VarNode* normalization_grad(OperatorNode& node, size_t i, const VarNodeArray& ou
     SymbolVar centred = layer ? x - reduce_mean(x, axes, true) : x;
     SymbolVar rstd = rsqrt(reduce_mean(centred * centred, axes, true) + double(p.eps));
     SymbolVar xhat = centred * rstd;
-    if (i == bias_idx && p.has_bias) return reduce_sum_to_shape(g, opr.input(i)->shape()).node();
-    if (i == 1 && p.has_weight) return reduce_sum_to_shape(g * xhat, weight.shape()).node();
+    if (i == bias_idx && p.has_bias) return reduce_sum_to_shape(g, opr.input(i)).node();
+    if (i == 1 && p.has_weight) return reduce_sum_to_shape(g * xhat, weight).node();
 
     SymbolVar gh = p.has_weight ? g * weight : g;
     SymbolVar inner = gh - xhat * reduce_mean(gh * xhat, axes, true);

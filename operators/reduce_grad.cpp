@@ -8,6 +8,7 @@
 #include "operators/elemwise.h"
 #include "operators/grad_util.h"
 #include "operators/reduce.h"
+#include "operators/tensor_manip.h"
 
 namespace braid::opr {
 
@@ -19,26 +20,22 @@ VarNode* reduce_grad(OperatorNode& node, size_t, const VarNodeArray& out_grads) 
     if (!g.valid()) return nullptr;
     SymbolVar x = opr.input(0);
     const TensorShape& in = static_shape(opr.input(0), opr.describe().c_str());
-    // The output shape with the reduced axes kept as 1, so g broadcasts back over them.
-    std::vector<long> kept;
+    // g with the reduced axes kept as 1 (unit axes inserted where keepdims dropped them), so it
+    // broadcasts back over them; shapes follow x symbolically.
     std::vector<bool> reduced(in.ndim(), opr.param().axes.empty());
     for (int a : opr.param().axes) reduced[size_t(a < 0 ? a + int(in.ndim()) : a)] = true;
     std::vector<int> axes;
-    size_t count = 1;
-    for (size_t d = 0; d < in.ndim(); ++d) {
-        kept.push_back(reduced[d] ? 1 : long(in[d]));
-        if (reduced[d]) {
-            count *= in[d];
-            axes.push_back(int(d));
-        }
-    }
-    auto keep = [&](SymbolVar v) { return v.shape().ndim() == kept.size() ? v : v.reshape(kept); };
+    for (size_t d = 0; d < in.ndim(); ++d)
+        if (reduced[d]) axes.push_back(int(d));
+    auto keep = [&](SymbolVar v) {
+        return v.shape().ndim() == in.ndim() ? v : expand_dims(v, axes);
+    };
     SymbolVar gk = keep(g);
     switch (opr.param().mode) {
     case ReduceMode::SUM:
-        return gk.broadcast(in).node();
+        return gk.broadcast(x.symshape()).node();
     case ReduceMode::MEAN:
-        return (gk.broadcast(in) * (1.0 / double(count))).node();
+        return (gk.broadcast(x.symshape()) / nr_elems_along(x, axes, g.dtype())).node();
     case ReduceMode::SUM_SQR:
         return (gk * x * 2.0).node();
     case ReduceMode::MAX:

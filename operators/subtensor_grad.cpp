@@ -23,8 +23,8 @@ VarNode* set_subtensor_grad(OperatorNode& node, size_t i, const VarNodeArray& ou
     if (!g.valid()) return nullptr;
     bool set = std::string(opr.type_name()) == "SetSubtensor";
     if (i == 0) return set ? set_subtensor(g, scalar_like(g, 0.0), opr.items()).node() : g.node();
-    const TensorShape& value = static_shape(opr.input(1), opr.type_name());
-    return reduce_sum_to_shape(subtensor(g, opr.items()), value).node();
+    static_shape(opr.input(1), opr.type_name()); // the broadcast axes come from it
+    return reduce_sum_to_shape(subtensor(g, opr.items()), opr.input(1)).node();
 }
 
 } // namespace

@@ -9,19 +9,13 @@ namespace {
 VarNode* reshape_grad(OperatorNode& opr, size_t i, const VarNodeArray& out_grads) {
     SymbolVar g = out_grads[0];
     if (!g.valid() || i != 0) return nullptr; // the shape input has no gradient
-    SymbolVar x = opr.input(0);
-    if (x.node()->shape_known()) {
-        std::vector<long> dims;
-        for (size_t d : x.shape().dims()) dims.push_back(long(d));
-        return g.reshape(dims).node();
-    }
-    return g.reshape(x.symshape()).node();
+    return reshape_to(g, opr.input(0)).node();
 }
 
 VarNode* broadcast_grad(OperatorNode& opr, size_t i, const VarNodeArray& out_grads) {
     SymbolVar g = out_grads[0];
     if (!g.valid() || i != 0) return nullptr;
-    return reduce_sum_to_shape(g, opr.input(0)->shape()).node();
+    return reduce_sum_to_shape(g, opr.input(0)).node();
 }
 
 VarNode* typecvt_grad(OperatorNode& opr, size_t, const VarNodeArray& out_grads) {
@@ -57,7 +51,7 @@ VarNode* dimshuffle_grad(OperatorNode& node, size_t, const VarNodeArray& out_gra
 VarNode* axis_add_remove_grad(OperatorNode& opr, size_t, const VarNodeArray& out_grads) {
     SymbolVar g = out_grads[0];
     if (!g.valid()) return nullptr;
-    return reshape_to(g, static_shape(opr.input(0), "AxisAddRemove")).node();
+    return reshape_to(g, opr.input(0)).node();
 }
 
 } // namespace

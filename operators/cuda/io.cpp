@@ -27,7 +27,7 @@ struct UploadState final : KernelState {
 };
 
 void input_cuda(OperatorNode& opr, ExecCtx& ctx) {
-    const Tensor& fed = static_cast<Input&>(opr).fed();
+    const Tensor& fed = ctx.input(0); // the running executable's fed tensor (InputNode)
     CompNode cn = opr.comp_node();
     if (fed.device() == cn.device()) {
         ctx.output(0) = contiguous_on(cn, fed); // zero copy when contiguous

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 namespace braid::test {
@@ -146,6 +147,101 @@ void check_gradient(const OprCase& c, uint32_t seed) {
             EXPECT_NEAR(got, numeric, c.grad_atol + c.grad_rtol * std::abs(numeric))
                 << c.name << ": d loss / d input " << i << " element " << e;
         }
+    }
+    check_gradient_batch_sizes(c, seed);
+}
+
+namespace {
+
+//! The case's graph with loss = sum_k sum(out_k^2) / 2 (a loss with no shape of its own) and
+//! the gradients of every float input, compiled; outputs: loss, then the gradients.
+struct BatchGradGraph {
+    SymbolVarArray inputs;
+    std::unique_ptr<Executable> exec;
+
+    BatchGradGraph(const OprCase& c, const std::vector<TensorShape>& shapes) {
+        GraphOptions options;
+        options.default_comp_node = c.comp_node;
+        auto graph = ComputingGraph::make(options);
+        for (size_t i = 0; i < shapes.size(); ++i) {
+            DType dt = c.dtypes.empty() ? dtype::Float32() : c.dtypes[i];
+            inputs.push_back(opr::Input::make(*graph, "in" + std::to_string(i), dt, shapes[i]));
+        }
+        SymbolVar loss;
+        for (auto& out : c.build(inputs)) {
+            if (!out.dtype().is_float()) continue;
+            SymbolVar term = opr::reduce_sum(out * out) * 0.5;
+            loss = loss.valid() ? loss + term : term;
+        }
+        SymbolVarArray wrt;
+        for (size_t i = 0; i < inputs.size(); ++i)
+            if (inputs[i].dtype().is_float() &&
+                (c.grad_inputs.empty() ||
+                 std::count(c.grad_inputs.begin(), c.grad_inputs.end(), i)))
+                wrt.push_back(inputs[i]);
+        std::vector<OutputSpec> specs{loss};
+        for (auto& g : grad(loss, wrt)) specs.push_back(g);
+        exec = graph->compile(specs);
+    }
+
+    std::vector<Tensor> run(const std::vector<Tensor>& values) {
+        for (size_t i = 0; i < values.size(); ++i) exec->feed(inputs[i], values[i]);
+        exec->run();
+        std::vector<Tensor> res;
+        for (size_t k = 0; k < exec->nr_outputs(); ++k) res.push_back(exec->output(k).copy());
+        return res;
+    }
+};
+
+} // namespace
+
+void check_gradient_batch_sizes(const OprCase& c, uint32_t seed) {
+    if (!c.fixed_batch.empty() || c.shapes.empty() || c.shapes[0].ndim() == 0) return;
+    SCOPED_TRACE("gradient at other batch sizes: " + c.name);
+    size_t lead = c.shapes[0][0];
+    if (lead == 1) return; // a dim of 1 broadcasts: it is not a free batch dim
+    std::unique_ptr<BatchGradGraph> built;
+    try {
+        built = std::make_unique<BatchGradGraph>(c, c.shapes);
+    } catch (const Error&) {
+        return; // e.g. a graph whose loss has a non-float output only
+    }
+    for (size_t batch : {lead + 1, lead + 3}) {
+        std::vector<TensorShape> shapes = c.shapes;
+        for (auto& s : shapes)
+            if (s.ndim() > 0 && s[0] == lead) s[0] = batch;
+        std::unique_ptr<BatchGradGraph> fresh;
+        try {
+            fresh = std::make_unique<BatchGradGraph>(c, shapes);
+        } catch (const Error&) {
+            return; // the case's graph does not build at another batch size: no free batch dim
+        }
+        std::mt19937 rng(seed + uint32_t(batch));
+        std::vector<Tensor> values;
+        for (size_t i = 0; i < shapes.size(); ++i) {
+            DType dt = c.dtypes.empty() ? dtype::Float32() : c.dtypes[i];
+            Tensor v(shapes[i], dt);
+            if (c.fill)
+                c.fill(rng, v, i);
+            else
+                v = random_tensor(shapes[i], dt, rng, c.low, c.high);
+            values.push_back(v);
+        }
+        auto expected = fresh->run(values);
+        std::vector<Tensor> got;
+        try {
+            got = built->run(values);
+        } catch (const std::exception& e) {
+            ADD_FAILURE() << c.name << ": the graph built at batch " << lead
+                          << " fails when fed batch " << batch << ": " << e.what();
+            return;
+        }
+        ASSERT_EQ(got.size(), expected.size());
+        for (size_t k = 0; k < got.size(); ++k)
+            expect_tensor_near(got[k], expected[k], 1e-5, 1e-6,
+                               c.name + (k ? " gradient " + std::to_string(k - 1) : " loss") +
+                                   " at batch " + std::to_string(batch) + " (built at " +
+                                   std::to_string(lead) + ")");
     }
 }
 

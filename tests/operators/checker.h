@@ -36,6 +36,9 @@ struct OprCase {
     double grad_eps = 1e-3;
     double grad_rtol = 2e-2;
     double grad_atol = 2e-3;
+    //! Why the gradient graph cannot follow another batch size (check_gradient_batch_sizes
+    //! skips the case); empty: it must.
+    std::string fixed_batch;
 };
 
 //! Runs the case; reports mismatches through gtest (EXPECT_*), naming the case.
@@ -45,6 +48,15 @@ void check_operator(const OprCase& c, uint32_t seed = 1);
 //! central finite differences (evaluated in float64 from float32 forward runs). Called by
 //! check_operator when c.check_grad is set.
 void check_gradient(const OprCase& c, uint32_t seed = 1);
+
+/*!
+ * The gradient graph of the case, built once at its shapes, compiled once and then fed inputs
+ * whose dim 0 ("batch": every input whose dim 0 equals input 0's) is 1 and 3 larger, must give
+ * the loss and gradients that graphs built at those shapes give. Catches gradient rules that
+ * bake today's shapes into the graph. Cases that do not build at another batch size have no
+ * free batch dim and are skipped. Called by check_gradient.
+ */
+void check_gradient_batch_sizes(const OprCase& c, uint32_t seed = 1);
 
 //! A tensor of `shape` and `dtype` with uniform random values in [low, high).
 Tensor random_tensor(const TensorShape& shape, DType dtype, std::mt19937& rng, double low = -2.0,

@@ -45,6 +45,9 @@ TEST_F(GradShape, ConcatAlongEachAxis) {
                            [axis](const SymbolVarArray& in) {
                                return opr::tanh(opr::concat({in[0], in[1], in[2]}, axis));
                            });
+        if (axis == 0)
+            c.fixed_batch = "Concat's gradient slices g at static offsets along the concat axis; "
+                            "concatenating along a batch dim is not followed yet";
         check_gradient(c);
     }
     check_gradient(grad_case("concat of one", {{3}}, [](const SymbolVarArray& in) {

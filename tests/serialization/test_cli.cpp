@@ -328,3 +328,12 @@ TEST(BraidInspectCli, SummaryDotAndErrors) {
     expect_error(run(INSPECT, {dir.file("junk.braid")}), 3, "wrong file identifier");
     expect_error(run(INSPECT, {MLP, "--frobnicate"}), 2, "--frobnicate");
 }
+
+TEST(BraidRunCli, TrainingModelRunsAtBatchSizesOtherThanItsBuildSize) {
+    // dp_allreduce declares x {-1, 16} and label {-1}; it was built at batch 8.
+    for (const char* batch : {"1", "7", "13"}) {
+        auto r = run(RUN, {DP, "--input", std::string("x=random:") + batch + "x16", "--input",
+                           std::string("label=random:") + batch, "--iter", "2"});
+        EXPECT_EQ(r.status, 0) << "batch " << batch << ": " << r.err;
+    }
+}
