@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include <exception>
 #include <stdexcept>
 #include <string>
 
@@ -71,6 +72,16 @@ class InternalError : public Error {
 public:
     using Error::Error;
 };
+
+/*!
+ * `err` as the same error class with `context` before its message: "context: message". A
+ * message that already starts with `lead` (e.g. the operator's description, which `context`
+ * begins with) has that start replaced by `context`, so nothing is said twice. braid::Error
+ * subclasses keep their class, std::bad_alloc becomes LibraryError, other exceptions
+ * InternalError. Used where errors leave a kernel (the executable names the operator).
+ */
+std::exception_ptr with_error_context(std::exception_ptr err, const std::string& context,
+                                      const std::string& lead);
 
 namespace detail {
 [[noreturn]] void assertion_failed(const char* cond, const char* file, int line,

@@ -454,6 +454,9 @@ void Executable::run_step(Step& step) {
 }
 
 void Executable::record_error(std::exception_ptr err, OperatorNode* opr) {
+    // Every error leaving a kernel names its operator and comp node here, in one place.
+    err = with_error_context(
+        err, fmt::format("{} on {}", opr->describe(), opr->comp_node().locator()), opr->describe());
     {
         std::lock_guard lk(m_error_mutex);
         if (!m_error) m_error = err;
@@ -461,8 +464,7 @@ void Executable::record_error(std::exception_ptr err, OperatorNode* opr) {
     try {
         std::rethrow_exception(err);
     } catch (const std::exception& e) {
-        logger()->error("{} failed on {}: {}", opr->describe(), opr->comp_node().locator(),
-                        e.what());
+        logger()->error("{}", e.what());
     } catch (...) {
     }
     m_failed.store(true, std::memory_order_release);

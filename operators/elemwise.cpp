@@ -392,25 +392,19 @@ void Elemwise::execute(ExecCtx& ctx) {
         step[k] = nk == n;
         direct = nk == n || nk == 1;
     }
-    try {
-        if (direct) {
-            r.kernel(reinterpret_cast<const void* const*>(r.base), step, r.out, n);
-            return;
-        }
-        r.plan = make_plan(out.shape(), in, r.nin);
-        if (small) {
-            run_range(r, 0, n);
-        } else {
-            // Chunks of whole cache lines of output keep threads off each other's lines.
-            size_t unit = 64;
-            size_t units = (n + unit - 1) / unit;
-            parallel_range(units, unit * cost, [&](size_t b, size_t e) {
-                run_range(r, b * unit, std::min(n, e * unit));
-            });
-        }
-    } catch (const DTypeError& e) {
-        // Integer division by zero and negative integer powers surface from the kernels.
-        BRAID_THROW(DTypeError, "{}: {}", describe(), e.what());
+    if (direct) {
+        r.kernel(reinterpret_cast<const void* const*>(r.base), step, r.out, n);
+        return;
+    }
+    r.plan = make_plan(out.shape(), in, r.nin);
+    if (small) {
+        run_range(r, 0, n);
+    } else {
+        // Chunks of whole cache lines of output keep threads off each other's lines.
+        size_t unit = 64;
+        size_t units = (n + unit - 1) / unit;
+        parallel_range(units, unit * cost,
+                       [&](size_t b, size_t e) { run_range(r, b * unit, std::min(n, e * unit)); });
     }
 }
 

@@ -48,9 +48,9 @@ enum class ElemMode : uint8_t {
     SUB,         //!< a - b
     MUL,         //!< a * b
     TRUE_DIV,    //!< a / b (float only)
-    FLOOR_DIV,   //!< floor(a / b); integer division by zero throws DTypeError at execution
+    FLOOR_DIV,   //!< floor(a / b); integer division by zero throws ValueError at execution
     MOD,         //!< a - floor(a / b) * b: the sign follows b, like Python's %
-    POW,         //!< a^b; a negative integer exponent of an integer base throws DTypeError
+    POW,         //!< a^b; a negative integer exponent of an integer base throws ValueError
     MAX,         //!< larger of a and b; NaN propagates
     MIN,         //!< smaller of a and b; NaN propagates
     LT,          //!< a < b (bool output)

@@ -108,7 +108,7 @@ struct MinOp {
 };
 
 [[noreturn]] void throw_div_zero() {
-    throw DTypeError("integer division by zero");
+    throw ValueError("integer division by zero");
 }
 
 struct FloorDivOp {
@@ -135,7 +135,7 @@ struct ModOp {
 struct PowOp {
     static float apply(float a, float b) { return std::pow(a, b); }
     template <typename T> static T apply(T a, T b) {
-        if (b < 0) throw DTypeError("an integer base cannot take a negative integer exponent");
+        if (b < 0) throw ValueError("an integer base cannot take a negative integer exponent");
         U<T> r = 1, base = U<T>(a);
         for (T e = b; e; e >>= 1) {
             if (e & 1) r *= base;

@@ -15,7 +15,7 @@ namespace braid::opr {
 
 //! Computes `n` outputs into `out`. Input k points at its first element and advances
 //! step[k] elements (0 or 1) per output. Integer kernels throw DTypeError for a division
-//! by zero or a negative integer exponent (the caller adds the operator's name).
+//! by zero or a negative integer exponent (the executable adds the operator's name).
 using ElemKernel = void (*)(const void* const* in, const uint8_t* step, void* out, size_t n);
 
 //! The kernel of `mode` computing in `compute` (FLOAT32, INT32, INT64 or BOOL; for WHERE the

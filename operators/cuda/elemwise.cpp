@@ -123,9 +123,9 @@ void elemwise_cuda(OperatorNode& opr, ExecCtx& ctx) {
         // does.
         cuda.synchronize();
         if (*flag == braid::cuda::ELEM_ERR_DIV_ZERO)
-            BRAID_THROW(DTypeError, "{}: integer division by zero", opr.describe());
+            BRAID_THROW(ValueError, "{}: integer division by zero", opr.describe());
         if (*flag == braid::cuda::ELEM_ERR_NEGATIVE_EXP)
-            BRAID_THROW(DTypeError, "{}: an integer base cannot take a negative integer exponent",
+            BRAID_THROW(ValueError, "{}: an integer base cannot take a negative integer exponent",
                         opr.describe());
     }
 }

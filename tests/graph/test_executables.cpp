@@ -129,3 +129,23 @@ TEST(Executables, FeedChecksDtypeAndEmptiness) {
     EXPECT_THROW(a->feed("x", Tensor()), GraphError);
     EXPECT_THROW(a->feed("nope", rows(2, 0.f)), GraphError);
 }
+
+TEST(Executables, AKernelErrorReachesWaitNamingOperatorAndCompNode) {
+    auto g = ComputingGraph::make();
+    auto a = opr::Input::make(*g, "a", dtype::Int32(), {2});
+    auto b = opr::Input::make(*g, "b", dtype::Int32(), {2});
+    auto q = opr::Elemwise::make(opr::ElemMode::FLOOR_DIV, {a, b}, {"q", CompNode::load("cpu1")});
+    auto exec = g->compile({q});
+    Tensor ta(TensorShape{2}, dtype::Int32()), tb(TensorShape{2}, dtype::Int32());
+    ta.ptr<int32_t>()[0] = ta.ptr<int32_t>()[1] = 4;
+    tb.ptr<int32_t>()[0] = 2;
+    tb.ptr<int32_t>()[1] = 0;
+    exec->feed("a", ta).feed("b", tb);
+    try {
+        exec->run();
+        FAIL() << "division by zero did not fail the run";
+    } catch (const ValueError& e) { // a bad value, not a dtype problem
+        EXPECT_EQ(std::string(e.what()),
+                  "Elemwise(FLOOR_DIV) \"q\" on cpu1: integer division by zero");
+    }
+}

@@ -206,7 +206,7 @@ TEST(Errors, KernelErrorIsRethrownByWait) {
     tb.ptr<int32_t>()[1] = 0;
     exec->feed("a", ta).feed("b", tb);
     exec->execute();
-    EXPECT_THROW(exec->wait(), DTypeError);
+    EXPECT_THROW(exec->wait(), ValueError);
     EXPECT_THROW(exec->output(0), GraphError); // a failed run's outputs are not readable
     tb.ptr<int32_t>()[1] = 1;
     exec->feed("b", tb).run(); // the executable recovers
