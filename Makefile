@@ -1,9 +1,20 @@
 # braid: `make run` and `make test` do all the set-up on a fresh machine.
 BUILD_DIR ?= build
+ASAN_DIR ?= build-asan
+TSAN_DIR ?= build-tsan
 JOBS ?= 2
 CMAKE_FLAGS ?=
+# What the sanitizer builds leave out: CUDA (no GPU to run it), the benchmarks and the
+# libFuzzer build (already sanitized, see tests/fuzz).
+SANITIZER_FLAGS = -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBRAID_WITH_CUDA=OFF -DBRAID_BUILD_BENCH=OFF \
+	-DBRAID_BUILD_FUZZ=OFF
+SANITIZER_ENV = ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
+	LSAN_OPTIONS=suppressions=$(CURDIR)/scripts/lsan.supp:print_suppressions=0 \
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/scripts/tsan.supp
 
-.PHONY: all bootstrap configure build run test bench fuzz format clean
+.PHONY: all bootstrap configure build run test fuzz-build fuzz bench check-asan check-tsan format \
+	clean
 
 all: build
 
@@ -13,20 +24,39 @@ bootstrap:
 configure: bootstrap
 	@cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
 
+# Library, tools, examples, benchmarks and tests (not the libFuzzer build: fuzz-build).
 build: configure
 	@cmake --build $(BUILD_DIR) -j$(JOBS)
 
-run: build
+# Builds only what it runs: braid-run and the example models.
+run: configure
+	@cmake --build $(BUILD_DIR) -j$(JOBS) --target braid-run example_models
 	./$(BUILD_DIR)/tools/braid-run $(BUILD_DIR)/examples/models/mlp.braid
 
-test: build
+# The libFuzzer targets: a clang build of their own (tests/fuzz), made only when asked for.
+fuzz-build: configure
+	@cmake --build $(BUILD_DIR) -j$(JOBS) --target braid_fuzz
+
+test: build fuzz-build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j$(JOBS) -LE slow
 
 # The model loader's fuzzer, longer than the 20 s run in `make test`.
 FUZZ_SECONDS ?= 600
-fuzz: build
+fuzz: fuzz-build
 	bash tests/fuzz/run_fuzz.sh $(BUILD_DIR)/fuzz/build/fuzz_load $(BUILD_DIR)/fuzz/seeds \
 		$(BUILD_DIR)/fuzz/long $(FUZZ_SECONDS)
+
+# The ctest suite built with AddressSanitizer + UndefinedBehaviorSanitizer, in its own directory.
+check-asan: bootstrap
+	@cmake -S . -B $(ASAN_DIR) $(SANITIZER_FLAGS) -DBRAID_SANITIZE=address $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(ASAN_DIR) -j$(JOBS)
+	cd $(ASAN_DIR) && $(SANITIZER_ENV) ctest --output-on-failure -j$(JOBS) -LE 'slow|fuzz'
+
+# ThreadSanitizer on the tests labelled `concurrency` (graph execution, comm).
+check-tsan: bootstrap
+	@cmake -S . -B $(TSAN_DIR) $(SANITIZER_FLAGS) -DBRAID_SANITIZE=thread $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(TSAN_DIR) -j$(JOBS)
+	cd $(TSAN_DIR) && $(SANITIZER_ENV) ctest --output-on-failure -j$(JOBS) -L concurrency -LE slow
 
 bench: build
 	./$(BUILD_DIR)/bench/bench_dispatch --json
@@ -38,4 +68,4 @@ format:
 	@git ls-files '*.h' '*.cpp' | xargs clang-format -i
 
 clean:
-	rm -rf $(BUILD_DIR)
+	rm -rf $(BUILD_DIR) $(ASAN_DIR) $(TSAN_DIR)

@@ -62,17 +62,7 @@ SymbolVarArray grad(SymbolVar loss, const SymbolVarArray& wrt, const GradOptions
                                 "braid::register_all_operators() first");
     if (!loss.valid()) BRAID_THROW(GraphError, "grad(): the loss var is null");
     VarNode* loss_var = loss.node();
-    if (!loss_var->shape_known() || loss_var->shape().total_nr_elems() != 1)
-        BRAID_THROW(
-            GraphError, "grad(): the loss \"{}\" must be a scalar (one element), got shape {}",
-            loss_var->name(), loss_var->shape_known() ? loss_var->shape().to_string() : "dynamic");
-    if (!loss_var->dtype().is_float())
-        BRAID_THROW(DTypeError, "grad(): the loss \"{}\" must be a float var, got {}",
-                    loss_var->name(), loss_var->dtype().name());
     ComputingGraph* graph = loss_var->graph();
-    for (auto& w : wrt)
-        if (!w.valid() || w.node()->graph() != graph)
-            BRAID_THROW(GraphError, "grad(): a wrt var is null or belongs to another graph");
 
     // Operators the loss depends on.
     std::unordered_set<OperatorNode*> ancestors;
@@ -83,6 +73,27 @@ SymbolVarArray grad(SymbolVar loss, const SymbolVarArray& wrt, const GradOptions
         if (!ancestors.insert(opr).second) continue;
         for (auto* in : opr->inputs()) stack.push_back(in->owner());
     }
+    // Gradient rules need static shapes, and some shapes are known only once peers have said
+    // them (a BROADCAST non-root learns its output shape from the root): infer what is still
+    // unknown, in order, letting such rules wait for their peers (within their deadlines).
+    for (auto& opr_ptr : graph->operators()) {
+        auto* opr = opr_ptr.get();
+        if (!ancestors.count(opr)) continue;
+        bool unknown = false;
+        for (auto* out : opr->outputs()) unknown |= !out->shape_known();
+        if (unknown) graph->infer_opr(opr, /*may_block=*/true);
+    }
+    if (!loss_var->shape_known() || loss_var->shape().total_nr_elems() != 1)
+        BRAID_THROW(
+            GraphError, "grad(): the loss \"{}\" must be a scalar (one element), got shape {}",
+            loss_var->name(), loss_var->shape_known() ? loss_var->shape().to_string() : "dynamic");
+    if (!loss_var->dtype().is_float())
+        BRAID_THROW(DTypeError, "grad(): the loss \"{}\" must be a float var, got {}",
+                    loss_var->name(), loss_var->dtype().name());
+    for (auto& w : wrt)
+        if (!w.valid() || w.node()->graph() != graph)
+            BRAID_THROW(GraphError, "grad(): a wrt var is null or belongs to another graph");
+
     // Vars on a path from some wrt var to the loss: walk forward in insertion order.
     std::unordered_set<VarNode*> on_path;
     for (auto& w : wrt) on_path.insert(w.node());

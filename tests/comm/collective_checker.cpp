@@ -222,14 +222,16 @@ std::string run_and_check(Communicator& comm, const CollectiveCase& c) {
         case Collective::REDUCE:
         case Collective::BROADCAST:
             if (c.collective == Collective::ALL_REDUCE || me == c.root) {
-                std::memcpy(recv_buf.data(), send_buf.data(), send_buf.size());
+                if (!send_buf.empty())
+                    std::memcpy(recv_buf.data(), send_buf.data(), send_buf.size());
                 send = recv;
             }
             break;
         case Collective::ALL_GATHER:
         case Collective::GATHER:
             if (c.collective == Collective::ALL_GATHER || me == c.root) {
-                std::memcpy(recv_buf.data() + me * k * es, send_buf.data(), send_buf.size());
+                if (!send_buf.empty())
+                    std::memcpy(recv_buf.data() + me * k * es, send_buf.data(), send_buf.size());
                 send = recv_buf.data() + me * k * es;
             }
             break;

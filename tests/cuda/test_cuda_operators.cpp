@@ -405,6 +405,9 @@ const std::vector<std::vector<TensorShape>> kTernaryShapes = {
 
 TEST(CudaKernels, EveryCoveredOperatorTypeHasACudaKernel) {
     // Runs without a device: the registry is filled in every CUDA build.
+#if !BRAID_WITH_CUDA
+    GTEST_SKIP() << "built without CUDA support: no CUDA kernels are registered";
+#endif
     register_all_operators();
     for (const char* type : {"Softmax",    "LayerNorm",     "RMSNorm",       "Concat",
                              "Split",      "Subtensor",     "SetSubtensor",  "IncrSubtensor",

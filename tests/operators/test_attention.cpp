@@ -38,7 +38,7 @@ AttnRef ref_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool ca
                 s[j] = dot * sc;
                 mx = std::max(mx, s[j]);
             }
-            double* out = &r.out[(h * sq + i) * dv];
+            double* out = r.out.data() + (h * sq + i) * dv; // dv may be 0
             if (mx == NINF) {
                 r.lse[h * sq + i] = NINF; // no visible key; out stays 0
                 continue;

@@ -47,7 +47,7 @@ std::vector<Tensor> run_copy(Executable& exec,
 bool bit_identical(const Tensor& a, const Tensor& b) {
     if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
     Tensor ca = a.contiguous(), cb = b.contiguous();
-    return std::memcmp(ca.raw_ptr(), cb.raw_ptr(), ca.nr_bytes()) == 0;
+    return ca.nr_bytes() == 0 || std::memcmp(ca.raw_ptr(), cb.raw_ptr(), ca.nr_bytes()) == 0;
 }
 
 size_t ToolResult::err_lines() const {
