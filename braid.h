@@ -6,6 +6,7 @@
 #include "graph/executable.h"
 #include "graph/grad.h"
 #include "graph/symbol_var.h"
+#include "memory/memory_budget.h"
 #include "memory/tensor.h"
 #include "operators/attention.h"
 #include "operators/batch_norm.h"

@@ -61,6 +61,12 @@ public:
     using Error::Error;
 };
 
+//! A model or executable that needs more memory than the memory budget allows.
+class MemoryBudgetError : public Error {
+public:
+    using Error::Error;
+};
+
 //! Bad argument to a public API that is none of the above.
 class ValueError : public Error {
 public:

@@ -115,9 +115,20 @@ Registry& registry() {
 
 CompNode CompNode::load(const std::string& locator) {
     static const std::regex pattern(R"((cpu|cuda)(\d+)(?::(\d+))?)");
+    constexpr const char* accepted = "expected cpu:default, cpuN, cpuN:K, cudaN or cudaN:K";
+    // Device and stream numbers fit 16 bits of the comp node id (below); larger ones (and
+    // digit strings past int's range) name no comp node.
+    auto number = [&](const std::string& digits, const char* what) {
+        if (digits.size() > 5 || std::stoul(digits) >= 65535)
+            BRAID_THROW(ValueError,
+                        "invalid comp node locator \"{}\": {} {} is out of range "
+                        "(0 to 65534); {}",
+                        locator, what, digits, accepted);
+        return int(std::stoul(digits));
+    };
     std::string canon;
     Device dev;
-    int stream = 0;
+    int stream = 0, node_index = -1;
     bool is_inline = false;
     std::smatch m;
     if (locator == "cpu:default") {
@@ -126,27 +137,24 @@ CompNode CompNode::load(const std::string& locator) {
         stream = -1;
     } else if (std::regex_match(locator, m, pattern)) {
         dev.kind = m[1] == "cpu" ? Device::Kind::CPU : Device::Kind::CUDA;
-        dev.index = std::stoi(m[2]);
-        if (dev.kind == Device::Kind::CPU) dev.index = 0; // all CPU comp nodes share host memory
-        stream = m[3].matched ? std::stoi(m[3]) : 0;
-        canon =
-            std::string(m[1]) + std::string(m[2]) + (stream ? ":" + std::to_string(stream) : "");
+        node_index = number(m[2], "device number");
+        // All CPU comp nodes share host memory.
+        dev.index = dev.kind == Device::Kind::CPU ? 0 : node_index;
+        stream = m[3].matched ? number(m[3], "stream number") : 0;
+        canon = std::string(m[1]) + std::to_string(node_index) +
+                (stream ? ":" + std::to_string(stream) : "");
 #if !BRAID_WITH_CUDA
         if (dev.kind == Device::Kind::CUDA)
             BRAID_THROW(ValueError, "comp node \"{}\": this build of braid has no CUDA support",
                         locator);
 #endif
     } else {
-        BRAID_THROW(ValueError,
-                    "invalid comp node locator \"{}\"; expected cpu:default, cpuN, cpuN:K, "
-                    "cudaN or cudaN:K",
-                    locator);
+        BRAID_THROW(ValueError, "invalid comp node locator \"{}\"; {}", locator, accepted);
     }
     auto& reg = registry();
     std::lock_guard lk(reg.mutex);
     auto& slot = reg.nodes[canon];
     if (!slot) {
-        int cpu_index = is_inline ? -1 : std::stoi(std::string(m[2]));
         std::shared_ptr<CudaContext> cuda;
 #if BRAID_WITH_CUDA
         if (dev.kind == Device::Kind::CUDA) {
@@ -162,7 +170,7 @@ CompNode CompNode::load(const std::string& locator) {
         slot = std::make_unique<CompNodeImpl>(canon, dev, stream, is_inline, std::move(cuda));
         // Ordered by kind, then index, then stream; cpu:default sorts first.
         uint64_t kind = dev.kind == Device::Kind::CPU ? 0 : 1;
-        slot->m_id = (kind << 48) | (uint64_t(cpu_index + 1) << 16) | uint64_t(stream + 1);
+        slot->m_id = (kind << 48) | (uint64_t(node_index + 1) << 16) | uint64_t(stream + 1);
     }
     return CompNode(slot.get());
 }

@@ -121,16 +121,13 @@ void ComputingGraph::infer_opr(OperatorNode* opr, bool may_block) {
     std::vector<TensorShape> out_shapes(outputs.size());
     for (auto* out : outputs) out->clear_shape();
     if (!opr->infer_output_shapes(ctx, out_shapes.data())) return; // dynamic
-    // A shape whose byte size overflows would make every later size computation wrong (a
-    // loaded model can ask for one through a shape var); refuse it here.
-    for (size_t k = 0; k < outputs.size(); ++k) {
-        size_t bytes = outputs[k]->dtype().valid() ? outputs[k]->dtype().size() : 1;
-        for (size_t i = 0; i < out_shapes[k].ndim(); ++i)
-            if (__builtin_mul_overflow(bytes, out_shapes[k][i], &bytes) ||
-                bytes > (size_t(1) << 56))
-                BRAID_THROW(ShapeError, "{}: output shape {} is too large to address",
-                            opr->describe(), out_shapes[k].to_string());
-    }
+    // A shape out of bounds would make later size computations overflow (a loaded model can
+    // ask for one through a shape var or a param); refuse it here.
+    for (size_t k = 0; k < outputs.size(); ++k)
+        if (!out_shapes[k].packed_bytes(outputs[k]->dtype()))
+            BRAID_THROW(ShapeError, "{}: output shape {} of {} is too large: more than 2^56 bytes",
+                        opr->describe(), out_shapes[k].to_string(),
+                        outputs[k]->dtype().valid() ? outputs[k]->dtype().name() : "elements");
     for (size_t k = 0; k < outputs.size(); ++k) outputs[k]->set_shape(out_shapes[k]);
 
     auto vi = opr->value_inference();

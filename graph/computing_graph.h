@@ -25,6 +25,11 @@ struct GraphOptions {
     std::string memory_planner;
     //! Largest number of elements constant-folded at build time per var.
     size_t max_static_value_elems = 4096;
+    //! Bytes an executable's static memory plan may take (its arenas and its own allocations),
+    //! checked at compile() before anything is allocated (MemoryBudgetError); the model loader
+    //! checks each var against it too. 0: BRAID_MEMORY_BUDGET, else physical memory (see
+    //! memory/memory_budget.h).
+    size_t memory_budget = 0;
 };
 
 //! What compile() should do with an output var: fetch it into a host tensor readable after

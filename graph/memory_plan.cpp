@@ -2,6 +2,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "memory/memory_budget.h"
 
 #include <algorithm>
 #include <chrono>
@@ -23,12 +24,6 @@ double thread_cpu_ms() {
     timespec ts{};
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return double(ts.tv_sec) * 1e3 + double(ts.tv_nsec) / 1e6;
-}
-
-std::string format_bytes(size_t b) {
-    if (b >= (size_t(1) << 20)) return fmt::format("{:.2f} MiB", double(b) / double(1 << 20));
-    if (b >= (size_t(1) << 10)) return fmt::format("{:.1f} KiB", double(b) / double(1 << 10));
-    return fmt::format("{} B", b);
 }
 
 } // namespace
@@ -113,7 +108,7 @@ struct MemoryPlan::Analysis {
             VarNode* var = vars[i];
             OperatorNode* opr = var->owner();
             root[i] = i;
-            if (var->shape_known()) bytes[i] = TensorLayout(var->shape(), var->dtype()).nr_bytes();
+            if (var->shape_known()) bytes[i] = var->shape().nr_bytes(var->dtype());
             switch (opr->output_mem(slot[i])) {
             case OutputMem::PLANNED:
                 kind[i] = var->shape_known() ? Kind::ARENA : Kind::DYNAMIC;
@@ -165,7 +160,8 @@ struct MemoryPlan::Analysis {
 };
 
 MemoryPlan::MemoryPlan(const GraphOptions& options)
-    : m_enabled(options.enable_memory_plan), m_planner(options.memory_planner) {
+    : m_enabled(options.enable_memory_plan), m_planner(options.memory_planner),
+      m_budget(MemoryBudget::resolve(options.memory_budget)) {
     MemPlanner::make(m_planner, 64); // an unknown name fails at compile(), not at a re-plan
     if (m_planner.empty()) m_planner = MemPlanner::default_algorithm();
 }
@@ -191,6 +187,23 @@ void MemoryPlan::plan(const std::vector<VarNode*>& vars,
         m_hooks[ni].resize(sequences[ni].second.size());
     m_report = {};
     m_report.enabled = m_enabled;
+    // The budget is charged with every allocation before it is made: fetched outputs first
+    // (and, with planning off, every static var), then each comp node's arena once solved.
+    m_budget_used = 0;
+    m_largest_var.clear();
+    size_t own_bytes = 0, largest_bytes = 0;
+    for (size_t i = 0; i < vars.size(); ++i) {
+        using Kind = Analysis::Kind;
+        if (a.kind[i] != Kind::ARENA && a.kind[i] != Kind::OWN) continue;
+        if (a.kind[i] == Kind::OWN || !m_enabled) own_bytes += a.bytes[i];
+        if (a.bytes[i] > largest_bytes || m_largest_var.empty()) {
+            largest_bytes = a.bytes[i];
+            m_largest_var = fmt::format("\"{}\" of {}: {} {}, {} bytes", vars[i]->name(),
+                                        vars[i]->owner()->describe(), vars[i]->shape().to_string(),
+                                        vars[i]->dtype().name(), a.bytes[i]);
+        }
+    }
+    charge_budget(own_bytes, "the fetched outputs' own allocations");
     m_report.nodes.resize(sequences.size());
     for (size_t ni = 0; ni < sequences.size(); ++ni) {
         auto& rn = m_report.nodes[ni];
@@ -228,6 +241,18 @@ void MemoryPlan::plan(const std::vector<VarNode*>& vars,
     m_report.total_plan_cpu_ms = thread_cpu_ms() - cpu_start;
     if (logger()->should_log(spdlog::level::debug))
         logger()->debug("memory plan:\n{}", m_report.to_string());
+}
+
+void MemoryPlan::charge_budget(size_t bytes, const std::string& what) {
+    if (__builtin_add_overflow(m_budget_used, bytes, &m_budget_used) ||
+        m_budget_used > m_budget.bytes)
+        BRAID_THROW(MemoryBudgetError,
+                    "the static memory plan needs {} bytes ({}) once {} ({} bytes) is counted, "
+                    "over the memory budget of {}; the largest var is {}. Set "
+                    "GraphOptions::memory_budget or BRAID_MEMORY_BUDGET (braid-run "
+                    "--memory-budget) to allow more",
+                    m_budget_used, format_bytes(m_budget_used), what, bytes, m_budget.describe(),
+                    m_largest_var);
 }
 
 void MemoryPlan::allocate_without_plan(Analysis& a, std::vector<Tensor>&) {
@@ -314,6 +339,7 @@ void MemoryPlan::plan_node(Analysis& a, size_t ni, std::vector<Tensor>& tensors)
     rn.lower_bound_bytes = planner->lower_bound();
     rn.no_reuse_bytes = planner->no_reuse_size();
     rn.nr_planned_vars = arena_vars.size();
+    charge_budget(rn.arena_bytes, "the arena of " + rn.comp_node);
     Storage& arena = m_arenas[ni];
     if (arena.empty() || arena.size() < rn.arena_bytes)
         arena = Storage::make(rn.arena_bytes, cn.allocator());

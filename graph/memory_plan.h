@@ -28,6 +28,7 @@
 #pragma once
 
 #include "graph/computing_graph.h"
+#include "memory/memory_budget.h"
 #include "memory/planner.h"
 
 #include <cstdint>
@@ -127,8 +128,15 @@ private:
     void plan_node(Analysis& a, size_t node, std::vector<Tensor>& tensors);
     void allocate_without_plan(Analysis& a, std::vector<Tensor>& tensors);
 
+    //! Adds `bytes` (named by `what`) to what this plan allocates; throws MemoryBudgetError,
+    //! naming the largest var, when that passes the budget.
+    void charge_budget(size_t bytes, const std::string& what);
+
     bool m_enabled;
     std::string m_planner;
+    MemoryBudget m_budget;
+    size_t m_budget_used = 0;
+    std::string m_largest_var;          //!< "name" of Opr "x": {shape} dtype, N bytes; for errors
     std::vector<Storage> m_arenas;      //!< per comp node, kept across plans
     std::vector<bool> m_own_allocation; //!< tensors[i] owns its storage (may be kept)
     std::vector<std::vector<StepHooks>> m_hooks;

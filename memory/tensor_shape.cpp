@@ -23,9 +23,37 @@ void TensorShape::set_ndim(size_t ndim) {
     m_ndim = ndim;
 }
 
+std::optional<size_t> TensorShape::packed_bytes(DType dtype) const noexcept {
+    // Zero dims count as one in the bound, so no partial product of a shape in bounds
+    // overflows either.
+    size_t bound = dtype.valid() ? dtype.size() : 1, elems = 1;
+    for (size_t i = 0; i < m_ndim; ++i) {
+        size_t d = m_shape[i];
+        if (d > 1 && (__builtin_mul_overflow(bound, d, &bound) || bound > MAX_TENSOR_BYTES))
+            return std::nullopt;
+        elems *= d;
+    }
+    if (bound > MAX_TENSOR_BYTES) return std::nullopt;
+    return elems * (dtype.valid() ? dtype.size() : 1);
+}
+
+size_t TensorShape::nr_bytes(DType dtype) const {
+    auto bytes = packed_bytes(dtype);
+    if (!bytes)
+        BRAID_THROW(ShapeError, "shape {} of {} is too large: more than 2^56 bytes", to_string(),
+                    dtype.valid() ? dtype.name() : "elements");
+    return *bytes;
+}
+
 size_t TensorShape::total_nr_elems() const {
-    size_t n = 1;
-    for (size_t i = 0; i < m_ndim; ++i) n *= m_shape[i];
+    size_t n = 1, bound = 1;
+    for (size_t i = 0; i < m_ndim; ++i) {
+        size_t d = m_shape[i];
+        if (d > 1 && (__builtin_mul_overflow(bound, d, &bound) || bound > MAX_TENSOR_BYTES))
+            [[unlikely]]
+            BRAID_THROW(ShapeError, "shape {} is too large: more than 2^56 elements", to_string());
+        n *= d;
+    }
     return n;
 }
 
@@ -50,10 +78,12 @@ TensorLayout::TensorLayout(const TensorShape& shape, DType dt) : TensorShape(sha
 }
 
 void TensorLayout::init_contiguous_stride() {
-    ptrdiff_t s = 1;
+    // Unsigned: a shape out of bounds wraps here instead of overflowing; it is refused
+    // wherever its size is asked for.
+    size_t s = 1;
     for (size_t i = ndim(); i-- > 0;) {
-        stride[i] = s;
-        s *= ptrdiff_t((*this)[i]);
+        stride[i] = ptrdiff_t(s);
+        s *= (*this)[i];
     }
 }
 

@@ -7,10 +7,18 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace braid {
+
+/*!
+ * The most bytes (and so elements) one tensor may have: 2^56, far beyond any memory. A shape
+ * within it keeps every size computed from it (element counts, byte sizes, strides, products of
+ * some of its dims) free of overflow, so code past shape inference may multiply dims freely.
+ */
+constexpr size_t MAX_TENSOR_BYTES = size_t(1) << 56;
 
 //! A tensor shape of rank 0 to MAX_NDIM. Rank 0 is a scalar with one element.
 class TensorShape {
@@ -24,8 +32,17 @@ public:
     size_t ndim() const { return m_ndim; }
     size_t operator[](size_t i) const { return m_shape[i]; }
     size_t& operator[](size_t i) { return m_shape[i]; }
-    //! Product of the dims (1 for a scalar, 0 when any dim is 0).
+    //! Product of the dims (1 for a scalar, 0 when any dim is 0); throws ShapeError when the
+    //! shape is out of bounds (see packed_bytes()).
     size_t total_nr_elems() const;
+    /*!
+     * Bytes of a packed tensor of this shape and `dtype`, or nullopt when the shape is out of
+     * bounds: the product of its non-zero dims times the dtype's size exceeds MAX_TENSOR_BYTES.
+     * The one overflow-checked shape -> elements -> bytes computation; the others call it.
+     */
+    std::optional<size_t> packed_bytes(DType dtype) const noexcept;
+    //! packed_bytes(), throwing ShapeError (naming the shape and dtype) when out of bounds.
+    size_t nr_bytes(DType dtype) const;
     bool is_scalar() const { return m_ndim == 0; }
     bool is_empty() const { return total_nr_elems() == 0; }
     std::vector<size_t> dims() const { return {m_shape.begin(), m_shape.begin() + m_ndim}; }
@@ -58,8 +75,8 @@ public:
     bool is_contiguous() const;
     //! Bytes from the lowest to one past the highest element addressed (0 when empty).
     size_t span_bytes() const;
-    //! Bytes of the packed tensor: elements × dtype size.
-    size_t nr_bytes() const { return total_nr_elems() * dtype.size(); }
+    //! Bytes of the packed tensor: elements × dtype size (checked, see packed_bytes()).
+    size_t nr_bytes() const { return TensorShape::nr_bytes(dtype); }
     //! Layout with dims broadcast to `target` (stride 0 on broadcast dims);
     //! throws ShapeError when not broadcastable.
     TensorLayout broadcast(const TensorShape& target) const;

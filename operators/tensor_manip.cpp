@@ -21,7 +21,6 @@ namespace {
 
 TensorShape resolve_reshape(const TensorShape& in, const std::vector<long>& target,
                             const std::string& who) {
-    size_t known = 1;
     int unknown_at = -1;
     for (size_t i = 0; i < target.size(); ++i) {
         if (target[i] == -1) {
@@ -32,13 +31,16 @@ TensorShape resolve_reshape(const TensorShape& in, const std::vector<long>& targ
         } else if (target[i] < 0) {
             BRAID_THROW(ShapeError, "{}: target {} has a negative dim", who,
                         dims_to_string(target));
-        } else {
-            known *= size_t(target[i]);
         }
     }
     TensorShape res;
     res.set_ndim(target.size());
-    for (size_t i = 0; i < target.size(); ++i) res[i] = target[i] < 0 ? 0 : size_t(target[i]);
+    for (size_t i = 0; i < target.size(); ++i) res[i] = target[i] < 0 ? 1 : size_t(target[i]);
+    auto known_elems = res.packed_bytes(dtype::Uint8()); // the known dims' product
+    if (!known_elems)
+        BRAID_THROW(ShapeError, "{}: target {} has more than 2^56 elements", who,
+                    dims_to_string(target));
+    size_t known = *known_elems;
     size_t total = in.total_nr_elems();
     if (unknown_at >= 0) {
         if (known == 0 || total % known != 0)

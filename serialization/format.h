@@ -57,8 +57,10 @@ DType dtype_from_file(uint8_t value, const std::string& what);
 //! Reads a stored shape (at most MAX_NDIM non-negative dims; -1 allowed when `allow_open`).
 std::vector<long> dims_from_file(const flatbuffers::Vector<int64_t>* dims, bool allow_open,
                                  const std::string& what);
-//! A concrete shape from stored dims (no -1); throws SerializationError naming `what`.
-TensorShape shape_from_file(const flatbuffers::Vector<int64_t>* dims, const std::string& what);
+//! A concrete shape from stored dims (no -1), in bounds for `dtype` (TensorShape::packed_bytes);
+//! throws SerializationError naming `what`.
+TensorShape shape_from_file(const flatbuffers::Vector<int64_t>* dims, DType dtype,
+                            const std::string& what);
 //! A stored string, "" when absent.
 inline std::string str(const flatbuffers::String* s) {
     return s ? s->str() : std::string();

@@ -2,6 +2,7 @@
 // rebuilds the operators through their registered loaders, checking every index it follows.
 #include "base/log.h"
 #include "graph/input_node.h"
+#include "memory/memory_budget.h"
 #include "operators/registry.h"
 #include "serialization/format.h"
 
@@ -174,6 +175,7 @@ LoadedModel build_graph(const serial::ModelBytes& bytes, const LoadOptions& opti
     GraphOptions gopt = options.graph_options;
     if (!options.comp_node.empty()) gopt.default_comp_node = options.comp_node;
     res.graph = ComputingGraph::make(gopt);
+    MemoryBudget budget = MemoryBudget::resolve(gopt.memory_budget);
     CompNode forced_cn;
     if (!options.comp_node.empty()) forced_cn = CompNode::load(options.comp_node);
 
@@ -251,6 +253,16 @@ LoadedModel build_graph(const serial::ModelBytes& bytes, const LoadOptions& opti
             if (v.dtype() != mv.dtype)
                 BRAID_THROW(SerializationError, "{}: var \"{}\" loads as {}, the model records {}",
                             what, mv.name, v.dtype().name(), mv.dtype.name());
+            if (v.node()->shape_known()) {
+                size_t bytes = v.node()->shape().nr_bytes(v.dtype());
+                if (bytes > budget.bytes)
+                    BRAID_THROW(MemoryBudgetError,
+                                "{}: var \"{}\" {} {} needs {} bytes ({}), over the memory budget "
+                                "of {}; set BRAID_MEMORY_BUDGET (braid-run --memory-budget) or "
+                                "GraphOptions::memory_budget to allow more",
+                                what, mv.name, v.node()->shape().to_string(), v.dtype().name(),
+                                bytes, format_bytes(bytes), budget.describe());
+            }
             after_collective[mo.outputs[k]] = world_dependent;
             if (shapes_as_recorded && !(world_rebound && world_dependent) && mv.shape_known &&
                 v.node()->shape_known() && v.node()->shape() != mv.shape)

@@ -187,11 +187,15 @@ std::vector<long> dims_from_file(const flatbuffers::Vector<int64_t>* dims, bool 
     return res;
 }
 
-TensorShape shape_from_file(const flatbuffers::Vector<int64_t>* dims, const std::string& what) {
+TensorShape shape_from_file(const flatbuffers::Vector<int64_t>* dims, DType dtype,
+                            const std::string& what) {
     auto d = dims_from_file(dims, false, what);
     TensorShape s;
     s.set_ndim(d.size());
     for (size_t i = 0; i < d.size(); ++i) s[i] = size_t(d[i]);
+    if (!s.packed_bytes(dtype))
+        BRAID_THROW(SerializationError, "{}: shape {} of {} is too large: more than 2^56 bytes",
+                    what, s.to_string(), dtype.name());
     return s;
 }
 
@@ -239,12 +243,15 @@ ModelIO io_from_file(const fbs::TensorIO* io, size_t nr_vars, bool is_input,
     res.dtype = dtype_from_file(uint8_t(io->dtype()), what);
     res.shape = dims_from_file(io->shape(), true, what);
     if (io->default_shape()) {
-        res.default_shape = shape_from_file(io->default_shape(), what);
+        res.default_shape = shape_from_file(io->default_shape(), res.dtype, what);
     } else {
         // Older writers, or outputs: the recorded shape with open dims as 1.
         res.default_shape.set_ndim(res.shape.size());
         for (size_t i = 0; i < res.shape.size(); ++i)
             res.default_shape[i] = res.shape[i] < 0 ? 1 : size_t(res.shape[i]);
+        if (!res.default_shape.packed_bytes(res.dtype))
+            BRAID_THROW(SerializationError, "{}: shape {} of {} is too large: more than 2^56 bytes",
+                        what, res.shape_string(), res.dtype.name());
     }
     if (!res.accepts(res.default_shape))
         BRAID_THROW(SerializationError, "{}: corrupt: default shape {} does not fit shape {}", what,
@@ -276,7 +283,7 @@ ModelDescription describe_verified(const ModelBytes& bytes, const fbs::Model* mo
             mv.name = str(v->name());
             mv.dtype = dtype_from_file(uint8_t(v->dtype()), what);
             mv.shape_known = v->shape_known();
-            if (mv.shape_known) mv.shape = shape_from_file(v->shape(), what);
+            if (mv.shape_known) mv.shape = shape_from_file(v->shape(), mv.dtype, what);
             d.vars.push_back(std::move(mv));
         }
 
@@ -287,24 +294,15 @@ ModelDescription describe_verified(const ModelBytes& bytes, const fbs::Model* mo
             std::string what = fmt::format("{}: parameter tensor #{}", src, i);
             ModelTensor mt;
             mt.dtype = dtype_from_file(uint8_t(t->dtype()), what);
-            mt.shape = shape_from_file(t->shape(), what);
+            mt.shape = shape_from_file(t->shape(), mt.dtype, what);
             mt.offset = t->offset();
             mt.size = t->size();
             mt.content_hash = t->content_hash();
-            // Element count without overflow: each dim below 2^62 / product so far.
-            uint64_t elems = 1;
-            bool overflow = false;
-            for (size_t k = 0; k < mt.shape.ndim(); ++k) {
-                uint64_t dim = mt.shape[k];
-                if (dim && elems > (uint64_t(1) << 62) / dim) overflow = true;
-                elems *= dim;
-            }
-            if (overflow || elems * mt.dtype.size() != mt.size)
-                BRAID_THROW(
-                    SerializationError, "{}: corrupt: {} {} needs {} bytes, the file records {}",
-                    what, mt.dtype.name(), mt.shape.to_string(),
-                    overflow ? std::string("too many") : std::to_string(elems * mt.dtype.size()),
-                    mt.size);
+            size_t need = mt.shape.nr_bytes(mt.dtype); // in bounds: shape_from_file checked
+            if (need != mt.size)
+                BRAID_THROW(SerializationError,
+                            "{}: corrupt: {} {} needs {} bytes, the file records {}", what,
+                            mt.dtype.name(), mt.shape.to_string(), need, mt.size);
             if (mt.offset % MODEL_DATA_ALIGNMENT)
                 BRAID_THROW(SerializationError, "{}: corrupt: offset {} is not {}-byte aligned",
                             what, mt.offset, MODEL_DATA_ALIGNMENT);

@@ -195,18 +195,12 @@ Tensor parse_npy(std::span<const uint8_t> bytes, const std::string& source) {
     DType dtype(entry->dtype);
     size_t data_at = header_at + header_len;
     size_t have = bytes.size() - data_at;
-    // Element count without overflow.
-    size_t elems = 1;
-    for (size_t d : dims) {
-        if (d && elems > have / d + 1)
-            BRAID_THROW(SerializationError, "{}: shape {} needs more data than the file holds",
-                        source, shape.to_string());
-        elems *= d;
-    }
-    size_t need = elems * dtype.size();
-    if (have < need)
+    auto packed = shape.packed_bytes(dtype);
+    if (!packed || *packed > have)
         BRAID_THROW(SerializationError, "{}: truncated: {} {} needs {} data bytes, the file has {}",
-                    source, dtype.name(), shape.to_string(), need, have);
+                    source, dtype.name(), shape.to_string(),
+                    packed ? std::to_string(*packed) : std::string("more than 2^56"), have);
+    size_t need = *packed;
     if (have > need)
         BRAID_THROW(SerializationError, "{}: {} unexpected bytes after the array's data", source,
                     have - need);

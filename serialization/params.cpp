@@ -9,19 +9,15 @@ TensorShape ParamReader::read_shape(std::string_view name) const {
                     name, dims.size(), TensorShape::MAX_NDIM);
     TensorShape shape;
     shape.set_ndim(dims.size());
-    // Element counts stay below 2^48 so that no size computed from the shape overflows.
-    constexpr uint64_t MAX_ELEMS = uint64_t(1) << 48;
-    uint64_t elems = 1;
     for (size_t i = 0; i < dims.size(); ++i) {
         if (dims[i] < 0)
             BRAID_THROW(SerializationError, "{}: param \"{}\" has a negative dim {}", context(),
                         name, dims[i]);
-        if (dims[i] > 0 && elems > MAX_ELEMS / uint64_t(dims[i]))
-            BRAID_THROW(SerializationError,
-                        "{}: param \"{}\" is a shape of more than 2^48 elements", context(), name);
-        elems *= uint64_t(dims[i]);
         shape[i] = size_t(dims[i]);
     }
+    if (!shape.packed_bytes(dtype::Uint8()))
+        BRAID_THROW(SerializationError, "{}: param \"{}\" is a shape {} of more than 2^56 elements",
+                    context(), name, shape.to_string());
     return shape;
 }
 

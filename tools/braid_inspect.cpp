@@ -3,8 +3,10 @@
 //
 //     braid-inspect model.braid            braid-inspect model.braid --dot | dot -Tsvg > g.svg
 //
-// Exit status: 0 success, 2 usage error, 3 a file that is not a readable model.
+// Exit status: 0 success, 2 usage error, 3 a file that is not a readable model or that this
+// build cannot load (what it holds is still printed first).
 #include "tools/mem_summary.h"
+#include "tools/printable.h"
 #include "tools/run_model.h"
 
 #include "base/log.h"
@@ -23,8 +25,8 @@ std::string var_text(const ModelVar& v) {
     return fmt::format("{} {}", v.dtype.name(), v.shape_known ? v.shape.to_string() : "dynamic");
 }
 
-std::string dot_escape(const std::string& s) {
-    std::string r;
+std::string dot_escape(const std::string& text) {
+    std::string r, s = printable(text);
     for (char c : s) {
         if (c == '"' || c == '\\') r += '\\';
         r += c;
@@ -40,7 +42,7 @@ void print_dot(const ModelDescription& d) {
         for (uint32_t v : d.operators[i].outputs) producer[v] = int(i);
     for (size_t i = 0; i < d.operators.size(); ++i) {
         auto& o = d.operators[i];
-        std::string label = o.type_name + "\\n" + dot_escape(o.name);
+        std::string label = dot_escape(o.type_name) + "\\n" + dot_escape(o.name);
         for (auto& [k, v] : o.params)
             if (v.size() <= 24) label += "\\n" + dot_escape(k + "=" + v);
         const char* style = o.type_name == "Input" ? "shape=ellipse, style=filled, "
@@ -72,26 +74,27 @@ void print_summary(const std::string& path, const ModelDescription& d) {
     auto& info = d.info;
     std::printf("model: %s\n", path.c_str());
     std::printf("format: %u.%u, producer \"%s\", %zu bytes, checksum %016llx\n", info.format_major,
-                info.format_minor, info.producer.c_str(), info.file_size,
+                info.format_minor, printable(info.producer).c_str(), info.file_size,
                 static_cast<unsigned long long>(info.checksum));
-    for (auto& [k, v] : info.metadata) std::printf("metadata: %s = %s\n", k.c_str(), v.c_str());
+    for (auto& [k, v] : info.metadata)
+        std::printf("metadata: %s = %s\n", printable(k).c_str(), printable(v).c_str());
     std::printf("inputs:\n");
     for (auto& in : d.inputs)
-        std::printf("  %s: %s %s (default %s)\n", in.name.c_str(), in.dtype.name(),
+        std::printf("  %s: %s %s (default %s)\n", printable(in.name).c_str(), in.dtype.name(),
                     in.shape_string().c_str(), in.default_shape.to_string().c_str());
     std::printf("outputs:\n");
     for (auto& out : d.outputs)
-        std::printf("  %s: %s %s\n", out.name.c_str(), out.dtype.name(),
+        std::printf("  %s: %s %s\n", printable(out.name).c_str(), out.dtype.name(),
                     out.shape_string().c_str());
     std::map<std::string, size_t> counts;
     for (auto& o : d.operators) ++counts[o.type_name];
     std::printf("operators: %zu\n", d.operators.size());
-    for (auto& [type, n] : counts) std::printf("  %-16s %zu\n", type.c_str(), n);
+    for (auto& [type, n] : counts) std::printf("  %-16s %zu\n", printable(type).c_str(), n);
     size_t refs = 0;
     for (auto& o : d.operators)
         for (auto& [k, v] : o.params) refs += v.rfind("tensor #", 0) == 0;
     std::printf("parameters: %zu tensors, %zu bytes (%s), referenced %zu times\n", info.nr_tensors,
-                info.tensor_bytes, human_bytes(info.tensor_bytes).c_str(), refs);
+                info.tensor_bytes, format_bytes(info.tensor_bytes).c_str(), refs);
     std::printf("vars (static shapes with the default input shapes):\n");
     std::vector<int> producer(d.vars.size(), -1);
     for (size_t i = 0; i < d.operators.size(); ++i)
@@ -102,14 +105,15 @@ void print_summary(const std::string& path, const ModelDescription& d) {
                                ? fmt::format("{} \"{}\"", d.operators[producer[v]].type_name,
                                              d.operators[producer[v]].name)
                                : "?";
-        std::printf("  #%-4zu %-24s %-24s <- %s\n", v, var.name.c_str(), var_text(var).c_str(),
-                    from.c_str());
+        std::printf("  #%-4zu %-24s %-24s <- %s\n", v, printable(var.name).c_str(),
+                    var_text(var).c_str(), printable(from).c_str());
     }
 }
 
-void print_memory(const std::string& path) {
+//! The memory plan of the loaded model; a model over the memory budget is an error, other
+//! compile failures (a collective without its peers, say) only leave the plan unavailable.
+void print_memory(const LoadedModel& model) {
     try {
-        auto model = load(path);
         auto exec = model.compile();
         if (auto report = planner_report(*exec)) {
             std::printf("memory plan:\n%s", report->c_str());
@@ -120,10 +124,12 @@ void print_memory(const std::string& path) {
         std::printf("memory (the planner report is unavailable in this build; summary from "
                     "static shapes):\n%s",
                     summarize_memory(*exec, outs).to_string().c_str());
+    } catch (const MemoryBudgetError&) {
+        throw;
     } catch (const std::exception& e) {
         std::string msg = e.what();
         std::replace(msg.begin(), msg.end(), '\n', ' ');
-        std::printf("memory: unavailable: %s\n", msg.c_str());
+        std::printf("memory: unavailable: %s\n", printable(msg).c_str());
     }
 }
 
@@ -148,17 +154,21 @@ int main(int argc, char** argv) {
     try {
         register_all_operators();
         auto desc = describe_model(path);
-        if (dot) {
+        if (dot)
             print_dot(desc);
-            return EXIT_OK;
-        }
-        print_summary(path, desc);
-        print_memory(path);
+        else
+            print_summary(path, desc);
+        std::fflush(stdout);
+        // Building the graph checks what the description cannot (operator types this build
+        // has, shape rules, comp nodes, the memory budget): a model that fails is an error,
+        // after what it holds was shown.
+        auto model = load(path);
+        if (!dot) print_memory(model);
         return EXIT_OK;
     } catch (const std::exception& e) {
         std::string msg = e.what();
         std::replace(msg.begin(), msg.end(), '\n', ' ');
-        std::fprintf(stderr, "braid-inspect: error: %s\n", msg.c_str());
+        std::fprintf(stderr, "braid-inspect: error: %s\n", printable(msg).c_str());
         return EXIT_BAD_FILE;
     }
 }

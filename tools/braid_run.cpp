@@ -10,6 +10,7 @@
 #include "base/hash.h"
 #include "base/log.h"
 #include "tools/json_writer.h"
+#include "tools/printable.h"
 #include "tools/run_model.h"
 
 #include <CLI/CLI.hpp>
@@ -54,7 +55,7 @@ void print_text(const RunConfig& cfg, const RunResult& r) {
     auto& r0 = r.ranks.at(0);
     std::printf("model: %s (format %u.%u, %zu operators, %zu parameter tensors, %s)\n",
                 cfg.model_path.c_str(), info.format_major, info.format_minor, info.nr_operators,
-                info.nr_tensors, human_bytes(info.tensor_bytes).c_str());
+                info.nr_tensors, format_bytes(info.tensor_bytes).c_str());
     if (!r.note.empty()) std::printf("%s\n", r.note.c_str());
     std::string devices;
     if (cfg.devices > 1)
@@ -65,11 +66,11 @@ void print_text(const RunConfig& cfg, const RunResult& r) {
                 r.kernel_threads, cfg.mem_plan ? "on" : "off", devices.c_str());
     std::printf("load: %.3f ms (%s of parameters used in place from the mapped file), "
                 "compile: %.3f ms\n",
-                r0.load_ms, human_bytes(info.mapped_bytes).c_str(), r0.compile_ms);
+                r0.load_ms, format_bytes(info.mapped_bytes).c_str(), r0.compile_ms);
     for (auto& in : r.inputs)
-        std::printf("input %s: %s %s %s (model shape %s)\n", in.name.c_str(), in.source.c_str(),
-                    in.value.dtype().name(), in.value.shape().to_string().c_str(),
-                    in.model_shape.c_str());
+        std::printf("input %s: %s %s %s (model shape %s)\n", printable(in.name).c_str(),
+                    printable(in.source).c_str(), in.value.dtype().name(),
+                    in.value.shape().to_string().c_str(), in.model_shape.c_str());
     auto s = latency_stats(all_iterations(r));
     std::printf("iterations: %zu after %zu warm-up%s\n", cfg.iterations, cfg.warmup,
                 cfg.devices > 1 ? fmt::format(" (per rank; {} samples)", s.count).c_str() : "");
@@ -77,7 +78,7 @@ void print_text(const RunConfig& cfg, const RunResult& r) {
                 "max %.3f\n",
                 s.min, s.median, s.mean, s.p90, s.p99, s.max);
     for (auto& [name, t] : r0.outputs) {
-        std::printf("output %s: %s %s checksum %s\n", name.c_str(), t.dtype().name(),
+        std::printf("output %s: %s %s checksum %s\n", printable(name).c_str(), t.dtype().name(),
                     t.shape().to_string().c_str(), checksum_hex(t).c_str());
         std::string vals;
         for (double v : first_values(t)) vals += " " + value_text(v, t.dtype());
@@ -89,8 +90,9 @@ void print_text(const RunConfig& cfg, const RunResult& r) {
         for (size_t i = 0; i < r.ranks[k].outputs.size(); ++i) {
             auto& [name, t] = r.ranks[k].outputs[i];
             std::string sum = checksum_hex(t);
-            std::printf("rank %zu output %s: %s %s checksum %s (%s rank 0)\n", k, name.c_str(),
-                        t.dtype().name(), t.shape().to_string().c_str(), sum.c_str(),
+            std::printf("rank %zu output %s: %s %s checksum %s (%s rank 0)\n", k,
+                        printable(name).c_str(), t.dtype().name(), t.shape().to_string().c_str(),
+                        sum.c_str(),
                         sum == checksum_hex(r0.outputs[i].second) ? "same as" : "differs from");
         }
     if (cfg.mem_report) {
@@ -187,7 +189,7 @@ int error_exit(int code, const std::string& msg) {
     std::string line = msg;
     std::replace(line.begin(), line.end(), '\n', ' ');
     while (!line.empty() && line.back() == ' ') line.pop_back();
-    std::fprintf(stderr, "braid-run: error: %s\n", line.c_str());
+    std::fprintf(stderr, "braid-run: error: %s\n", printable(line).c_str());
     return code;
 }
 
@@ -221,6 +223,18 @@ int main(int argc, char** argv) {
     app.add_option("--profile", cfg.profile_path,
                    "Write per-operator timings of the timed iterations as a Chrome trace");
     app.add_flag("--mem-report", cfg.mem_report, "Print the memory plan report");
+    app.add_option("--memory-budget", cfg.memory_budget,
+                   "Most bytes the model's vars and memory plan may take, e.g. 8G (default: "
+                   "BRAID_MEMORY_BUDGET, else physical memory); a model over it exits 3")
+        ->transform(
+            [](std::string s) -> std::string {
+                try {
+                    return std::to_string(parse_byte_size(s, "--memory-budget"));
+                } catch (const std::exception& e) {
+                    throw CLI::ValidationError(e.what());
+                }
+            },
+            "BYTES");
     bool no_mem_plan = false;
     app.add_flag("--no-mem-plan", no_mem_plan, "Give every var its own allocation");
     app.add_option("--seed", cfg.seed, "Seed of random inputs")->capture_default_str();

@@ -1,6 +1,7 @@
 #include "tools/mem_summary.h"
 
 #include "graph/input_node.h"
+#include "memory/memory_budget.h"
 
 #include <algorithm>
 #include <map>
@@ -8,21 +9,14 @@
 
 namespace braid::tools {
 
-std::string human_bytes(size_t bytes) {
-    if (bytes < 1024) return fmt::format("{} B", bytes);
-    if (bytes < 1024 * 1024) return fmt::format("{:.2f} KiB", double(bytes) / 1024);
-    if (bytes < (size_t(1) << 30)) return fmt::format("{:.2f} MiB", double(bytes) / (1 << 20));
-    return fmt::format("{:.2f} GiB", double(bytes) / (1 << 30));
-}
-
 std::string MemorySummary::to_string() const {
     std::string s;
     for (auto& n : nodes) {
         s += fmt::format("  {}: {} planned vars, {} without reuse, lower bound {} (largest live "
                          "set); parameters {}, inputs {}",
-                         n.comp_node, n.planned_vars, human_bytes(n.planned_bytes),
-                         human_bytes(n.peak_live_bytes), human_bytes(n.param_bytes),
-                         human_bytes(n.input_bytes));
+                         n.comp_node, n.planned_vars, format_bytes(n.planned_bytes),
+                         format_bytes(n.peak_live_bytes), format_bytes(n.param_bytes),
+                         format_bytes(n.input_bytes));
         if (n.dynamic_vars) s += fmt::format(", {} vars allocated at execution", n.dynamic_vars);
         s += "\n";
     }

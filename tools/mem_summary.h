@@ -3,6 +3,8 @@
 // has a planner report (Executable::memory_report()), the tools print that instead.
 #pragma once
 
+#include "memory/memory_budget.h"
+
 #include "braid.h"
 
 #include <optional>
@@ -49,8 +51,5 @@ template <typename Exec> std::optional<std::string> planner_report(const Exec& e
         return std::nullopt;
     }
 }
-
-//! "1.23 MiB" style.
-std::string human_bytes(size_t bytes);
 
 } // namespace braid::tools

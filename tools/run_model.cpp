@@ -121,6 +121,15 @@ std::vector<ResolvedInput> resolve_inputs(const RunConfig& cfg, const LoadedMode
                                                 "model's {}",
                                                 io.name, shape.to_string(), io.shape_string()));
             }
+            // The model's default shape is the file's doing, a --input shape the user's.
+            int code = spec && spec->shape ? EXIT_USAGE : EXIT_BAD_FILE;
+            size_t bytes = stage(code, what, [&] { return shape.nr_bytes(io.dtype); });
+            auto budget = MemoryBudget::resolve(cfg.memory_budget);
+            if (bytes > budget.bytes)
+                throw ToolError(code, fmt::format("{}random {} {} needs {} bytes ({}), over the "
+                                                  "memory budget of {} (--memory-budget)",
+                                                  what, io.dtype.name(), shape.to_string(), bytes,
+                                                  format_bytes(bytes), budget.describe()));
             in.value = random_tensor(shape, io.dtype, seed++);
         }
         res.push_back(std::move(in));
@@ -175,7 +184,13 @@ RankResult run_rank(const RunConfig& cfg, int rank, const LoadedModel& model, do
     bool many_ranks = cfg.devices > 1 || !cfg.server.empty() || cfg.backend == "mpi";
     std::string prefix = many_ranks ? fmt::format("rank {}: ", rank) : "";
     auto t0 = Clock::now();
-    auto exec = stage(EXIT_RUN_FAILED, prefix + "compile: ", [&] { return model.compile(); });
+    auto exec = stage(EXIT_RUN_FAILED, prefix + "compile: ", [&] {
+        try {
+            return model.compile();
+        } catch (const MemoryBudgetError& e) { // the model asks for more than it may
+            throw ToolError(EXIT_BAD_FILE, one_line(prefix + "compile: " + e.what()));
+        }
+    });
     r.compile_ms = ms_since(t0);
     stage(EXIT_RUN_FAILED, prefix, [&] {
         for (auto& in : inputs) exec->feed(in.name, in.value);
@@ -220,6 +235,7 @@ LoadOptions load_options(const RunConfig& cfg, const std::string& comp_node,
     LoadOptions opt;
     opt.comp_node = comp_node;
     opt.graph_options.enable_memory_plan = cfg.mem_plan;
+    opt.graph_options.memory_budget = cfg.memory_budget;
     opt.collective = binding;
     return opt;
 }

@@ -53,7 +53,8 @@ struct RunConfig {
     std::string profile_path;
     bool mem_report = false;
     bool mem_plan = true;
-    uint32_t seed = 0; //!< of random inputs
+    size_t memory_budget = 0; //!< bytes; 0: BRAID_MEMORY_BUDGET, else physical memory
+    uint32_t seed = 0;        //!< of random inputs
     // Multi-rank.
     size_t devices = 1;
     std::string server; //!< host:port of the group manager

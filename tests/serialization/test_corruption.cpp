@@ -29,6 +29,8 @@ std::string load_error(const std::vector<uint8_t>& bytes, bool integrity = true)
         load(bytes, opt);
     } catch (const SerializationError& e) {
         return e.what();
+    } catch (const MemoryBudgetError& e) { // a corrupted dim can make a var absurdly large
+        return e.what();
     }
     return "";
 }
