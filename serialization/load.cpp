@@ -176,6 +176,20 @@ LoadedModel build_graph(const serial::ModelBytes& bytes, const LoadOptions& opti
     if (!options.comp_node.empty()) gopt.default_comp_node = options.comp_node;
     res.graph = ComputingGraph::make(gopt);
     MemoryBudget budget = MemoryBudget::resolve(gopt.memory_budget);
+    // The shape each input is fed with when nothing else is given must fit the budget too.
+    for (auto& in : desc.inputs) {
+        auto given = options.input_shapes.find(in.name);
+        const TensorShape& shape =
+            given != options.input_shapes.end() ? given->second : in.default_shape;
+        size_t bytes = shape.nr_bytes(in.dtype);
+        if (bytes > budget.bytes)
+            BRAID_THROW(MemoryBudgetError,
+                        "{}: input \"{}\" {} {} needs {} bytes ({}), over the memory budget of "
+                        "{}; set BRAID_MEMORY_BUDGET (braid-run --memory-budget) or "
+                        "GraphOptions::memory_budget to allow more",
+                        src, in.name, shape.to_string(), in.dtype.name(), bytes,
+                        format_bytes(bytes), budget.describe());
+    }
     CompNode forced_cn;
     if (!options.comp_node.empty()) forced_cn = CompNode::load(options.comp_node);
 

@@ -85,6 +85,29 @@ TEST(CompNodes, LocatorsAreCanonicalAndDistinct) {
     EXPECT_TRUE(CompNode::default_cpu().is_inline());
     EXPECT_LT(a.id(), c.id());
     EXPECT_THROW(CompNode::load("cpu"), ValueError);
+    EXPECT_EQ(CompNode::load("cpu01").locator(), "cpu1");
+}
+
+TEST(CompNodes, BadLocatorsNameTheLocatorAndTheAcceptedForms) {
+    auto message = [](const std::string& locator) {
+        try {
+            CompNode::load(locator);
+        } catch (const ValueError& e) {
+            return std::string(e.what());
+        }
+        return std::string("loaded");
+    };
+    // Digit strings past int's range used to escape as std::out_of_range ("stoi").
+    EXPECT_EQ(message("cpu99999999999"),
+              "invalid comp node locator \"cpu99999999999\": device number 99999999999 is out "
+              "of range (0 to 65534); expected cpu:default, cpuN, cpuN:K, cudaN or cudaN:K");
+    EXPECT_EQ(message("cpu0:123456789012345678901"),
+              "invalid comp node locator \"cpu0:123456789012345678901\": stream number "
+              "123456789012345678901 is out of range (0 to 65534); expected cpu:default, cpuN, "
+              "cpuN:K, cudaN or cudaN:K");
+    EXPECT_EQ(message("gpu0"), "invalid comp node locator \"gpu0\"; expected cpu:default, cpuN, "
+                               "cpuN:K, cudaN or cudaN:K");
+    EXPECT_EQ(message("cpu65534"), "loaded");
 }
 
 TEST(CompNodes, EventsOrderWorkAcrossQueues) {

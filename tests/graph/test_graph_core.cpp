@@ -212,3 +212,30 @@ TEST(Errors, KernelErrorIsRethrownByWait) {
     exec->feed("b", tb).run(); // the executable recovers
     EXPECT_EQ(exec->output(0).at(1), 1.0);
 }
+
+TEST(MemoryBudget, CompileRefusesAPlanOverTheBudgetBeforeAllocating) {
+    GraphOptions options;
+    options.memory_budget = size_t(6) << 20; // 6 MiB
+    auto graph = ComputingGraph::make(options);
+    // A 4 MiB intermediate and a 4 MiB fetched output: 8 MiB, over the budget.
+    auto big = opr::fill(*graph, {1024, 1024}, 1.0).rename("big");
+    auto out = (big * 2.0).rename("doubled");
+    try {
+        graph->compile({out});
+        FAIL() << "compiled over the budget";
+    } catch (const MemoryBudgetError& e) {
+        std::string msg = e.what();
+        EXPECT_NE(msg.find("over the memory budget of 6.00 MiB (6291456 bytes, "
+                           "GraphOptions::memory_budget)"),
+                  std::string::npos)
+            << msg;
+        EXPECT_NE(msg.find("{1024,1024} float32, 4194304 bytes"), std::string::npos) << msg;
+    }
+    // Within the budget it compiles and runs.
+    options.memory_budget = size_t(9) << 20;
+    auto roomy = ComputingGraph::make(options);
+    auto ok = opr::fill(*roomy, {1024, 1024}, 1.0) * 2.0;
+    auto exec = roomy->compile({ok});
+    exec->run();
+    EXPECT_EQ(exec->output(0).ptr<float>()[1048575], 2.0f);
+}

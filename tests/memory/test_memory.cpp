@@ -1,12 +1,15 @@
 // DType, TensorShape, TensorLayout, Storage and Tensor.
 #include "base/error.h"
 #include "base/thread_pool.h"
+#include "memory/memory_budget.h"
 #include "memory/tensor.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 
 using namespace braid;
@@ -128,4 +131,64 @@ TEST(ThreadPool, ParallelForCoversEveryIndexOnce) {
                                   if (b > 5000) throw ValueError("chunk failed");
                               }),
                  ValueError);
+}
+
+TEST(TensorShape, SizesAreOverflowCheckedInOnePlace) {
+    // {2^58, 784} float32: the byte size wraps to a multiple of 2^64 without the check.
+    TensorShape wraps{size_t(1) << 58, 784};
+    EXPECT_FALSE(wraps.packed_bytes(dtype::Float32()));
+    EXPECT_THROW(wraps.total_nr_elems(), ShapeError);
+    EXPECT_THROW(TensorLayout(wraps, dtype::Float32()).nr_bytes(), ShapeError);
+    EXPECT_THROW(Tensor(wraps, dtype::Float32()), ShapeError);
+    // Exactly 2^64 elements would wrap to 0.
+    EXPECT_THROW((TensorShape{size_t(1) << 32, size_t(1) << 32}.total_nr_elems()), ShapeError);
+    // The bound is on bytes: 2^54 float32 is exactly 2^56 bytes, one more element is over.
+    EXPECT_EQ(*TensorShape{size_t(1) << 54}.packed_bytes(dtype::Float32()), size_t(1) << 56);
+    EXPECT_FALSE(TensorShape{(size_t(1) << 54) + 1}.packed_bytes(dtype::Float32()));
+    EXPECT_EQ(*TensorShape{(size_t(1) << 54) + 1}.packed_bytes(dtype::Int8()),
+              (size_t(1) << 54) + 1);
+    // A zero dim makes the tensor empty, but the other dims still count towards the bound, so
+    // no partial product of a shape in bounds overflows.
+    EXPECT_EQ(*TensorShape({0, 1000, 1000}).packed_bytes(dtype::Float32()), 0u);
+    EXPECT_FALSE((TensorShape{0, size_t(1) << 40, size_t(1) << 40}.packed_bytes(dtype::Int8())));
+    try {
+        TensorShape({size_t(1) << 60, 4}).nr_bytes(dtype::Float16());
+        FAIL();
+    } catch (const ShapeError& e) {
+        EXPECT_STREQ(e.what(),
+                     "shape {1152921504606846976,4} of float16 is too large: more than 2^56 bytes");
+    }
+}
+
+TEST(MemoryBudget, ByteSizesParseWithUnits) {
+    EXPECT_EQ(parse_byte_size("1048576", "x"), 1048576u);
+    EXPECT_EQ(parse_byte_size("512M", "x"), size_t(512) << 20);
+    EXPECT_EQ(parse_byte_size("8G", "x"), size_t(8) << 30);
+    EXPECT_EQ(parse_byte_size("8GiB", "x"), size_t(8) << 30);
+    EXPECT_EQ(parse_byte_size("1.5t", "x"), size_t(3) << 39);
+    EXPECT_EQ(parse_byte_size("4k", "x"), 4096u);
+    for (auto* bad : {"", "G", "-1G", "0", "8Q", "1e3", "8 G", "99999999999T"})
+        EXPECT_THROW(parse_byte_size(bad, "x"), ValueError) << bad;
+    try {
+        parse_byte_size("lots", "--memory-budget");
+        FAIL();
+    } catch (const ValueError& e) {
+        EXPECT_THAT(std::string(e.what()), ::testing::HasSubstr("--memory-budget: \"lots\""));
+    }
+    EXPECT_EQ(format_bytes(3u << 30), "3.00 GiB");
+    EXPECT_EQ(format_bytes(100), "100 B");
+}
+
+TEST(MemoryBudget, ConfiguredThenEnvironmentThenPhysicalMemory) {
+    EXPECT_EQ(MemoryBudget::resolve(12345).bytes, 12345u);
+    EXPECT_EQ(MemoryBudget::resolve(12345).source, "GraphOptions::memory_budget");
+    ::setenv("BRAID_MEMORY_BUDGET", "3G", 1);
+    EXPECT_EQ(MemoryBudget::resolve(0).bytes, size_t(3) << 30);
+    EXPECT_EQ(MemoryBudget::resolve(0).source, "BRAID_MEMORY_BUDGET");
+    ::setenv("BRAID_MEMORY_BUDGET", "three gigs", 1);
+    EXPECT_THROW(MemoryBudget::resolve(0), ValueError);
+    ::unsetenv("BRAID_MEMORY_BUDGET");
+    auto physical = MemoryBudget::resolve(0);
+    EXPECT_EQ(physical.source, "physical memory");
+    EXPECT_GT(physical.bytes, size_t(64) << 20);
 }
