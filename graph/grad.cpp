@@ -2,6 +2,7 @@
 
 #include "base/error.h"
 #include "graph/computing_graph.h"
+#include "graph/operator_registry.h"
 
 #include <map>
 #include <mutex>
@@ -12,38 +13,36 @@ namespace braid {
 
 namespace {
 
-struct GradRegistry {
+// Rules live in the operator descriptors (graph/operator_registry.h); the walk's arithmetic
+// is installed once.
+struct GradArithSlot {
     std::mutex mutex;
-    std::map<std::string, GradRule> rules;
-    std::map<std::string, bool> always_run;
-    std::map<std::string, std::string> non_differentiable;
     GradArith arith;
 };
 
-GradRegistry& registry() {
-    static GradRegistry reg;
-    return reg;
+GradArithSlot& arith_slot() {
+    static GradArithSlot slot;
+    return slot;
 }
 
 } // namespace
 
 void register_grad_rule(const std::string& type_name, GradRule rule, bool always_run) {
-    auto& reg = registry();
-    std::lock_guard lk(reg.mutex);
-    reg.rules[type_name] = std::move(rule);
-    reg.always_run[type_name] = always_run;
+    OperatorRegistry::instance().update(type_name, [&](OperatorDescriptor& d) {
+        d.grad = std::move(rule);
+        d.grad_always_run = always_run;
+    });
 }
 
 void register_non_differentiable(const std::string& type_name, const std::string& reason) {
-    auto& reg = registry();
-    std::lock_guard lk(reg.mutex);
-    reg.non_differentiable[type_name] = reason;
+    OperatorRegistry::instance().update(
+        type_name, [&](OperatorDescriptor& d) { d.non_differentiable_reason = reason; });
 }
 
 void set_grad_arith(GradArith arith) {
-    auto& reg = registry();
-    std::lock_guard lk(reg.mutex);
-    reg.arith = std::move(arith);
+    auto& slot = arith_slot();
+    std::lock_guard lk(slot.mutex);
+    slot.arith = std::move(arith);
 }
 
 SymbolVar grad(SymbolVar loss, SymbolVar wrt, const GradOptions& options) {
@@ -51,11 +50,11 @@ SymbolVar grad(SymbolVar loss, SymbolVar wrt, const GradOptions& options) {
 }
 
 SymbolVarArray grad(SymbolVar loss, const SymbolVarArray& wrt, const GradOptions& options) {
-    auto& reg = registry();
+    auto& reg = OperatorRegistry::instance();
     GradArith arith;
     {
-        std::lock_guard lk(reg.mutex);
-        arith = reg.arith;
+        std::lock_guard lk(arith_slot().mutex);
+        arith = arith_slot().arith;
     }
     if (!arith.add)
         BRAID_THROW(GraphError, "grad(): the operator library is not registered; call "
@@ -99,9 +98,8 @@ SymbolVarArray grad(SymbolVar loss, const SymbolVarArray& wrt, const GradOptions
     for (auto& w : wrt) on_path.insert(w.node());
     std::vector<OperatorNode*> active;
     auto always_run = [&](OperatorNode* opr) {
-        std::lock_guard lk(reg.mutex);
-        auto it = reg.always_run.find(opr->type_name());
-        return it != reg.always_run.end() && it->second;
+        auto* desc = reg.find(opr->type_name());
+        return desc && desc->grad && desc->grad_always_run;
     };
     for (auto& opr_ptr : graph->operators()) {
         auto* opr = opr_ptr.get();
@@ -143,12 +141,9 @@ SymbolVarArray grad(SymbolVar loss, const SymbolVarArray& wrt, const GradOptions
         if (!any) continue;
         GradRule rule;
         std::string reason;
-        {
-            std::lock_guard lk(reg.mutex);
-            auto r = reg.rules.find(opr->type_name());
-            if (r != reg.rules.end()) rule = r->second;
-            auto nd = reg.non_differentiable.find(opr->type_name());
-            if (nd != reg.non_differentiable.end()) reason = nd->second;
+        if (auto* desc = reg.find(opr->type_name())) {
+            rule = desc->grad;
+            reason = desc->non_differentiable_reason;
         }
         bool any_input = false;
         for (size_t i = 0; i < opr->inputs().size(); ++i) {

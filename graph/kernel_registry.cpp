@@ -2,40 +2,28 @@
 
 #include "base/error.h"
 #include "graph/operator_node.h"
-
-#include <map>
-#include <mutex>
+#include "graph/operator_registry.h"
 
 namespace braid {
 
 namespace {
 
-struct KernelTable {
-    std::mutex mutex;
-    std::map<std::pair<std::string, Device::Kind>, KernelFn> kernels;
-};
-
-KernelTable& table() {
-    static KernelTable t;
-    return t;
-}
-
 void cpu_execute(OperatorNode& opr, ExecCtx& ctx) {
     opr.execute(ctx);
 }
 
+// Kernels live in the operator descriptors (graph/operator_registry.h).
 KernelFn find_kernel(const std::string& type_name, Device::Kind kind) {
-    auto& t = table();
-    std::lock_guard lk(t.mutex);
-    auto it = t.kernels.find({type_name, kind});
-    return it == t.kernels.end() ? nullptr : it->second;
+    auto* desc = OperatorRegistry::instance().find(type_name);
+    if (!desc) return nullptr;
+    auto it = desc->kernels.find(kind);
+    return it == desc->kernels.end() ? nullptr : it->second;
 }
 
 size_t nr_kernels(Device::Kind kind) {
-    auto& t = table();
-    std::lock_guard lk(t.mutex);
+    auto& reg = OperatorRegistry::instance();
     size_t n = 0;
-    for (auto& [key, _] : t.kernels) n += key.second == kind;
+    for (auto& name : reg.type_names()) n += reg.find(name)->kernels.count(kind);
     return n;
 }
 
@@ -53,9 +41,8 @@ const char* device_kind_name(Device::Kind kind) {
 
 void register_kernel(const std::string& type_name, Device::Kind kind, KernelFn fn) {
     BRAID_ASSERT(fn, "register_kernel({}): null kernel", type_name);
-    auto& t = table();
-    std::lock_guard lk(t.mutex);
-    t.kernels[{type_name, kind}] = fn;
+    OperatorRegistry::instance().update(type_name,
+                                        [&](OperatorDescriptor& d) { d.kernels[kind] = fn; });
 }
 
 bool has_kernel(const std::string& type_name, Device::Kind kind) {

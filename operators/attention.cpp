@@ -1,4 +1,6 @@
 #include "operators/attention.h"
+#include "graph/operator_registry.h"
+#include "operators/grad_util.h"
 
 #include "base/error.h"
 #include "base/hash.h"
@@ -207,17 +209,17 @@ void Attention::execute(ExecCtx& ctx) {
 } // namespace braid::opr
 
 // ---- serialization: params dump and load, registered in register_all_operators()
-#include "serialization/params.h"
+#include "graph/param_io.h"
 
 namespace braid::opr {
 
-void dump_attention(const OperatorNode& opr, ParamWriter& w) {
+static void dump_attention(const OperatorNode& opr, ParamWriter& w) {
     auto& p = opr_cast<Attention>(opr).param();
     w.write_bool("causal", p.causal);
     if (p.scale) w.write_float("scale", *p.scale); // absent: 1 / sqrt(D)
 }
 
-SymbolVarArray load_attention(const OprLoadContext& ctx) {
+static SymbolVarArray load_attention(const OprLoadContext& ctx) {
     ctx.expect_inputs(3, 3);
     Attention::Param p;
     p.causal = ctx.params.read_bool("causal");
@@ -230,6 +232,27 @@ SymbolVarArray load_attention(const OprLoadContext& ctx) {
         p.scale = float(scale);
     }
     return Attention::make(ctx.input(0), ctx.input(1), ctx.input(2), p, ctx.config);
+}
+
+} // namespace braid::opr
+
+// ---- registration: this family's operator descriptors (graph/operator_registry.h), with
+// their params functions above, gradient rules and kernels.
+namespace braid::opr {
+
+#if BRAID_WITH_CUDA
+namespace cuda {
+void register_attention_kernels();
+}
+#endif
+
+void register_attention_operators() {
+    auto& reg = OperatorRegistry::instance();
+    reg.add("Attention", "attention", dump_attention, load_attention);
+    register_attention_grad();
+#if BRAID_WITH_CUDA
+    cuda::register_attention_kernels(); // operators/cuda/attention.cpp
+#endif
 }
 
 } // namespace braid::opr

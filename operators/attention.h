@@ -65,17 +65,3 @@ SymbolVarArray scaled_dot_product_attention(SymbolVar q, SymbolVar k, SymbolVar 
                                             std::optional<float> scale = std::nullopt);
 
 } // namespace braid::opr
-
-// ---- serialization: params dump and load (serialization/params.h), one pair per type,
-// registered in register_all_operators().
-namespace braid {
-class ParamWriter;
-struct OprLoadContext;
-} // namespace braid
-
-namespace braid::opr {
-//! Writes Attention's params into a model.
-void dump_attention(const OperatorNode& opr, ParamWriter& w);
-//! Rebuilds an Attention from a model (both outputs: out, lse).
-SymbolVarArray load_attention(const OprLoadContext& ctx);
-} // namespace braid::opr

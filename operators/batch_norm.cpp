@@ -1,4 +1,6 @@
 #include "operators/batch_norm.h"
+#include "graph/operator_registry.h"
+#include "operators/grad_util.h"
 
 #include "base/error.h"
 #include "base/hash.h"
@@ -122,15 +124,15 @@ void BatchNorm::execute(ExecCtx& ctx) {
 } // namespace braid::opr
 
 // ---- serialization: params dump and load, registered in register_all_operators()
-#include "serialization/params.h"
+#include "graph/param_io.h"
 
 namespace braid::opr {
 
-void dump_batch_norm(const OperatorNode& opr, ParamWriter& w) {
+static void dump_batch_norm(const OperatorNode& opr, ParamWriter& w) {
     w.write_float("eps", opr_cast<BatchNorm>(opr).eps());
 }
 
-SymbolVarArray load_batch_norm(const OprLoadContext& ctx) {
+static SymbolVarArray load_batch_norm(const OprLoadContext& ctx) {
     ctx.expect_inputs(5, 5);
     double eps = ctx.params.read_float("eps");
     if (!(eps >= 0 && eps <= std::numeric_limits<float>::max()))
@@ -139,6 +141,27 @@ SymbolVarArray load_batch_norm(const OprLoadContext& ctx) {
                     ctx.params.context(), eps);
     return {BatchNorm::make(ctx.input(0), ctx.input(1), ctx.input(2), ctx.input(3), ctx.input(4),
                             float(eps), ctx.config)};
+}
+
+} // namespace braid::opr
+
+// ---- registration: this family's operator descriptors (graph/operator_registry.h), with
+// their params functions above, gradient rules and kernels.
+namespace braid::opr {
+
+#if BRAID_WITH_CUDA
+namespace cuda {
+void register_batch_norm_kernels();
+}
+#endif
+
+void register_batch_norm_operators() {
+    auto& reg = OperatorRegistry::instance();
+    reg.add("BatchNorm", "batch_norm", dump_batch_norm, load_batch_norm);
+    register_batch_norm_grad();
+#if BRAID_WITH_CUDA
+    cuda::register_batch_norm_kernels(); // operators/cuda/batch_norm.cpp
+#endif
 }
 
 } // namespace braid::opr

@@ -40,17 +40,3 @@ SymbolVar batch_norm(SymbolVar x, SymbolVar scale, SymbolVar bias, SymbolVar mea
                      float eps = 1e-5f);
 
 } // namespace braid::opr
-
-// ---- serialization: params dump and load (serialization/params.h), one pair per type,
-// registered in register_all_operators().
-namespace braid {
-class ParamWriter;
-struct OprLoadContext;
-} // namespace braid
-
-namespace braid::opr {
-//! Writes BatchNorm's params into a model.
-void dump_batch_norm(const OperatorNode& opr, ParamWriter& w);
-//! Rebuilds a BatchNorm from a model.
-SymbolVarArray load_batch_norm(const OprLoadContext& ctx);
-} // namespace braid::opr

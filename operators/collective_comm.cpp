@@ -1,4 +1,5 @@
 #include "operators/collective_comm.h"
+#include "graph/operator_registry.h"
 
 #include "base/error.h"
 #include "base/log.h"
@@ -273,7 +274,7 @@ SymbolVar scatter_from_root(SymbolVar x, ComputingGraph& graph, const Group& g, 
 
 // ---- serialization: params dump and load, registered in register_all_operators()
 #include "comm/tcp_client.h"
-#include "serialization/params.h"
+#include "graph/param_io.h"
 
 #include <algorithm>
 #include <map>
@@ -318,7 +319,7 @@ std::shared_ptr<comm::GroupClient> binding_client(const CollectiveBinding& b,
 
 } // namespace
 
-void dump_collective_comm(const OperatorNode& opr, ParamWriter& w) {
+static void dump_collective_comm(const OperatorNode& opr, ParamWriter& w) {
     auto& p = opr_cast<CollectiveComm>(opr).param();
     w.write_string("key", p.key);
     w.write_int("nr_devices", p.nr_devices);
@@ -331,7 +332,7 @@ void dump_collective_comm(const OperatorNode& opr, ParamWriter& w) {
     w.write_bool("check_consistency", p.check_consistency);
 }
 
-SymbolVarArray load_collective_comm(const OprLoadContext& ctx) {
+static SymbolVarArray load_collective_comm(const OprLoadContext& ctx) {
     ctx.expect_inputs(0, 1);
     const ParamReader& r = ctx.params;
     const CollectiveBinding& bind = ctx.collective;
@@ -401,6 +402,20 @@ SymbolVarArray load_collective_comm(const OprLoadContext& ctx) {
     }
     p.group_client = binding_client(bind, what);
     return {CollectiveComm::make(input, ctx.graph, std::move(p), ctx.config)};
+}
+
+} // namespace braid::opr
+
+// ---- registration: this family's operator descriptors (graph/operator_registry.h), with
+// their params functions above, gradient rules and kernels.
+namespace braid::opr {
+
+void register_collective_comm_operators() {
+    auto& reg = OperatorRegistry::instance();
+    reg.add("CollectiveComm", "collective_comm", dump_collective_comm, load_collective_comm,
+            /*version=*/1, /*rank_dependent=*/true);
+    register_collective_grad();
+    register_collective_kernels();
 }
 
 } // namespace braid::opr

@@ -128,18 +128,3 @@ SymbolVar scatter_from_root(SymbolVar x, ComputingGraph& graph, const Group& gro
                             const std::string& name = {});
 
 } // namespace braid::opr
-
-// ---- serialization: params dump and load (serialization/params.h), registered in
-// register_all_operators(). The loader takes rank, world size, group manager and backend
-// from the load-time CollectiveBinding, so one model file serves every rank.
-namespace braid {
-class ParamWriter;
-struct OprLoadContext;
-} // namespace braid
-
-namespace braid::opr {
-//! Writes CollectiveComm's params (not its group client or disable flag) into a model.
-void dump_collective_comm(const OperatorNode& opr, ParamWriter& w);
-//! Rebuilds a CollectiveComm from a model for the rank the load-time binding names.
-SymbolVarArray load_collective_comm(const OprLoadContext& ctx);
-} // namespace braid::opr

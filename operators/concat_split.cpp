@@ -1,4 +1,6 @@
 #include "operators/concat_split.h"
+#include "graph/operator_registry.h"
+#include "operators/grad_util.h"
 
 #include "base/error.h"
 #include "base/hash.h"
@@ -204,28 +206,28 @@ SymbolVarArray split(SymbolVar x, int axis, size_t nr_parts) {
 } // namespace braid::opr
 
 // ---- serialization: params dump and load, registered in register_all_operators()
-#include "serialization/params.h"
+#include "graph/param_io.h"
 
 namespace braid::opr {
 
-void dump_concat(const OperatorNode& opr, ParamWriter& w) {
+static void dump_concat(const OperatorNode& opr, ParamWriter& w) {
     w.write_int("axis", opr_cast<Concat>(opr).axis());
 }
 
-SymbolVarArray load_concat(const OprLoadContext& ctx) {
+static SymbolVarArray load_concat(const OprLoadContext& ctx) {
     ctx.expect_inputs(1, std::numeric_limits<size_t>::max());
     // The axis and the inputs' shapes are checked by make().
     return {Concat::make(ctx.inputs, ctx.params.read_int_as<int>("axis"), ctx.config)};
 }
 
-void dump_split(const OperatorNode& opr, ParamWriter& w) {
+static void dump_split(const OperatorNode& opr, ParamWriter& w) {
     auto& p = opr_cast<Split>(opr).param();
     w.write_int("axis", p.axis);
     w.write_int_list("sizes", p.sizes);
     w.write_int("nr_parts", int64_t(p.nr_parts));
 }
 
-SymbolVarArray load_split(const OprLoadContext& ctx) {
+static SymbolVarArray load_split(const OprLoadContext& ctx) {
     ctx.expect_inputs(1, 1);
     const auto& r = ctx.params;
     Split::Param p;
@@ -248,6 +250,28 @@ SymbolVarArray load_split(const OprLoadContext& ctx) {
     p.nr_parts = size_t(nr_parts);
     // The sizes must sum to the axis length, which make() checks.
     return Split::make(ctx.input(0), std::move(p), ctx.config);
+}
+
+} // namespace braid::opr
+
+// ---- registration: this family's operator descriptors (graph/operator_registry.h), with
+// their params functions above, gradient rules and kernels.
+namespace braid::opr {
+
+#if BRAID_WITH_CUDA
+namespace cuda {
+void register_concat_split_kernels();
+}
+#endif
+
+void register_concat_split_operators() {
+    auto& reg = OperatorRegistry::instance();
+    reg.add("Concat", "concat_split", dump_concat, load_concat);
+    reg.add("Split", "concat_split", dump_split, load_split);
+    register_concat_split_grad();
+#if BRAID_WITH_CUDA
+    cuda::register_concat_split_kernels(); // operators/cuda/concat_split.cpp
+#endif
 }
 
 } // namespace braid::opr

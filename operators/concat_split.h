@@ -73,23 +73,13 @@ SymbolVarArray split(SymbolVar x, int axis, size_t nr_parts);
 
 } // namespace braid::opr
 
-// ---- serialization: params dump and load (serialization/params.h), one pair per type,
-// registered in register_all_operators().
+// ---- serialization helpers shared with other files of the family (graph/param_io.h)
 namespace braid {
 class ParamWriter;
 struct OprLoadContext;
 } // namespace braid
 
 namespace braid::opr {
-//! Writes Concat's params into a model.
-void dump_concat(const OperatorNode& opr, ParamWriter& w);
-//! Rebuilds a Concat from a model.
-SymbolVarArray load_concat(const OprLoadContext& ctx);
-//! Writes Split's params into a model.
-void dump_split(const OperatorNode& opr, ParamWriter& w);
-//! Rebuilds a Split from a model (one output per part). A model may cut an axis into at
-//! most MAX_LOADED_SPLIT_PARTS parts.
-SymbolVarArray load_split(const OprLoadContext& ctx);
 //! The most parts a loaded Split may have (each part is an output var).
 constexpr size_t MAX_LOADED_SPLIT_PARTS = size_t(1) << 16;
 } // namespace braid::opr

@@ -1,4 +1,6 @@
 #include "operators/conv.h"
+#include "graph/operator_registry.h"
+#include "operators/grad_util.h"
 
 #include "base/error.h"
 #include "base/hash.h"
@@ -235,7 +237,7 @@ void Conv2d::execute(ExecCtx& ctx) {
 } // namespace braid::opr
 
 // ---- serialization: params dump and load, registered in register_all_operators()
-#include "serialization/params.h"
+#include "graph/param_io.h"
 
 namespace braid::opr {
 
@@ -261,15 +263,36 @@ Conv2dParam read_conv2d_param(const ParamReader& r) {
     return p;
 }
 
-void dump_conv2d(const OperatorNode& opr, ParamWriter& w) {
+static void dump_conv2d(const OperatorNode& opr, ParamWriter& w) {
     write_conv2d_param(w, opr_cast<Conv2d>(opr).param());
 }
 
-SymbolVarArray load_conv2d(const OprLoadContext& ctx) {
+static SymbolVarArray load_conv2d(const OprLoadContext& ctx) {
     ctx.expect_inputs(2, 2);
     // make() refuses strides, dilations or groups below 1 and negative paddings (ValueError
     // naming the operator), and geometry that does not fit the inputs (ShapeError).
     return {Conv2d::make(ctx.input(0), ctx.input(1), read_conv2d_param(ctx.params), ctx.config)};
+}
+
+} // namespace braid::opr
+
+// ---- registration: this family's operator descriptors (graph/operator_registry.h), with
+// their params functions above, gradient rules and kernels.
+namespace braid::opr {
+
+#if BRAID_WITH_CUDA
+namespace cuda {
+void register_conv_kernels();
+}
+#endif
+
+void register_conv_operators() {
+    auto& reg = OperatorRegistry::instance();
+    reg.add("Conv2d", "conv", dump_conv2d, load_conv2d);
+    register_conv_grad();
+#if BRAID_WITH_CUDA
+    cuda::register_conv_kernels(); // operators/cuda/conv.cpp
+#endif
 }
 
 } // namespace braid::opr

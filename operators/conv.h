@@ -54,8 +54,7 @@ SymbolVar conv2d(SymbolVar x, SymbolVar w, int stride = 1, int padding = 0, int 
 
 } // namespace braid::opr
 
-// ---- serialization: params dump and load (serialization/params.h), one pair per type,
-// registered in register_all_operators().
+// ---- serialization helpers shared with other files of the family (graph/param_io.h)
 namespace braid {
 class ParamWriter;
 class ParamReader;
@@ -67,8 +66,4 @@ namespace braid::opr {
 void write_conv2d_param(ParamWriter& w, const Conv2dParam& p);
 //! Reads what write_conv2d_param() wrote; values are checked by the operators' make().
 Conv2dParam read_conv2d_param(const ParamReader& r);
-//! Writes Conv2d's params into a model.
-void dump_conv2d(const OperatorNode& opr, ParamWriter& w);
-//! Rebuilds a Conv2d from a model.
-SymbolVarArray load_conv2d(const OprLoadContext& ctx);
 } // namespace braid::opr

@@ -1,4 +1,5 @@
 #include "operators/conv_grad_ops.h"
+#include "graph/operator_registry.h"
 
 #include "base/error.h"
 #include "base/hash.h"
@@ -313,18 +314,18 @@ void Conv2dBackwardFilter::execute(ExecCtx& ctx) {
 } // namespace braid::opr
 
 // ---- serialization: params dump and load, registered in register_all_operators()
-#include "serialization/params.h"
+#include "graph/param_io.h"
 
 namespace braid::opr {
 
-void dump_conv2d_backward_data(const OperatorNode& opr, ParamWriter& w) {
+static void dump_conv2d_backward_data(const OperatorNode& opr, ParamWriter& w) {
     auto& p = opr_cast<Conv2dBackwardData>(opr).param();
     write_conv2d_param(w, p.conv);
     w.write_int("in_h", int64_t(p.in_h));
     w.write_int("in_w", int64_t(p.in_w));
 }
 
-SymbolVarArray load_conv2d_backward_data(const OprLoadContext& ctx) {
+static SymbolVarArray load_conv2d_backward_data(const OprLoadContext& ctx) {
     ctx.expect_inputs(2, 2);
     Conv2dBackwardData::Param p;
     p.conv = read_conv2d_param(ctx.params);
@@ -335,14 +336,14 @@ SymbolVarArray load_conv2d_backward_data(const OprLoadContext& ctx) {
     return {Conv2dBackwardData::make(ctx.input(0), ctx.input(1), p, ctx.config)};
 }
 
-void dump_conv2d_backward_filter(const OperatorNode& opr, ParamWriter& w) {
+static void dump_conv2d_backward_filter(const OperatorNode& opr, ParamWriter& w) {
     auto& p = opr_cast<Conv2dBackwardFilter>(opr).param();
     write_conv2d_param(w, p.conv);
     w.write_int("kernel_h", int64_t(p.kernel_h));
     w.write_int("kernel_w", int64_t(p.kernel_w));
 }
 
-SymbolVarArray load_conv2d_backward_filter(const OprLoadContext& ctx) {
+static SymbolVarArray load_conv2d_backward_filter(const OprLoadContext& ctx) {
     ctx.expect_inputs(2, 2);
     Conv2dBackwardFilter::Param p;
     p.conv = read_conv2d_param(ctx.params);
@@ -350,4 +351,27 @@ SymbolVarArray load_conv2d_backward_filter(const OprLoadContext& ctx) {
     p.kernel_w = ctx.params.read_int_as<uint32_t>("kernel_w");
     return {Conv2dBackwardFilter::make(ctx.input(0), ctx.input(1), p, ctx.config)};
 }
+} // namespace braid::opr
+
+// ---- registration: this family's operator descriptors (graph/operator_registry.h), with
+// their params functions above, gradient rules and kernels.
+namespace braid::opr {
+
+#if BRAID_WITH_CUDA
+namespace cuda {
+void register_conv_grad_kernels();
+}
+#endif
+
+void register_conv_grad_ops_operators() {
+    auto& reg = OperatorRegistry::instance();
+    reg.add("Conv2dBackwardData", "conv_grad_ops", dump_conv2d_backward_data,
+            load_conv2d_backward_data);
+    reg.add("Conv2dBackwardFilter", "conv_grad_ops", dump_conv2d_backward_filter,
+            load_conv2d_backward_filter);
+#if BRAID_WITH_CUDA
+    cuda::register_conv_grad_kernels(); // operators/cuda/conv_grad.cpp
+#endif
+}
+
 } // namespace braid::opr

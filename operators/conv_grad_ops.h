@@ -80,21 +80,3 @@ SymbolVar conv2d_backward_filter(SymbolVar x, SymbolVar dy, const Conv2dParam& p
                                  size_t kernel_h, size_t kernel_w);
 
 } // namespace braid::opr
-
-// ---- serialization: params dump and load (serialization/params.h), one pair per type,
-// registered in register_all_operators().
-namespace braid {
-class ParamWriter;
-struct OprLoadContext;
-} // namespace braid
-
-namespace braid::opr {
-//! Writes Conv2dBackwardData's params into a model.
-void dump_conv2d_backward_data(const OperatorNode& opr, ParamWriter& w);
-//! Rebuilds a Conv2dBackwardData from a model.
-SymbolVarArray load_conv2d_backward_data(const OprLoadContext& ctx);
-//! Writes Conv2dBackwardFilter's params into a model.
-void dump_conv2d_backward_filter(const OperatorNode& opr, ParamWriter& w);
-//! Rebuilds a Conv2dBackwardFilter from a model.
-SymbolVarArray load_conv2d_backward_filter(const OprLoadContext& ctx);
-} // namespace braid::opr

@@ -1,4 +1,5 @@
 #include "operators/copy.h"
+#include "graph/operator_registry.h"
 
 #include "base/error.h"
 #include "graph/grad.h"
@@ -73,17 +74,29 @@ void register_copy() {
 } // namespace braid::opr
 
 // ---- serialization: params dump and load, registered in register_all_operators()
-#include "serialization/params.h"
+#include "graph/param_io.h"
 
 namespace braid::opr {
 
-void dump_copy(const OperatorNode& opr, ParamWriter&) {
+static void dump_copy(const OperatorNode& opr, ParamWriter&) {
     (void)opr_cast<Copy>(opr); // the target is opr.comp_node(), stored with every operator
 }
 
-SymbolVarArray load_copy(const OprLoadContext& ctx) {
+static SymbolVarArray load_copy(const OprLoadContext& ctx) {
     ctx.expect_inputs(1, 1);
     return {Copy::make(ctx.input(0), ctx.config.comp_node, ctx.config)};
+}
+
+} // namespace braid::opr
+
+// ---- registration: this family's operator descriptors (graph/operator_registry.h), with
+// their params functions above, gradient rules and kernels.
+namespace braid::opr {
+
+void register_copy_operators() {
+    auto& reg = OperatorRegistry::instance();
+    reg.add("Copy", "copy", dump_copy, load_copy);
+    register_copy();
 }
 
 } // namespace braid::opr

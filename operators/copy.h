@@ -33,20 +33,3 @@ public:
 void register_copy();
 
 } // namespace braid::opr
-
-// ---- serialization: params dump and load (serialization/params.h), one pair per type,
-// registered in register_all_operators().
-namespace braid {
-class ParamWriter;
-struct OprLoadContext;
-} // namespace braid
-
-namespace braid::opr {
-//! Writes Copy's params into a model: none, since the target is the operator's own comp node,
-//! which the model records for every operator.
-void dump_copy(const OperatorNode& opr, ParamWriter& w);
-//! Rebuilds a Copy onto the loaded operator's comp node (the recorded target, or
-//! LoadOptions::comp_node when that overrides every comp node). A copy onto the comp node its
-//! input already lives on loads as the input itself, as Copy::make() returns it.
-SymbolVarArray load_copy(const OprLoadContext& ctx);
-} // namespace braid::opr

@@ -1,4 +1,6 @@
 #include "operators/elemwise.h"
+#include "graph/operator_registry.h"
+#include "operators/grad_util.h"
 
 #include "base/error.h"
 #include "base/hash.h"
@@ -523,19 +525,40 @@ SymbolVar operator/(double a, SymbolVar b) {
 } // namespace braid
 
 // ---- serialization: params dump and load, registered in register_all_operators()
-#include "serialization/params.h"
+#include "graph/param_io.h"
 
 namespace braid::opr {
 
-void dump_elemwise(const OperatorNode& opr, ParamWriter& w) {
+static void dump_elemwise(const OperatorNode& opr, ParamWriter& w) {
     w.write_string("mode", elem_mode_name(opr_cast<Elemwise>(opr).mode()));
 }
 
-SymbolVarArray load_elemwise(const OprLoadContext& ctx) {
+static SymbolVarArray load_elemwise(const OprLoadContext& ctx) {
     auto mode = ctx.params.read_enum<ElemMode>("mode", elem_mode_name);
     size_t arity = elem_mode_arity(mode);
     ctx.expect_inputs(arity, arity);
     return {Elemwise::make(mode, ctx.inputs, ctx.config)};
+}
+
+} // namespace braid::opr
+
+// ---- registration: this family's operator descriptors (graph/operator_registry.h), with
+// their params functions above, gradient rules and kernels.
+namespace braid::opr {
+
+#if BRAID_WITH_CUDA
+namespace cuda {
+void register_elemwise_kernels();
+}
+#endif
+
+void register_elemwise_operators() {
+    auto& reg = OperatorRegistry::instance();
+    reg.add("Elemwise", "elemwise", dump_elemwise, load_elemwise);
+    register_elemwise_grad();
+#if BRAID_WITH_CUDA
+    cuda::register_elemwise_kernels(); // operators/cuda/elemwise.cpp
+#endif
 }
 
 } // namespace braid::opr

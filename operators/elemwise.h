@@ -217,17 +217,3 @@ SymbolVar operator*(double a, SymbolVar b);
 //! a / b, a a constant of b's dtype.
 SymbolVar operator/(double a, SymbolVar b);
 } // namespace braid
-
-// ---- serialization: params dump and load (serialization/params.h), one pair per type,
-// registered in register_all_operators().
-namespace braid {
-class ParamWriter;
-struct OprLoadContext;
-} // namespace braid
-
-namespace braid::opr {
-//! Writes Elemwise's params into a model.
-void dump_elemwise(const OperatorNode& opr, ParamWriter& w);
-//! Rebuilds a Elemwise from a model.
-SymbolVarArray load_elemwise(const OprLoadContext& ctx);
-} // namespace braid::opr

@@ -1,4 +1,6 @@
 #include "operators/fill.h"
+#include "graph/operator_registry.h"
+#include "operators/grad_util.h"
 
 #include "base/error.h"
 #include "base/hash.h"
@@ -188,18 +190,18 @@ SymbolVar arange(ComputingGraph& graph, double start, double stop, double step, 
 } // namespace braid::opr
 
 // ---- serialization: params dump and load, registered in register_all_operators()
-#include "serialization/params.h"
+#include "graph/param_io.h"
 
 namespace braid::opr {
 
-void dump_fill(const OperatorNode& opr, ParamWriter& w) {
+static void dump_fill(const OperatorNode& opr, ParamWriter& w) {
     auto& f = opr_cast<Fill>(opr);
     w.write_float("value", f.value());
     w.write_dtype("dtype", f.dtype());
     if (f.inputs().empty()) w.write_shape("shape", f.shape()); // else the shape var's value
 }
 
-SymbolVarArray load_fill(const OprLoadContext& ctx) {
+static SymbolVarArray load_fill(const OprLoadContext& ctx) {
     ctx.expect_inputs(0, 1);
     double value = ctx.params.read_float("value");
     DType dtype = ctx.params.read_dtype("dtype");
@@ -207,7 +209,7 @@ SymbolVarArray load_fill(const OprLoadContext& ctx) {
     return {Fill::make(ctx.graph, ctx.params.read_shape("shape"), value, dtype, ctx.config)};
 }
 
-void dump_arange(const OperatorNode& opr, ParamWriter& w) {
+static void dump_arange(const OperatorNode& opr, ParamWriter& w) {
     auto& a = opr_cast<Arange>(opr);
     w.write_float("start", a.start());
     w.write_float("stop", a.stop());
@@ -215,7 +217,7 @@ void dump_arange(const OperatorNode& opr, ParamWriter& w) {
     w.write_dtype("dtype", a.dtype());
 }
 
-SymbolVarArray load_arange(const OprLoadContext& ctx) {
+static SymbolVarArray load_arange(const OprLoadContext& ctx) {
     ctx.expect_inputs(0, 0);
     const auto& r = ctx.params;
     double start = r.read_float("start"), stop = r.read_float("stop"), step = r.read_float("step");
@@ -226,6 +228,28 @@ SymbolVarArray load_arange(const OprLoadContext& ctx) {
                     r.context(), start, stop, step);
     // make() refuses more than 2^48 elements (ShapeError).
     return {Arange::make(ctx.graph, start, stop, step, r.read_dtype("dtype"), ctx.config)};
+}
+
+} // namespace braid::opr
+
+// ---- registration: this family's operator descriptors (graph/operator_registry.h), with
+// their params functions above, gradient rules and kernels.
+namespace braid::opr {
+
+#if BRAID_WITH_CUDA
+namespace cuda {
+void register_fill_kernels();
+}
+#endif
+
+void register_fill_operators() {
+    auto& reg = OperatorRegistry::instance();
+    reg.add("Fill", "fill", dump_fill, load_fill);
+    reg.add("Arange", "fill", dump_arange, load_arange);
+    register_fill_grad();
+#if BRAID_WITH_CUDA
+    cuda::register_fill_kernels(); // operators/cuda/fill.cpp
+#endif
 }
 
 } // namespace braid::opr

@@ -90,21 +90,3 @@ SymbolVar arange(ComputingGraph& graph, double start, double stop, double step =
                  DType dtype = dtype::Float32());
 
 } // namespace braid::opr
-
-// ---- serialization: params dump and load (serialization/params.h), one pair per type,
-// registered in register_all_operators().
-namespace braid {
-class ParamWriter;
-struct OprLoadContext;
-} // namespace braid
-
-namespace braid::opr {
-//! Writes Fill's params into a model.
-void dump_fill(const OperatorNode& opr, ParamWriter& w);
-//! Rebuilds a Fill from a model.
-SymbolVarArray load_fill(const OprLoadContext& ctx);
-//! Writes Arange's params into a model.
-void dump_arange(const OperatorNode& opr, ParamWriter& w);
-//! Rebuilds an Arange from a model.
-SymbolVarArray load_arange(const OprLoadContext& ctx);
-} // namespace braid::opr

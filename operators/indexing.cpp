@@ -1,4 +1,6 @@
 #include "operators/indexing.h"
+#include "graph/operator_registry.h"
+#include "operators/grad_util.h"
 
 #include "base/error.h"
 #include "base/hash.h"
@@ -252,38 +254,61 @@ SymbolVar embedding(SymbolVar table, SymbolVar ids) {
 } // namespace braid::opr
 
 // ---- serialization: params dump and load, registered in register_all_operators()
-#include "serialization/params.h"
+#include "graph/param_io.h"
 
 namespace braid::opr {
 
-void dump_gather(const OperatorNode& opr, ParamWriter& w) {
+static void dump_gather(const OperatorNode& opr, ParamWriter& w) {
     w.write_int("axis", opr_cast<Gather>(opr).axis());
 }
 
-SymbolVarArray load_gather(const OprLoadContext& ctx) {
+static SymbolVarArray load_gather(const OprLoadContext& ctx) {
     ctx.expect_inputs(2, 2);
     // The axis is checked against the input's rank by make().
     return {
         Gather::make(ctx.input(0), ctx.input(1), ctx.params.read_int_as<int>("axis"), ctx.config)};
 }
 
-void dump_indexing_one_hot(const OperatorNode& opr, ParamWriter& w) {
+static void dump_indexing_one_hot(const OperatorNode& opr, ParamWriter& w) {
     auto& o = opr_cast<IndexingOneHot>(opr);
     w.write_int("axis", o.axis());
     w.write_bool("keepdims", o.keepdims());
 }
 
-SymbolVarArray load_indexing_one_hot(const OprLoadContext& ctx) {
+static SymbolVarArray load_indexing_one_hot(const OprLoadContext& ctx) {
     ctx.expect_inputs(2, 2);
     return {IndexingOneHot::make(ctx.input(0), ctx.input(1), ctx.params.read_int_as<int>("axis"),
                                  ctx.params.read_bool("keepdims"), ctx.config)};
 }
 
-void dump_embedding(const OperatorNode&, ParamWriter&) {}
+static void dump_embedding(const OperatorNode&, ParamWriter&) {}
 
-SymbolVarArray load_embedding(const OprLoadContext& ctx) {
+static SymbolVarArray load_embedding(const OprLoadContext& ctx) {
     ctx.expect_inputs(2, 2);
     return {Embedding::make(ctx.input(0), ctx.input(1), ctx.config)};
+}
+
+} // namespace braid::opr
+
+// ---- registration: this family's operator descriptors (graph/operator_registry.h), with
+// their params functions above, gradient rules and kernels.
+namespace braid::opr {
+
+#if BRAID_WITH_CUDA
+namespace cuda {
+void register_indexing_kernels();
+}
+#endif
+
+void register_indexing_operators() {
+    auto& reg = OperatorRegistry::instance();
+    reg.add("Gather", "indexing", dump_gather, load_gather);
+    reg.add("IndexingOneHot", "indexing", dump_indexing_one_hot, load_indexing_one_hot);
+    reg.add("Embedding", "indexing", dump_embedding, load_embedding);
+    register_indexing_grad();
+#if BRAID_WITH_CUDA
+    cuda::register_indexing_kernels(); // operators/cuda/indexing.cpp
+#endif
 }
 
 } // namespace braid::opr

@@ -82,25 +82,3 @@ SymbolVar indexing_one_hot(SymbolVar x, SymbolVar index, int axis, bool keepdims
 SymbolVar embedding(SymbolVar table, SymbolVar ids);
 
 } // namespace braid::opr
-
-// ---- serialization: params dump and load (serialization/params.h), one pair per type,
-// registered in register_all_operators().
-namespace braid {
-class ParamWriter;
-struct OprLoadContext;
-} // namespace braid
-
-namespace braid::opr {
-//! Writes Gather's params into a model.
-void dump_gather(const OperatorNode& opr, ParamWriter& w);
-//! Rebuilds a Gather from a model.
-SymbolVarArray load_gather(const OprLoadContext& ctx);
-//! Writes IndexingOneHot's params into a model.
-void dump_indexing_one_hot(const OperatorNode& opr, ParamWriter& w);
-//! Rebuilds an IndexingOneHot from a model.
-SymbolVarArray load_indexing_one_hot(const OprLoadContext& ctx);
-//! Writes Embedding's params (it has none) into a model.
-void dump_embedding(const OperatorNode& opr, ParamWriter& w);
-//! Rebuilds an Embedding from a model.
-SymbolVarArray load_embedding(const OprLoadContext& ctx);
-} // namespace braid::opr

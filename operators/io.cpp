@@ -1,4 +1,5 @@
 #include "operators/io.h"
+#include "graph/operator_registry.h"
 
 #include "base/error.h"
 #include "base/hash.h"
@@ -120,11 +121,11 @@ bool SharedParam::infer_output_shapes(const InferCtx&, TensorShape* out) const {
 } // namespace braid::opr
 
 // ---- serialization: params dump and load, registered in register_all_operators()
-#include "serialization/params.h"
+#include "graph/param_io.h"
 
 namespace braid::opr {
 
-void dump_input(const OperatorNode& opr, ParamWriter& w) {
+static void dump_input(const OperatorNode& opr, ParamWriter& w) {
     auto& in = opr_cast<Input>(opr);
     w.write_dtype("dtype", in.declared_dtype());
     // The shape the graph's static shapes currently follow (a fed shape, else the declared).
@@ -132,7 +133,7 @@ void dump_input(const OperatorNode& opr, ParamWriter& w) {
     w.write_shape("shape", var->shape_known() ? var->shape() : in.declared_shape());
 }
 
-SymbolVarArray load_input(const OprLoadContext& ctx) {
+static SymbolVarArray load_input(const OprLoadContext& ctx) {
     ctx.expect_inputs(0, 0);
     TensorShape shape = ctx.params.read_shape("shape");
     auto it = ctx.input_shapes.find(ctx.config.name);
@@ -141,22 +142,44 @@ SymbolVarArray load_input(const OprLoadContext& ctx) {
                         ctx.config.comp_node)};
 }
 
-void dump_immutable_tensor(const OperatorNode& opr, ParamWriter& w) {
+static void dump_immutable_tensor(const OperatorNode& opr, ParamWriter& w) {
     w.write_tensor("value", opr_cast<ImmutableTensor>(opr).value());
 }
 
-SymbolVarArray load_immutable_tensor(const OprLoadContext& ctx) {
+static SymbolVarArray load_immutable_tensor(const OprLoadContext& ctx) {
     ctx.expect_inputs(0, 0);
     return {ImmutableTensor::make(ctx.graph, ctx.params.read_tensor("value"), ctx.config)};
 }
 
-void dump_shared_param(const OperatorNode& opr, ParamWriter& w) {
+static void dump_shared_param(const OperatorNode& opr, ParamWriter& w) {
     w.write_tensor("value", *opr_cast<SharedParam>(opr).param());
 }
 
-SymbolVarArray load_shared_param(const OprLoadContext& ctx) {
+static SymbolVarArray load_shared_param(const OprLoadContext& ctx) {
     ctx.expect_inputs(0, 0);
     return {SharedParam::make(ctx.graph, ctx.params.read_shared_tensor("value"), ctx.config)};
+}
+
+} // namespace braid::opr
+
+// ---- registration: this family's operator descriptors (graph/operator_registry.h), with
+// their params functions above, gradient rules and kernels.
+namespace braid::opr {
+
+#if BRAID_WITH_CUDA
+namespace cuda {
+void register_io_kernels();
+}
+#endif
+
+void register_io_operators() {
+    auto& reg = OperatorRegistry::instance();
+    reg.add("Input", "io", dump_input, load_input);
+    reg.add("ImmutableTensor", "io", dump_immutable_tensor, load_immutable_tensor);
+    reg.add("SharedParam", "io", dump_shared_param, load_shared_param);
+#if BRAID_WITH_CUDA
+    cuda::register_io_kernels(); // operators/cuda/io.cpp
+#endif
 }
 
 } // namespace braid::opr

@@ -77,25 +77,3 @@ private:
 };
 
 } // namespace braid::opr
-
-// ---- serialization: params dump and load (serialization/params.h), one pair per type,
-// registered in register_all_operators().
-namespace braid {
-class ParamWriter;
-struct OprLoadContext;
-} // namespace braid
-
-namespace braid::opr {
-//! Writes Input's params into a model.
-void dump_input(const OperatorNode& opr, ParamWriter& w);
-//! Rebuilds a Input from a model.
-SymbolVarArray load_input(const OprLoadContext& ctx);
-//! Writes ImmutableTensor's params into a model.
-void dump_immutable_tensor(const OperatorNode& opr, ParamWriter& w);
-//! Rebuilds a ImmutableTensor from a model.
-SymbolVarArray load_immutable_tensor(const OprLoadContext& ctx);
-//! Writes SharedParam's params into a model.
-void dump_shared_param(const OperatorNode& opr, ParamWriter& w);
-//! Rebuilds a SharedParam from a model.
-SymbolVarArray load_shared_param(const OprLoadContext& ctx);
-} // namespace braid::opr

@@ -1,4 +1,6 @@
 #include "operators/matmul.h"
+#include "graph/operator_registry.h"
+#include "operators/grad_util.h"
 
 #include "base/error.h"
 #include "base/hash.h"
@@ -228,33 +230,55 @@ void BatchedMatMul::execute(ExecCtx& ctx) {
 } // namespace braid::opr
 
 // ---- serialization: params dump and load, registered in register_all_operators()
-#include "serialization/params.h"
+#include "graph/param_io.h"
 
 namespace braid::opr {
 
-void dump_matmul(const OperatorNode& opr, ParamWriter& w) {
+static void dump_matmul(const OperatorNode& opr, ParamWriter& w) {
     auto& p = opr_cast<MatMul>(opr).param();
     w.write_bool("transpose_a", p.transpose_a);
     w.write_bool("transpose_b", p.transpose_b);
 }
 
-SymbolVarArray load_matmul(const OprLoadContext& ctx) {
+static SymbolVarArray load_matmul(const OprLoadContext& ctx) {
     ctx.expect_inputs(2, 2);
     MatMul::Param p{ctx.params.read_bool("transpose_a"), ctx.params.read_bool("transpose_b")};
     return {MatMul::make(ctx.input(0), ctx.input(1), p, ctx.config)};
 }
 
-void dump_batched_matmul(const OperatorNode& opr, ParamWriter& w) {
+static void dump_batched_matmul(const OperatorNode& opr, ParamWriter& w) {
     auto& p = opr_cast<BatchedMatMul>(opr).param();
     w.write_bool("transpose_a", p.transpose_a);
     w.write_bool("transpose_b", p.transpose_b);
 }
 
-SymbolVarArray load_batched_matmul(const OprLoadContext& ctx) {
+static SymbolVarArray load_batched_matmul(const OprLoadContext& ctx) {
     ctx.expect_inputs(2, 2);
     BatchedMatMul::Param p{ctx.params.read_bool("transpose_a"),
                            ctx.params.read_bool("transpose_b")};
     return {BatchedMatMul::make(ctx.input(0), ctx.input(1), p, ctx.config)};
+}
+
+} // namespace braid::opr
+
+// ---- registration: this family's operator descriptors (graph/operator_registry.h), with
+// their params functions above, gradient rules and kernels.
+namespace braid::opr {
+
+#if BRAID_WITH_CUDA
+namespace cuda {
+void register_matmul_kernels();
+}
+#endif
+
+void register_matmul_operators() {
+    auto& reg = OperatorRegistry::instance();
+    reg.add("MatMul", "matmul", dump_matmul, load_matmul);
+    reg.add("BatchedMatMul", "matmul", dump_batched_matmul, load_batched_matmul);
+    register_matmul_grad();
+#if BRAID_WITH_CUDA
+    cuda::register_matmul_kernels(); // operators/cuda/matmul.cpp
+#endif
 }
 
 } // namespace braid::opr

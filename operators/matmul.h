@@ -76,21 +76,3 @@ SymbolVar batched_matmul(SymbolVar a, SymbolVar b, bool transpose_a = false,
                          bool transpose_b = false);
 
 } // namespace braid::opr
-
-// ---- serialization: params dump and load (serialization/params.h), one pair per type,
-// registered in register_all_operators().
-namespace braid {
-class ParamWriter;
-struct OprLoadContext;
-} // namespace braid
-
-namespace braid::opr {
-//! Writes MatMul's params into a model.
-void dump_matmul(const OperatorNode& opr, ParamWriter& w);
-//! Rebuilds a MatMul from a model.
-SymbolVarArray load_matmul(const OprLoadContext& ctx);
-//! Writes BatchedMatMul's params into a model.
-void dump_batched_matmul(const OperatorNode& opr, ParamWriter& w);
-//! Rebuilds a BatchedMatMul from a model.
-SymbolVarArray load_batched_matmul(const OprLoadContext& ctx);
-} // namespace braid::opr

@@ -1,4 +1,6 @@
 #include "operators/normalization.h"
+#include "graph/operator_registry.h"
+#include "operators/grad_util.h"
 
 #include "base/error.h"
 #include "base/hash.h"
@@ -368,17 +370,17 @@ void Normalization::execute(ExecCtx& ctx) {
 } // namespace braid::opr
 
 // ---- serialization: params dump and load, registered in register_all_operators()
-#include "serialization/params.h"
+#include "graph/param_io.h"
 
 namespace braid::opr {
 
-void dump_softmax(const OperatorNode& opr, ParamWriter& w) {
+static void dump_softmax(const OperatorNode& opr, ParamWriter& w) {
     auto& p = opr_cast<Softmax>(opr).param();
     w.write_int("axis", p.axis);
     w.write_bool("log", p.log);
 }
 
-SymbolVarArray load_softmax(const OprLoadContext& ctx) {
+static SymbolVarArray load_softmax(const OprLoadContext& ctx) {
     ctx.expect_inputs(1, 1);
     Softmax::Param p;
     p.axis = ctx.params.read_int_as<int>("axis"); // checked against the input's rank by make()
@@ -389,7 +391,7 @@ SymbolVarArray load_softmax(const OprLoadContext& ctx) {
 namespace {
 
 //! LayerNorm and RMSNorm share their params; only the type (the kind) differs.
-void dump_normalization(const OperatorNode& opr, ParamWriter& w) {
+static void dump_normalization(const OperatorNode& opr, ParamWriter& w) {
     auto& p = opr_cast<Normalization>(opr).param();
     w.write_int("normalized_ndim", int64_t(p.normalized_ndim));
     w.write_float("eps", p.eps);
@@ -397,7 +399,7 @@ void dump_normalization(const OperatorNode& opr, ParamWriter& w) {
     w.write_bool("has_bias", p.has_bias);
 }
 
-SymbolVarArray load_normalization(const OprLoadContext& ctx, Normalization::Kind kind) {
+static SymbolVarArray load_normalization(const OprLoadContext& ctx, Normalization::Kind kind) {
     const auto& r = ctx.params;
     Normalization::Param p;
     p.kind = kind;
@@ -422,20 +424,43 @@ SymbolVarArray load_normalization(const OprLoadContext& ctx, Normalization::Kind
 
 } // namespace
 
-void dump_layer_norm(const OperatorNode& opr, ParamWriter& w) {
+static void dump_layer_norm(const OperatorNode& opr, ParamWriter& w) {
     dump_normalization(opr, w);
 }
 
-SymbolVarArray load_layer_norm(const OprLoadContext& ctx) {
+static SymbolVarArray load_layer_norm(const OprLoadContext& ctx) {
     return load_normalization(ctx, Normalization::Kind::LAYER);
 }
 
-void dump_rms_norm(const OperatorNode& opr, ParamWriter& w) {
+static void dump_rms_norm(const OperatorNode& opr, ParamWriter& w) {
     dump_normalization(opr, w);
 }
 
-SymbolVarArray load_rms_norm(const OprLoadContext& ctx) {
+static SymbolVarArray load_rms_norm(const OprLoadContext& ctx) {
     return load_normalization(ctx, Normalization::Kind::RMS);
+}
+
+} // namespace braid::opr
+
+// ---- registration: this family's operator descriptors (graph/operator_registry.h), with
+// their params functions above, gradient rules and kernels.
+namespace braid::opr {
+
+#if BRAID_WITH_CUDA
+namespace cuda {
+void register_normalization_kernels();
+}
+#endif
+
+void register_normalization_operators() {
+    auto& reg = OperatorRegistry::instance();
+    reg.add("Softmax", "normalization", dump_softmax, load_softmax);
+    reg.add("LayerNorm", "normalization", dump_layer_norm, load_layer_norm);
+    reg.add("RMSNorm", "normalization", dump_rms_norm, load_rms_norm);
+    register_normalization_grad();
+#if BRAID_WITH_CUDA
+    cuda::register_normalization_kernels(); // operators/cuda/normalization.cpp
+#endif
 }
 
 } // namespace braid::opr

@@ -91,25 +91,3 @@ SymbolVar rms_norm(SymbolVar x, SymbolVar weight = {}, SymbolVar bias = {},
                    size_t normalized_ndim = 1, float eps = 1e-6f);
 
 } // namespace braid::opr
-
-// ---- serialization: params dump and load (serialization/params.h), one pair per type,
-// registered in register_all_operators().
-namespace braid {
-class ParamWriter;
-struct OprLoadContext;
-} // namespace braid
-
-namespace braid::opr {
-//! Writes Softmax's params into a model.
-void dump_softmax(const OperatorNode& opr, ParamWriter& w);
-//! Rebuilds a Softmax from a model.
-SymbolVarArray load_softmax(const OprLoadContext& ctx);
-//! Writes LayerNorm's params into a model.
-void dump_layer_norm(const OperatorNode& opr, ParamWriter& w);
-//! Rebuilds a LayerNorm from a model.
-SymbolVarArray load_layer_norm(const OprLoadContext& ctx);
-//! Writes RMSNorm's params into a model.
-void dump_rms_norm(const OperatorNode& opr, ParamWriter& w);
-//! Rebuilds an RMSNorm from a model.
-SymbolVarArray load_rms_norm(const OprLoadContext& ctx);
-} // namespace braid::opr

@@ -1,4 +1,5 @@
 #include "operators/optimizer.h"
+#include "graph/operator_registry.h"
 
 #include "base/error.h"
 #include "graph/grad.h"
@@ -109,7 +110,7 @@ void register_optimizer_grad() {
 } // namespace braid::opr
 
 // ---- serialization: params dump and load, registered in register_all_operators()
-#include "serialization/params.h"
+#include "graph/param_io.h"
 
 namespace braid::opr {
 
@@ -125,7 +126,7 @@ const char* optimizer_kind_name(OptimizerConfig::Kind kind) {
 }
 } // namespace
 
-void dump_param_update(const OperatorNode& opr, ParamWriter& w) {
+static void dump_param_update(const OperatorNode& opr, ParamWriter& w) {
     auto& c = opr_cast<ParamUpdate>(opr).config();
     w.write_string("kind", optimizer_kind_name(c.kind));
     w.write_float("lr", c.lr);
@@ -136,7 +137,7 @@ void dump_param_update(const OperatorNode& opr, ParamWriter& w) {
     w.write_float("weight_decay", c.weight_decay);
 }
 
-SymbolVarArray load_param_update(const OprLoadContext& ctx) {
+static SymbolVarArray load_param_update(const OprLoadContext& ctx) {
     ctx.expect_inputs(2, std::numeric_limits<size_t>::max());
     const auto& r = ctx.params;
     auto finite = [&](const char* name) {
@@ -164,6 +165,27 @@ SymbolVarArray load_param_update(const OprLoadContext& ctx) {
     SymbolVarArray after(ctx.inputs.begin() + 2, ctx.inputs.end());
     // make() refuses a parameter input that is not a SharedParam (GraphError).
     return {ParamUpdate::make(ctx.input(0), ctx.input(1), after, c, ctx.config)};
+}
+
+} // namespace braid::opr
+
+// ---- registration: this family's operator descriptors (graph/operator_registry.h), with
+// their params functions above, gradient rules and kernels.
+namespace braid::opr {
+
+#if BRAID_WITH_CUDA
+namespace cuda {
+void register_optimizer_kernels();
+}
+#endif
+
+void register_optimizer_operators() {
+    auto& reg = OperatorRegistry::instance();
+    reg.add("ParamUpdate", "optimizer", dump_param_update, load_param_update);
+    register_optimizer_grad();
+#if BRAID_WITH_CUDA
+    cuda::register_optimizer_kernels(); // operators/cuda/optimizer.cpp
+#endif
 }
 
 } // namespace braid::opr

@@ -57,18 +57,3 @@ private:
 SymbolVarArray minimize(SymbolVar loss, const SymbolVarArray& params, OptimizerConfig config);
 
 } // namespace braid::opr
-
-// ---- serialization: params dump and load (serialization/params.h), one pair per type,
-// registered in register_all_operators().
-namespace braid {
-class ParamWriter;
-struct OprLoadContext;
-} // namespace braid
-
-namespace braid::opr {
-//! Writes ParamUpdate's OptimizerConfig into a model. The optimizer state (step count,
-//! momentum and Adam moments) is not stored: a loaded update starts from step 0.
-void dump_param_update(const OperatorNode& opr, ParamWriter& w);
-//! Rebuilds a ParamUpdate from a model: inputs parameter, gradient, then the vars to wait for.
-SymbolVarArray load_param_update(const OprLoadContext& ctx);
-} // namespace braid::opr

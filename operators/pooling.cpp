@@ -1,4 +1,6 @@
 #include "operators/pooling.h"
+#include "graph/operator_registry.h"
+#include "operators/grad_util.h"
 
 #include "base/error.h"
 #include "base/hash.h"
@@ -188,7 +190,7 @@ void Pooling::execute(ExecCtx& ctx) {
 } // namespace braid::opr
 
 // ---- serialization: params dump and load, registered in register_all_operators()
-#include "serialization/params.h"
+#include "graph/param_io.h"
 
 namespace braid::opr {
 
@@ -216,15 +218,36 @@ PoolingParam read_pooling_param(const ParamReader& r) {
     return p;
 }
 
-void dump_pooling(const OperatorNode& opr, ParamWriter& w) {
+static void dump_pooling(const OperatorNode& opr, ParamWriter& w) {
     write_pooling_param(w, opr_cast<Pooling>(opr).param());
 }
 
-SymbolVarArray load_pooling(const OprLoadContext& ctx) {
+static SymbolVarArray load_pooling(const OprLoadContext& ctx) {
     ctx.expect_inputs(1, 1);
     // make() refuses windows or strides below 1 and paddings outside [0, window) (ValueError
     // naming the operator), and inputs smaller than the window (ShapeError).
     return {Pooling::make(ctx.input(0), read_pooling_param(ctx.params), ctx.config)};
+}
+
+} // namespace braid::opr
+
+// ---- registration: this family's operator descriptors (graph/operator_registry.h), with
+// their params functions above, gradient rules and kernels.
+namespace braid::opr {
+
+#if BRAID_WITH_CUDA
+namespace cuda {
+void register_pooling_kernels();
+}
+#endif
+
+void register_pooling_operators() {
+    auto& reg = OperatorRegistry::instance();
+    reg.add("Pooling", "pooling", dump_pooling, load_pooling);
+    register_pooling_grad();
+#if BRAID_WITH_CUDA
+    cuda::register_pooling_kernels(); // operators/cuda/pooling.cpp
+#endif
 }
 
 } // namespace braid::opr

@@ -73,8 +73,7 @@ SymbolVar avg_pool2d(SymbolVar x, int window, int stride, int padding = 0,
 
 } // namespace braid::opr
 
-// ---- serialization: params dump and load (serialization/params.h), one pair per type,
-// registered in register_all_operators().
+// ---- serialization helpers shared with other files of the family (graph/param_io.h)
 namespace braid {
 class ParamWriter;
 class ParamReader;
@@ -86,8 +85,4 @@ namespace braid::opr {
 void write_pooling_param(ParamWriter& w, const PoolingParam& p);
 //! Reads what write_pooling_param() wrote; values are checked by the operators' make().
 PoolingParam read_pooling_param(const ParamReader& r);
-//! Writes Pooling's params into a model.
-void dump_pooling(const OperatorNode& opr, ParamWriter& w);
-//! Rebuilds a Pooling from a model.
-SymbolVarArray load_pooling(const OprLoadContext& ctx);
 } // namespace braid::opr

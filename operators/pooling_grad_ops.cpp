@@ -1,4 +1,5 @@
 #include "operators/pooling_grad_ops.h"
+#include "graph/operator_registry.h"
 
 #include "base/error.h"
 #include "base/hash.h"
@@ -154,18 +155,29 @@ void PoolingBackward::execute(ExecCtx& ctx) {
 } // namespace braid::opr
 
 // ---- serialization: params dump and load, registered in register_all_operators()
-#include "serialization/params.h"
+#include "graph/param_io.h"
 
 namespace braid::opr {
 
-void dump_pooling_backward(const OperatorNode& opr, ParamWriter& w) {
+static void dump_pooling_backward(const OperatorNode& opr, ParamWriter& w) {
     write_pooling_param(w, opr_cast<PoolingBackward>(opr).param());
 }
 
-SymbolVarArray load_pooling_backward(const OprLoadContext& ctx) {
+static SymbolVarArray load_pooling_backward(const OprLoadContext& ctx) {
     ctx.expect_inputs(2, 2);
     // make() checks the params as Pooling's does, and that dy is the pooling output of x.
     return {PoolingBackward::make(ctx.input(0), ctx.input(1), read_pooling_param(ctx.params),
                                   ctx.config)};
 }
+} // namespace braid::opr
+
+// ---- registration: this family's operator descriptors (graph/operator_registry.h), with
+// their params functions above, gradient rules and kernels.
+namespace braid::opr {
+
+void register_pooling_grad_ops_operators() {
+    auto& reg = OperatorRegistry::instance();
+    reg.add("PoolingBackward", "pooling_grad_ops", dump_pooling_backward, load_pooling_backward);
+}
+
 } // namespace braid::opr

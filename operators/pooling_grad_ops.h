@@ -41,17 +41,3 @@ private:
 SymbolVar pooling_backward(SymbolVar x, SymbolVar dy, const PoolingParam& param);
 
 } // namespace braid::opr
-
-// ---- serialization: params dump and load (serialization/params.h), one pair per type,
-// registered in register_all_operators().
-namespace braid {
-class ParamWriter;
-struct OprLoadContext;
-} // namespace braid
-
-namespace braid::opr {
-//! Writes PoolingBackward's params into a model.
-void dump_pooling_backward(const OperatorNode& opr, ParamWriter& w);
-//! Rebuilds a PoolingBackward from a model.
-SymbolVarArray load_pooling_backward(const OprLoadContext& ctx);
-} // namespace braid::opr

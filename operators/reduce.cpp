@@ -1,4 +1,6 @@
 #include "operators/reduce.h"
+#include "graph/operator_registry.h"
+#include "operators/grad_util.h"
 
 #include "base/error.h"
 #include "base/hash.h"
@@ -491,18 +493,18 @@ void ArgReduce::execute(ExecCtx& ctx) {
 } // namespace braid::opr
 
 // ---- serialization: params dump and load, registered in register_all_operators()
-#include "serialization/params.h"
+#include "graph/param_io.h"
 
 namespace braid::opr {
 
-void dump_reduce(const OperatorNode& opr, ParamWriter& w) {
+static void dump_reduce(const OperatorNode& opr, ParamWriter& w) {
     auto& p = opr_cast<Reduce>(opr).param();
     w.write_string("mode", reduce_mode_name(p.mode));
     w.write_int_list("axes", p.axes);
     w.write_bool("keepdims", p.keepdims);
 }
 
-SymbolVarArray load_reduce(const OprLoadContext& ctx) {
+static SymbolVarArray load_reduce(const OprLoadContext& ctx) {
     ctx.expect_inputs(1, 1);
     Reduce::Param p;
     p.mode = ctx.params.read_enum<ReduceMode>("mode", reduce_mode_name);
@@ -511,20 +513,42 @@ SymbolVarArray load_reduce(const OprLoadContext& ctx) {
     return {Reduce::make(ctx.input(0), std::move(p), ctx.config)};
 }
 
-void dump_arg_reduce(const OperatorNode& opr, ParamWriter& w) {
+static void dump_arg_reduce(const OperatorNode& opr, ParamWriter& w) {
     auto& p = opr_cast<ArgReduce>(opr).param();
     w.write_string("mode", arg_reduce_mode_name(p.mode));
     w.write_int("axis", p.axis);
     w.write_bool("keepdims", p.keepdims);
 }
 
-SymbolVarArray load_arg_reduce(const OprLoadContext& ctx) {
+static SymbolVarArray load_arg_reduce(const OprLoadContext& ctx) {
     ctx.expect_inputs(1, 1);
     ArgReduce::Param p;
     p.mode = ctx.params.read_enum<ArgReduceMode>("mode", arg_reduce_mode_name);
     p.axis = ctx.params.read_int_as<int>("axis"); // make() checks it against the input's rank
     p.keepdims = ctx.params.read_bool("keepdims");
     return {ArgReduce::make(ctx.input(0), p, ctx.config)};
+}
+
+} // namespace braid::opr
+
+// ---- registration: this family's operator descriptors (graph/operator_registry.h), with
+// their params functions above, gradient rules and kernels.
+namespace braid::opr {
+
+#if BRAID_WITH_CUDA
+namespace cuda {
+void register_reduce_kernels();
+}
+#endif
+
+void register_reduce_operators() {
+    auto& reg = OperatorRegistry::instance();
+    reg.add("Reduce", "reduce", dump_reduce, load_reduce);
+    reg.add("ArgReduce", "reduce", dump_arg_reduce, load_arg_reduce);
+    register_reduce_grad();
+#if BRAID_WITH_CUDA
+    cuda::register_reduce_kernels(); // operators/cuda/reduce.cpp
+#endif
 }
 
 } // namespace braid::opr

@@ -113,21 +113,3 @@ SymbolVar argmax(SymbolVar x, int axis = -1, bool keepdims = false);
 SymbolVar argmin(SymbolVar x, int axis = -1, bool keepdims = false);
 
 } // namespace braid::opr
-
-// ---- serialization: params dump and load (serialization/params.h), one pair per type,
-// registered in register_all_operators().
-namespace braid {
-class ParamWriter;
-struct OprLoadContext;
-} // namespace braid
-
-namespace braid::opr {
-//! Writes Reduce's params into a model.
-void dump_reduce(const OperatorNode& opr, ParamWriter& w);
-//! Rebuilds a Reduce from a model.
-SymbolVarArray load_reduce(const OprLoadContext& ctx);
-//! Writes ArgReduce's params into a model.
-void dump_arg_reduce(const OperatorNode& opr, ParamWriter& w);
-//! Rebuilds an ArgReduce from a model.
-SymbolVarArray load_arg_reduce(const OprLoadContext& ctx);
-} // namespace braid::opr

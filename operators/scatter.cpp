@@ -1,4 +1,5 @@
 #include "operators/scatter.h"
+#include "graph/operator_registry.h"
 
 #include "base/error.h"
 #include "base/hash.h"
@@ -230,28 +231,40 @@ SymbolVar index_add(SymbolVar x, SymbolVar index, SymbolVar value, int axis) {
 } // namespace braid::opr
 
 // ---- serialization: params dump and load, registered in register_all_operators()
-#include "serialization/params.h"
+#include "graph/param_io.h"
 
 namespace braid::opr {
 
-void dump_scatter_add(const OperatorNode& opr, ParamWriter& w) {
+static void dump_scatter_add(const OperatorNode& opr, ParamWriter& w) {
     w.write_int("axis", opr_cast<ScatterAdd>(opr).axis());
 }
 
-SymbolVarArray load_scatter_add(const OprLoadContext& ctx) {
+static SymbolVarArray load_scatter_add(const OprLoadContext& ctx) {
     ctx.expect_inputs(3, 3);
     // The axis, shapes and dtypes are checked by make().
     return {ScatterAdd::make(ctx.input(0), ctx.input(1), ctx.input(2),
                              ctx.params.read_int_as<int>("axis"), ctx.config)};
 }
 
-void dump_index_add(const OperatorNode& opr, ParamWriter& w) {
+static void dump_index_add(const OperatorNode& opr, ParamWriter& w) {
     w.write_int("axis", opr_cast<IndexAdd>(opr).axis());
 }
 
-SymbolVarArray load_index_add(const OprLoadContext& ctx) {
+static SymbolVarArray load_index_add(const OprLoadContext& ctx) {
     ctx.expect_inputs(3, 3);
     return {IndexAdd::make(ctx.input(0), ctx.input(1), ctx.input(2),
                            ctx.params.read_int_as<int>("axis"), ctx.config)};
 }
+} // namespace braid::opr
+
+// ---- registration: this family's operator descriptors (graph/operator_registry.h), with
+// their params functions above, gradient rules and kernels.
+namespace braid::opr {
+
+void register_scatter_operators() {
+    auto& reg = OperatorRegistry::instance();
+    reg.add("ScatterAdd", "scatter", dump_scatter_add, load_scatter_add);
+    reg.add("IndexAdd", "scatter", dump_index_add, load_index_add);
+}
+
 } // namespace braid::opr

@@ -72,21 +72,3 @@ SymbolVar scatter_add(SymbolVar x, SymbolVar index, SymbolVar value, int axis);
 SymbolVar index_add(SymbolVar x, SymbolVar index, SymbolVar value, int axis);
 
 } // namespace braid::opr
-
-// ---- serialization: params dump and load (serialization/params.h), one pair per type,
-// registered in register_all_operators().
-namespace braid {
-class ParamWriter;
-struct OprLoadContext;
-} // namespace braid
-
-namespace braid::opr {
-//! Writes ScatterAdd's params into a model.
-void dump_scatter_add(const OperatorNode& opr, ParamWriter& w);
-//! Rebuilds a ScatterAdd from a model.
-SymbolVarArray load_scatter_add(const OprLoadContext& ctx);
-//! Writes IndexAdd's params into a model.
-void dump_index_add(const OperatorNode& opr, ParamWriter& w);
-//! Rebuilds an IndexAdd from a model.
-SymbolVarArray load_index_add(const OprLoadContext& ctx);
-} // namespace braid::opr

@@ -1,4 +1,6 @@
 #include "operators/subtensor.h"
+#include "graph/operator_registry.h"
+#include "operators/grad_util.h"
 
 #include "base/error.h"
 #include "base/hash.h"
@@ -289,7 +291,7 @@ SymbolVar incr_subtensor(SymbolVar x, SymbolVar value, std::vector<AxisIndex> it
 } // namespace braid::opr
 
 // ---- serialization: params dump and load, registered in register_all_operators()
-#include "serialization/params.h"
+#include "graph/param_io.h"
 
 namespace braid::opr {
 
@@ -299,7 +301,7 @@ namespace {
 // "has_start", "has_stop" and "is_index" (0 or 1). An omitted bound is stored as 0 with its
 // has_ flag 0; an index is stored in "start".
 
-void dump_items(const std::vector<AxisIndex>& items, ParamWriter& w) {
+static void dump_items(const std::vector<AxisIndex>& items, ParamWriter& w) {
     std::vector<int64_t> axis, start, stop, step, has_start, has_stop, is_index;
     for (auto& it : items) {
         axis.push_back(it.axis);
@@ -371,33 +373,56 @@ std::vector<AxisIndex> load_items(const ParamReader& r) {
 
 } // namespace
 
-void dump_subtensor(const OperatorNode& opr, ParamWriter& w) {
+static void dump_subtensor(const OperatorNode& opr, ParamWriter& w) {
     dump_items(opr_cast<Subtensor>(opr).items(), w);
 }
 
-SymbolVarArray load_subtensor(const OprLoadContext& ctx) {
+static SymbolVarArray load_subtensor(const OprLoadContext& ctx) {
     ctx.expect_inputs(1, 1);
     return {Subtensor::make(ctx.input(0), load_items(ctx.params), ctx.config)};
 }
 
-void dump_set_subtensor(const OperatorNode& opr, ParamWriter& w) {
+static void dump_set_subtensor(const OperatorNode& opr, ParamWriter& w) {
     dump_items(opr_cast<SetSubtensor>(opr).items(), w);
 }
 
-SymbolVarArray load_set_subtensor(const OprLoadContext& ctx) {
+static SymbolVarArray load_set_subtensor(const OprLoadContext& ctx) {
     ctx.expect_inputs(2, 2);
     return {SetSubtensor::make(ctx.input(0), ctx.input(1), SetSubtensor::Kind::SET,
                                load_items(ctx.params), ctx.config)};
 }
 
-void dump_incr_subtensor(const OperatorNode& opr, ParamWriter& w) {
+static void dump_incr_subtensor(const OperatorNode& opr, ParamWriter& w) {
     dump_items(opr_cast<SetSubtensor>(opr).items(), w);
 }
 
-SymbolVarArray load_incr_subtensor(const OprLoadContext& ctx) {
+static SymbolVarArray load_incr_subtensor(const OprLoadContext& ctx) {
     ctx.expect_inputs(2, 2);
     return {SetSubtensor::make(ctx.input(0), ctx.input(1), SetSubtensor::Kind::INCR,
                                load_items(ctx.params), ctx.config)};
+}
+
+} // namespace braid::opr
+
+// ---- registration: this family's operator descriptors (graph/operator_registry.h), with
+// their params functions above, gradient rules and kernels.
+namespace braid::opr {
+
+#if BRAID_WITH_CUDA
+namespace cuda {
+void register_subtensor_kernels();
+}
+#endif
+
+void register_subtensor_operators() {
+    auto& reg = OperatorRegistry::instance();
+    reg.add("Subtensor", "subtensor", dump_subtensor, load_subtensor);
+    reg.add("SetSubtensor", "subtensor", dump_set_subtensor, load_set_subtensor);
+    reg.add("IncrSubtensor", "subtensor", dump_incr_subtensor, load_incr_subtensor);
+    register_subtensor_grad();
+#if BRAID_WITH_CUDA
+    cuda::register_subtensor_kernels(); // operators/cuda/subtensor.cpp
+#endif
 }
 
 } // namespace braid::opr

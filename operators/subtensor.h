@@ -101,25 +101,3 @@ SymbolVar set_subtensor(SymbolVar x, SymbolVar value, std::vector<AxisIndex> ite
 SymbolVar incr_subtensor(SymbolVar x, SymbolVar value, std::vector<AxisIndex> items);
 
 } // namespace braid::opr
-
-// ---- serialization: params dump and load (serialization/params.h), one pair per type,
-// registered in register_all_operators().
-namespace braid {
-class ParamWriter;
-struct OprLoadContext;
-} // namespace braid
-
-namespace braid::opr {
-//! Writes Subtensor's params into a model.
-void dump_subtensor(const OperatorNode& opr, ParamWriter& w);
-//! Rebuilds a Subtensor from a model.
-SymbolVarArray load_subtensor(const OprLoadContext& ctx);
-//! Writes SetSubtensor's params into a model.
-void dump_set_subtensor(const OperatorNode& opr, ParamWriter& w);
-//! Rebuilds a SetSubtensor from a model.
-SymbolVarArray load_set_subtensor(const OprLoadContext& ctx);
-//! Writes IncrSubtensor's params into a model.
-void dump_incr_subtensor(const OperatorNode& opr, ParamWriter& w);
-//! Rebuilds an IncrSubtensor from a model.
-SymbolVarArray load_incr_subtensor(const OprLoadContext& ctx);
-} // namespace braid::opr

@@ -1,4 +1,6 @@
 #include "operators/tensor_manip.h"
+#include "graph/operator_registry.h"
+#include "operators/grad_util.h"
 
 #include "base/error.h"
 #include "base/hash.h"
@@ -478,53 +480,53 @@ SymbolVar SymbolVar::symshape() const {
 } // namespace braid
 
 // ---- serialization: params dump and load, registered in register_all_operators()
-#include "serialization/params.h"
+#include "graph/param_io.h"
 
 namespace braid::opr {
 
-void dump_reshape(const OperatorNode& opr, ParamWriter& w) {
+static void dump_reshape(const OperatorNode& opr, ParamWriter& w) {
     auto& r = opr_cast<Reshape>(opr);
     if (r.inputs().size() == 1) w.write_int_list("target", r.target()); // else from input 1
 }
 
-SymbolVarArray load_reshape(const OprLoadContext& ctx) {
+static SymbolVarArray load_reshape(const OprLoadContext& ctx) {
     ctx.expect_inputs(1, 2);
     if (ctx.inputs.size() == 2) return {Reshape::make(ctx.input(0), ctx.input(1), ctx.config)};
     return {Reshape::make(ctx.input(0), ctx.params.read_int_list<long>("target"), ctx.config)};
 }
 
-void dump_get_var_shape(const OperatorNode&, ParamWriter&) {}
+static void dump_get_var_shape(const OperatorNode&, ParamWriter&) {}
 
-SymbolVarArray load_get_var_shape(const OprLoadContext& ctx) {
+static SymbolVarArray load_get_var_shape(const OprLoadContext& ctx) {
     ctx.expect_inputs(1, 1);
     return {GetVarShape::make(ctx.input(0), ctx.config)};
 }
 
-void dump_broadcast(const OperatorNode& opr, ParamWriter& w) {
+static void dump_broadcast(const OperatorNode& opr, ParamWriter& w) {
     auto& b = opr_cast<Broadcast>(opr);
     if (b.inputs().size() == 1) w.write_shape("target", b.target()); // else from input 1
 }
 
-SymbolVarArray load_broadcast(const OprLoadContext& ctx) {
+static SymbolVarArray load_broadcast(const OprLoadContext& ctx) {
     ctx.expect_inputs(1, 2);
     if (ctx.inputs.size() == 2) return {Broadcast::make(ctx.input(0), ctx.input(1), ctx.config)};
     return {Broadcast::make(ctx.input(0), ctx.params.read_shape("target"), ctx.config)};
 }
 
-void dump_type_cvt(const OperatorNode& opr, ParamWriter& w) {
+static void dump_type_cvt(const OperatorNode& opr, ParamWriter& w) {
     w.write_dtype("dtype", opr_cast<TypeCvt>(opr).target_dtype());
 }
 
-SymbolVarArray load_type_cvt(const OprLoadContext& ctx) {
+static SymbolVarArray load_type_cvt(const OprLoadContext& ctx) {
     ctx.expect_inputs(1, 1);
     return {TypeCvt::make(ctx.input(0), ctx.params.read_dtype("dtype"), ctx.config)};
 }
 
-void dump_dimshuffle(const OperatorNode& opr, ParamWriter& w) {
+static void dump_dimshuffle(const OperatorNode& opr, ParamWriter& w) {
     w.write_int_list("pattern", opr_cast<Dimshuffle>(opr).pattern());
 }
 
-SymbolVarArray load_dimshuffle(const OprLoadContext& ctx) {
+static SymbolVarArray load_dimshuffle(const OprLoadContext& ctx) {
     ctx.expect_inputs(1, 1);
     auto pattern = ctx.params.read_int_list<int>("pattern");
     if (pattern.size() > TensorShape::MAX_NDIM)
@@ -552,13 +554,13 @@ const char* axis_add_remove_kind_name(AxisAddRemove::Kind kind) {
 }
 } // namespace
 
-void dump_axis_add_remove(const OperatorNode& opr, ParamWriter& w) {
+static void dump_axis_add_remove(const OperatorNode& opr, ParamWriter& w) {
     auto& a = opr_cast<AxisAddRemove>(opr);
     w.write_string("kind", axis_add_remove_kind_name(a.kind()));
     w.write_int_list("axes", a.axes());
 }
 
-SymbolVarArray load_axis_add_remove(const OprLoadContext& ctx) {
+static SymbolVarArray load_axis_add_remove(const OprLoadContext& ctx) {
     ctx.expect_inputs(1, 1);
     auto kind = ctx.params.read_enum<AxisAddRemove::Kind>("kind", axis_add_remove_kind_name);
     auto axes = ctx.params.read_int_list<int>("axes");
@@ -567,6 +569,32 @@ SymbolVarArray load_axis_add_remove(const OprLoadContext& ctx) {
                     ctx.params.context(), axes.size(), TensorShape::MAX_NDIM);
     // make() checks each axis against the input's (ADD: the output's) rank.
     return {AxisAddRemove::make(ctx.input(0), kind, std::move(axes), ctx.config)};
+}
+
+} // namespace braid::opr
+
+// ---- registration: this family's operator descriptors (graph/operator_registry.h), with
+// their params functions above, gradient rules and kernels.
+namespace braid::opr {
+
+#if BRAID_WITH_CUDA
+namespace cuda {
+void register_tensor_manip_kernels();
+}
+#endif
+
+void register_tensor_manip_operators() {
+    auto& reg = OperatorRegistry::instance();
+    reg.add("Reshape", "tensor_manip", dump_reshape, load_reshape);
+    reg.add("GetVarShape", "tensor_manip", dump_get_var_shape, load_get_var_shape);
+    reg.add("Broadcast", "tensor_manip", dump_broadcast, load_broadcast);
+    reg.add("TypeCvt", "tensor_manip", dump_type_cvt, load_type_cvt);
+    reg.add("Dimshuffle", "tensor_manip", dump_dimshuffle, load_dimshuffle);
+    reg.add("AxisAddRemove", "tensor_manip", dump_axis_add_remove, load_axis_add_remove);
+    register_tensor_manip_grad();
+#if BRAID_WITH_CUDA
+    cuda::register_tensor_manip_kernels(); // operators/cuda/tensor_manip.cpp
+#endif
 }
 
 } // namespace braid::opr

@@ -165,37 +165,3 @@ SymbolVar squeeze(SymbolVar x, std::vector<int> axes = {});
 std::vector<long> shape_value_to_dims(const Tensor& value, const std::string& who);
 
 } // namespace braid::opr
-
-// ---- serialization: params dump and load (serialization/params.h), one pair per type,
-// registered in register_all_operators().
-namespace braid {
-class ParamWriter;
-struct OprLoadContext;
-} // namespace braid
-
-namespace braid::opr {
-//! Writes Reshape's params into a model.
-void dump_reshape(const OperatorNode& opr, ParamWriter& w);
-//! Rebuilds a Reshape from a model.
-SymbolVarArray load_reshape(const OprLoadContext& ctx);
-//! Writes GetVarShape's params into a model.
-void dump_get_var_shape(const OperatorNode& opr, ParamWriter& w);
-//! Rebuilds a GetVarShape from a model.
-SymbolVarArray load_get_var_shape(const OprLoadContext& ctx);
-//! Writes Broadcast's params into a model.
-void dump_broadcast(const OperatorNode& opr, ParamWriter& w);
-//! Rebuilds a Broadcast from a model.
-SymbolVarArray load_broadcast(const OprLoadContext& ctx);
-//! Writes TypeCvt's params into a model.
-void dump_type_cvt(const OperatorNode& opr, ParamWriter& w);
-//! Rebuilds a TypeCvt from a model.
-SymbolVarArray load_type_cvt(const OprLoadContext& ctx);
-//! Writes Dimshuffle's params into a model.
-void dump_dimshuffle(const OperatorNode& opr, ParamWriter& w);
-//! Rebuilds a Dimshuffle from a model.
-SymbolVarArray load_dimshuffle(const OprLoadContext& ctx);
-//! Writes AxisAddRemove's params into a model.
-void dump_axis_add_remove(const OperatorNode& opr, ParamWriter& w);
-//! Rebuilds an AxisAddRemove from a model.
-SymbolVarArray load_axis_add_remove(const OprLoadContext& ctx);
-} // namespace braid::opr

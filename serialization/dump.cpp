@@ -204,7 +204,7 @@ void build_model(const SymbolVarArray& outputs, const DumpOptions& options, Buil
     std::vector<Offset<fbs::Operator>> opr_offsets;
     std::vector<InputNode*> inputs;
     for (auto* opr : order) {
-        const OperatorTraits* traits = registry.find(opr->type_name());
+        const OperatorDescriptor* traits = registry.find(opr->type_name());
         if (!traits || !traits->dump_params)
             BRAID_THROW(SerializationError,
                         "dump(): {}: operator type \"{}\" has no params dumper registered (add it "

@@ -205,7 +205,7 @@ LoadedModel build_graph(const serial::ModelBytes& bytes, const LoadOptions& opti
     for (size_t i = 0; i < desc.operators.size(); ++i) {
         const ModelOperator& mo = desc.operators[i];
         std::string what = fmt::format("{}: operator #{} {} \"{}\"", src, i, mo.type_name, mo.name);
-        const OperatorTraits* traits = registry.find(mo.type_name);
+        const OperatorDescriptor* traits = registry.find(mo.type_name);
         if (!traits)
             BRAID_THROW(SerializationError,
                         "{}: unknown operator type \"{}\" (operator #{} \"{}\"): this build of "
@@ -219,7 +219,7 @@ LoadedModel build_graph(const serial::ModelBytes& bytes, const LoadOptions& opti
                         "{}: params version {} is not supported (this build reads 1 to {})", what,
                         mo.version, traits->version);
         SymbolVarArray inputs;
-        bool world_dependent = mo.type_name == "CollectiveComm";
+        bool world_dependent = traits->rank_dependent;
         for (uint32_t k : mo.inputs) {
             if (!vars[k].valid())
                 BRAID_THROW(SerializationError,

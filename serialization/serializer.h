@@ -14,7 +14,7 @@
 
 #include "graph/computing_graph.h"
 #include "graph/executable.h"
-#include "serialization/params.h"
+#include "graph/param_io.h"
 
 #include <cstdint>
 #include <map>

@@ -457,7 +457,8 @@ RunResult run_model(const RunConfig& cfg) {
     double load_ms = ms_since(origin);
     result.info = model.info;
     for (auto& opr : model.graph->operators())
-        result.collectives += std::string_view(opr->type_name()) == "CollectiveComm";
+        if (auto* desc = OperatorRegistry::instance().find(opr->type_name()))
+            result.collectives += desc->rank_dependent;
     result.inputs = resolve_inputs(cfg, model);
     bool own_process = cfg.backend == "mpi" || !cfg.server.empty();
     if (own_process) {

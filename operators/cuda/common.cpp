@@ -1,4 +1,4 @@
-// Helpers shared by the CUDA kernel glue, and register_cuda_kernels().
+// Helpers shared by the CUDA kernel glue.
 #include "base/cuda_check.h"
 #include "memory/cuda_allocator.h"
 #include "memory/dtype.h"
@@ -54,24 +54,5 @@ Tensor contiguous_on(CompNode cn, const Tensor& t) {
 }
 
 } // namespace cuda
-
-void register_cuda_kernels() {
-    cuda::register_io_kernels();
-    cuda::register_elemwise_kernels();
-    cuda::register_tensor_manip_kernels();
-    cuda::register_reduce_kernels();
-    cuda::register_matmul_kernels();
-    cuda::register_optimizer_kernels();
-    cuda::register_normalization_kernels();
-    cuda::register_concat_split_kernels();
-    cuda::register_subtensor_kernels();
-    cuda::register_indexing_kernels();
-    cuda::register_fill_kernels();
-    cuda::register_attention_kernels();
-    cuda::register_conv_kernels();
-    cuda::register_conv_grad_kernels();
-    cuda::register_pooling_kernels();
-    cuda::register_batch_norm_kernels();
-}
 
 } // namespace braid::opr

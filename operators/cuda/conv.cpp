@@ -12,11 +12,11 @@
 #include "operators/conv.h"
 #include "base/cuda_check.h"
 #include "base/cuda_cublas.h"
-#include "base/cuda_cudnn.h"
 #include "base/error.h"
 #include "operators/cuda/conv_kernels.h"
 #include "operators/cuda/conv_util.h"
 #include "operators/cuda/cuda_kernels.h"
+#include "operators/cuda/cudnn_library.h"
 
 namespace braid::opr::cuda {
 

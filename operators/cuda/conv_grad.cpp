@@ -16,13 +16,13 @@
 //    else in a buffer converted into dw at the end).
 #include "base/cuda_check.h"
 #include "base/cuda_cublas.h"
-#include "base/cuda_cudnn.h"
 #include "base/error.h"
 #include "operators/conv_grad_ops.h"
 #include "operators/cuda/conv_kernels.h"
 #include "operators/cuda/conv_util.h"
 #include "operators/cuda/convert_kernels.h"
 #include "operators/cuda/cuda_kernels.h"
+#include "operators/cuda/cudnn_library.h"
 
 namespace braid::opr::cuda {
 

@@ -21,9 +21,9 @@
 #include <limits>
 
 #if BRAID_WITH_CUDNN
-#include "base/cuda_cudnn.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "operators/cuda/cudnn_library.h"
 #endif
 
 namespace braid::opr::cuda {

@@ -6,7 +6,8 @@
 // file with the glue: the KernelFn registered for Device::Kind::CUDA, which reads the
 // operator's params, picks the stream with cuda_context(opr.comp_node()) and launches.
 // A new CUDA kernel for operator type "Foo" is one register_kernel("Foo",
-// Device::Kind::CUDA, foo_cuda) line in that family's register function.
+// Device::Kind::CUDA, foo_cuda) line in that family's cuda::register_<family>_kernels(),
+// which the family's register_<family>_operators() (operators/<family>.cpp) calls.
 #pragma once
 
 #include "graph/cuda_comp_node.h"
@@ -15,27 +16,7 @@
 
 namespace braid::opr {
 
-//! Registers every CUDA kernel (called by register_all_operators() in CUDA builds).
-void register_cuda_kernels();
-
 namespace cuda {
-
-void register_io_kernels();
-void register_elemwise_kernels();
-void register_tensor_manip_kernels();
-void register_reduce_kernels();
-void register_matmul_kernels();
-void register_optimizer_kernels();
-void register_normalization_kernels();
-void register_concat_split_kernels();
-void register_subtensor_kernels();
-void register_indexing_kernels();
-void register_fill_kernels();
-void register_attention_kernels();
-void register_conv_kernels();
-void register_conv_grad_kernels();
-void register_pooling_kernels();
-void register_batch_norm_kernels();
 
 //! The kernel state of `opr`, of type S, created on first use.
 template <typename S> S& kernel_state(OperatorNode& opr) {

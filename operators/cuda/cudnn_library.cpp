@@ -1,4 +1,4 @@
-#include "base/cuda_cudnn.h"
+#include "operators/cuda/cudnn_library.h"
 
 #if BRAID_WITH_CUDNN
 

@@ -1,4 +1,4 @@
-#include "serialization/params.h"
+#include "graph/param_io.h"
 
 namespace braid {
 

@@ -170,10 +170,10 @@ struct OprLoadContext {
     void expect_inputs(size_t lo, size_t hi) const;
 };
 
-//! Writes an operator's params; registered per type in OperatorTraits.
+//! Writes an operator's params; registered per type in OperatorDescriptor.
 using ParamsDumper = void (*)(const OperatorNode& opr, ParamWriter& writer);
 //! Rebuilds an operator from its loaded inputs and params by calling its make(); returns its
-//! outputs in order. Registered per type in OperatorTraits.
+//! outputs in order. Registered per type in OperatorDescriptor.
 using OperatorLoader = SymbolVarArray (*)(const OprLoadContext& ctx);
 
 //! The operator as its concrete type, for a dumper (the registry dispatches by type name).
