@@ -121,7 +121,7 @@ SymbolVar concat(const SymbolVarArray& inputs, int axis) {
 
 // ---------------------------------------------------------------- Split
 Split::Split(VarNode* x, Param param, const OperatorConfig& config)
-    : OperatorNode(config), m_param(std::move(param)) {
+    : ParamOperator(std::move(param), config) {
     size_t parts = m_param.sizes.empty() ? m_param.nr_parts : m_param.sizes.size();
     if (parts == 0)
         BRAID_THROW(GraphError, "Split: needs part sizes or a positive number of parts");
@@ -134,23 +134,6 @@ SymbolVarArray Split::make(SymbolVar x, Param param, const OperatorConfig& confi
     SymbolVarArray res;
     for (auto* out : opr->outputs()) res.push_back(out);
     return res;
-}
-
-void Split::hash_params(Hasher& h) const {
-    h.add_pod(m_param.axis).add_pod(m_param.nr_parts);
-    for (size_t s : m_param.sizes) h.add_pod(s);
-}
-
-bool Split::params_equal(const OperatorNode& rhs) const {
-    auto& o = static_cast<const Split&>(rhs).m_param;
-    return o.axis == m_param.axis && o.sizes == m_param.sizes && o.nr_parts == m_param.nr_parts;
-}
-
-std::string Split::param_string() const {
-    if (m_param.sizes.empty())
-        return fmt::format("axis={} parts={}", m_param.axis, m_param.nr_parts);
-    std::vector<long> s(m_param.sizes.begin(), m_param.sizes.end());
-    return fmt::format("axis={} sizes={}", m_param.axis, dims_to_string(s));
 }
 
 std::vector<size_t> Split::part_sizes(const TensorShape& shape, size_t axis) const {
@@ -220,13 +203,6 @@ static SymbolVarArray load_concat(const OprLoadContext& ctx) {
     return {Concat::make(ctx.inputs, ctx.params.read_int_as<int>("axis"), ctx.config)};
 }
 
-static void dump_split(const OperatorNode& opr, ParamWriter& w) {
-    auto& p = opr_cast<Split>(opr).param();
-    w.write_int("axis", p.axis);
-    w.write_int_list("sizes", p.sizes);
-    w.write_int("nr_parts", int64_t(p.nr_parts));
-}
-
 static SymbolVarArray load_split(const OprLoadContext& ctx) {
     ctx.expect_inputs(1, 1);
     const auto& r = ctx.params;
@@ -267,7 +243,7 @@ void register_concat_split_kernels();
 void register_concat_split_operators() {
     auto& reg = OperatorRegistry::instance();
     reg.add("Concat", "concat_split", dump_concat, load_concat);
-    reg.add("Split", "concat_split", dump_split, load_split);
+    reg.add("Split", "concat_split", dump_param<Split>, load_split);
     register_concat_split_grad();
 #if BRAID_WITH_CUDA
     cuda::register_concat_split_kernels(); // operators/cuda/concat_split.cpp

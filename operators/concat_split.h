@@ -7,6 +7,7 @@
 #pragma once
 
 #include "graph/computing_graph.h"
+#include "graph/param_fields.h"
 #include "graph/symbol_var.h"
 
 namespace braid::opr {
@@ -33,26 +34,28 @@ private:
     int m_axis;
 };
 
+//! The params of Split.
+struct SplitParam {
+    int axis = 0;              //!< negative counts from the end
+    std::vector<size_t> sizes; //!< explicit part sizes; empty: use nr_parts
+    size_t nr_parts = 0;       //!< equal parts when sizes is empty
+    static constexpr auto fields() {
+        return std::tuple{param_field("axis", &SplitParam::axis),
+                          param_field("sizes", &SplitParam::sizes),
+                          param_field("nr_parts", &SplitParam::nr_parts)};
+    }
+};
+
 //! Cuts x along `axis` into parts of the given sizes (summing to the axis length), or into
 //! `nr_parts` equal parts (the length must divide). Output k is part k, a view of x.
-class Split final : public OperatorNode {
+class Split final : public ParamOperator<Split, SplitParam> {
 public:
-    //! The axis and how to cut it.
-    struct Param {
-        int axis = 0;              //!< negative counts from the end
-        std::vector<size_t> sizes; //!< explicit part sizes; empty: use nr_parts
-        size_t nr_parts = 0;       //!< equal parts when sizes is empty
-    };
     Split(VarNode* x, Param param, const OperatorConfig& config);
     //! Inserts the operator and returns its outputs; throws ShapeError for a bad axis, sizes
     //! that do not sum to the axis length, or a length nr_parts does not divide.
     static SymbolVarArray make(SymbolVar x, Param param, const OperatorConfig& config = {});
 
     const char* type_name() const override { return "Split"; }
-    const Param& param() const { return m_param; }
-    void hash_params(Hasher& h) const override;
-    bool params_equal(const OperatorNode& rhs) const override;
-    std::string param_string() const override;
     bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
     OutputMem output_mem(size_t) const override { return OutputMem::READONLY_FORWARD; }
     bool accepts_strided_inputs() const override { return true; }
@@ -61,7 +64,6 @@ public:
 private:
     //! The part sizes for an axis of length `len`; throws ShapeError when they do not fit.
     std::vector<size_t> part_sizes(const TensorShape& shape, size_t axis) const;
-    Param m_param;
 };
 
 //! Concatenates `inputs` along `axis`.

@@ -21,18 +21,6 @@ void check_float_pair(const OperatorNode& opr) {
                     opr.describe(), a.name(), b.name());
 }
 
-void hash_matmul_param(Hasher& h, const MatMulParam& p) {
-    h.add_pod(p.transpose_a).add_pod(p.transpose_b);
-}
-
-bool matmul_param_equal(const MatMulParam& a, const MatMulParam& b) {
-    return a.transpose_a == b.transpose_a && a.transpose_b == b.transpose_b;
-}
-
-std::string matmul_param_string(const MatMulParam& p) {
-    return fmt::format("{}{}", p.transpose_a ? "A^T" : "A", p.transpose_b ? "B^T" : "B");
-}
-
 //! The (m, k) of op(a) and (k, n) of op(b) from the last two dims of each shape; throws
 //! ShapeError when the inner dims differ.
 struct GemmDims {
@@ -61,7 +49,7 @@ GemmDims gemm_dims(const OperatorNode& opr, const MatMulParam& p, const TensorSh
 // ---- MatMul ----
 
 MatMul::MatMul(VarNode* a, VarNode* b, Param param, const OperatorConfig& config)
-    : OperatorNode(config), m_param(param) {
+    : ParamOperator(param, config) {
     add_input(a);
     add_input(b);
     add_output();
@@ -75,18 +63,6 @@ SymbolVar MatMul::make(SymbolVar a, SymbolVar b, Param param, const OperatorConf
 
 SymbolVar matmul(SymbolVar a, SymbolVar b, bool transpose_a, bool transpose_b) {
     return MatMul::make(a, b, {transpose_a, transpose_b});
-}
-
-void MatMul::hash_params(Hasher& h) const {
-    hash_matmul_param(h, m_param);
-}
-
-bool MatMul::params_equal(const OperatorNode& rhs) const {
-    return matmul_param_equal(m_param, static_cast<const MatMul&>(rhs).m_param);
-}
-
-std::string MatMul::param_string() const {
-    return matmul_param_string(m_param);
 }
 
 void MatMul::init_output_dtypes() {
@@ -119,7 +95,7 @@ void MatMul::execute(ExecCtx& ctx) {
 // ---- BatchedMatMul ----
 
 BatchedMatMul::BatchedMatMul(VarNode* a, VarNode* b, Param param, const OperatorConfig& config)
-    : OperatorNode(config), m_param(param) {
+    : ParamOperator(param, config) {
     add_input(a);
     add_input(b);
     add_output();
@@ -133,18 +109,6 @@ SymbolVar BatchedMatMul::make(SymbolVar a, SymbolVar b, Param param, const Opera
 
 SymbolVar batched_matmul(SymbolVar a, SymbolVar b, bool transpose_a, bool transpose_b) {
     return BatchedMatMul::make(a, b, {transpose_a, transpose_b});
-}
-
-void BatchedMatMul::hash_params(Hasher& h) const {
-    hash_matmul_param(h, m_param);
-}
-
-bool BatchedMatMul::params_equal(const OperatorNode& rhs) const {
-    return matmul_param_equal(m_param, static_cast<const BatchedMatMul&>(rhs).m_param);
-}
-
-std::string BatchedMatMul::param_string() const {
-    return matmul_param_string(m_param);
 }
 
 void BatchedMatMul::init_output_dtypes() {
@@ -234,28 +198,15 @@ void BatchedMatMul::execute(ExecCtx& ctx) {
 
 namespace braid::opr {
 
-static void dump_matmul(const OperatorNode& opr, ParamWriter& w) {
-    auto& p = opr_cast<MatMul>(opr).param();
-    w.write_bool("transpose_a", p.transpose_a);
-    w.write_bool("transpose_b", p.transpose_b);
-}
-
 static SymbolVarArray load_matmul(const OprLoadContext& ctx) {
     ctx.expect_inputs(2, 2);
-    MatMul::Param p{ctx.params.read_bool("transpose_a"), ctx.params.read_bool("transpose_b")};
+    auto p = read_param<MatMul::Param>(ctx.params);
     return {MatMul::make(ctx.input(0), ctx.input(1), p, ctx.config)};
-}
-
-static void dump_batched_matmul(const OperatorNode& opr, ParamWriter& w) {
-    auto& p = opr_cast<BatchedMatMul>(opr).param();
-    w.write_bool("transpose_a", p.transpose_a);
-    w.write_bool("transpose_b", p.transpose_b);
 }
 
 static SymbolVarArray load_batched_matmul(const OprLoadContext& ctx) {
     ctx.expect_inputs(2, 2);
-    BatchedMatMul::Param p{ctx.params.read_bool("transpose_a"),
-                           ctx.params.read_bool("transpose_b")};
+    auto p = read_param<BatchedMatMul::Param>(ctx.params);
     return {BatchedMatMul::make(ctx.input(0), ctx.input(1), p, ctx.config)};
 }
 
@@ -273,8 +224,8 @@ void register_matmul_kernels();
 
 void register_matmul_operators() {
     auto& reg = OperatorRegistry::instance();
-    reg.add("MatMul", "matmul", dump_matmul, load_matmul);
-    reg.add("BatchedMatMul", "matmul", dump_batched_matmul, load_batched_matmul);
+    reg.add("MatMul", "matmul", dump_param<MatMul>, load_matmul);
+    reg.add("BatchedMatMul", "matmul", dump_param<BatchedMatMul>, load_batched_matmul);
     register_matmul_grad();
 #if BRAID_WITH_CUDA
     cuda::register_matmul_kernels(); // operators/cuda/matmul.cpp

@@ -8,6 +8,7 @@
 #pragma once
 
 #include "graph/computing_graph.h"
+#include "graph/param_fields.h"
 #include "graph/symbol_var.h"
 
 namespace braid::opr {
@@ -16,12 +17,15 @@ namespace braid::opr {
 struct MatMulParam {
     bool transpose_a = false;
     bool transpose_b = false;
+    static constexpr auto fields() {
+        return std::tuple{param_field("transpose_a", &MatMulParam::transpose_a),
+                          param_field("transpose_b", &MatMulParam::transpose_b)};
+    }
 };
 
 //! y[m, n] = op(a) · op(b) for 2-D a and b, where op transposes when the flag is set.
-class MatMul final : public OperatorNode {
+class MatMul final : public ParamOperator<MatMul, MatMulParam> {
 public:
-    using Param = MatMulParam;
     MatMul(VarNode* a, VarNode* b, Param param, const OperatorConfig& config);
     //! Throws DTypeError unless a and b share a float dtype, ShapeError unless both are 2-D
     //! with matching inner dims.
@@ -29,16 +33,9 @@ public:
                           const OperatorConfig& config = {});
 
     const char* type_name() const override { return "MatMul"; }
-    const Param& param() const { return m_param; }
-    void hash_params(Hasher& h) const override;
-    bool params_equal(const OperatorNode& rhs) const override;
-    std::string param_string() const override;
     void init_output_dtypes() override;
     bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
     void execute(ExecCtx& ctx) override;
-
-private:
-    Param m_param;
 };
 
 /*!
@@ -47,9 +44,8 @@ private:
  * numpy rules, so a [b, m, k] × [k, n] product reuses one right-hand matrix for every batch
  * item. Both inputs need at least 2 dims.
  */
-class BatchedMatMul final : public OperatorNode {
+class BatchedMatMul final : public ParamOperator<BatchedMatMul, MatMulParam> {
 public:
-    using Param = MatMulParam;
     BatchedMatMul(VarNode* a, VarNode* b, Param param, const OperatorConfig& config);
     //! Throws DTypeError unless a and b share a float dtype, ShapeError for inputs of rank < 2,
     //! mismatched inner dims or batch dims that do not broadcast.
@@ -57,16 +53,9 @@ public:
                           const OperatorConfig& config = {});
 
     const char* type_name() const override { return "BatchedMatMul"; }
-    const Param& param() const { return m_param; }
-    void hash_params(Hasher& h) const override;
-    bool params_equal(const OperatorNode& rhs) const override;
-    std::string param_string() const override;
     void init_output_dtypes() override;
     bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
     void execute(ExecCtx& ctx) override;
-
-private:
-    Param m_param;
 };
 
 //! matmul(a, b) of 2-D vars with optional transposes.

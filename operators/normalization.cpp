@@ -210,7 +210,7 @@ void check_float_input(const OperatorNode& opr, VarNode* var, const char* role) 
 
 // ---------------------------------------------------------------- Softmax
 Softmax::Softmax(VarNode* x, Param param, const OperatorConfig& config)
-    : OperatorNode(config), m_param(param) {
+    : ParamOperator(param, config) {
     add_input(x);
     add_output();
 }
@@ -225,19 +225,6 @@ SymbolVar softmax(SymbolVar x, int axis) {
 
 SymbolVar log_softmax(SymbolVar x, int axis) {
     return Softmax::make(x, {axis, true});
-}
-
-void Softmax::hash_params(Hasher& h) const {
-    h.add_pod(m_param.axis).add_pod(m_param.log);
-}
-
-bool Softmax::params_equal(const OperatorNode& rhs) const {
-    auto& o = static_cast<const Softmax&>(rhs).m_param;
-    return o.axis == m_param.axis && o.log == m_param.log;
-}
-
-std::string Softmax::param_string() const {
-    return fmt::format("{}axis={}", m_param.log ? "LOG " : "", m_param.axis);
 }
 
 void Softmax::init_output_dtypes() {
@@ -374,18 +361,10 @@ void Normalization::execute(ExecCtx& ctx) {
 
 namespace braid::opr {
 
-static void dump_softmax(const OperatorNode& opr, ParamWriter& w) {
-    auto& p = opr_cast<Softmax>(opr).param();
-    w.write_int("axis", p.axis);
-    w.write_bool("log", p.log);
-}
-
 static SymbolVarArray load_softmax(const OprLoadContext& ctx) {
     ctx.expect_inputs(1, 1);
-    Softmax::Param p;
-    p.axis = ctx.params.read_int_as<int>("axis"); // checked against the input's rank by make()
-    p.log = ctx.params.read_bool("log");
-    return {Softmax::make(ctx.input(0), p, ctx.config)};
+    // make() checks the axis against the input's rank.
+    return {Softmax::make(ctx.input(0), read_param<Softmax::Param>(ctx.params), ctx.config)};
 }
 
 namespace {
@@ -454,7 +433,7 @@ void register_normalization_kernels();
 
 void register_normalization_operators() {
     auto& reg = OperatorRegistry::instance();
-    reg.add("Softmax", "normalization", dump_softmax, load_softmax);
+    reg.add("Softmax", "normalization", dump_param<Softmax>, load_softmax);
     reg.add("LayerNorm", "normalization", dump_layer_norm, load_layer_norm);
     reg.add("RMSNorm", "normalization", dump_rms_norm, load_rms_norm);
     register_normalization_grad();

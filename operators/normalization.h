@@ -8,35 +8,34 @@
 #pragma once
 
 #include "graph/computing_graph.h"
+#include "graph/param_fields.h"
 #include "graph/symbol_var.h"
 
 namespace braid::opr {
 
+//! The params of Softmax.
+struct SoftmaxParam {
+    int axis = -1;    //!< negative counts from the end
+    bool log = false; //!< log-softmax
+    static constexpr auto fields() {
+        return std::tuple{param_field("axis", &SoftmaxParam::axis),
+                          param_field("log", &SoftmaxParam::log)};
+    }
+};
+
 //! softmax(x)_i = e^{x_i - m} / sum_j e^{x_j - m} along `axis`, m the maximum; with `log`,
 //! log-softmax: x_i - m - log(sum_j e^{x_j - m}).
-class Softmax final : public OperatorNode {
+class Softmax final : public ParamOperator<Softmax, SoftmaxParam> {
 public:
-    //! The axis and the variant.
-    struct Param {
-        int axis = -1;    //!< negative counts from the end
-        bool log = false; //!< log-softmax
-    };
     Softmax(VarNode* x, Param param, const OperatorConfig& config);
     //! Inserts the operator; throws ShapeError for a bad axis, DTypeError for non-float input.
     static SymbolVar make(SymbolVar x, Param param, const OperatorConfig& config = {});
 
     const char* type_name() const override { return "Softmax"; }
-    const Param& param() const { return m_param; }
-    void hash_params(Hasher& h) const override;
-    bool params_equal(const OperatorNode& rhs) const override;
-    std::string param_string() const override;
     void init_output_dtypes() override;
     bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
     int inplace_input(size_t) const override { return 0; }
     void execute(ExecCtx& ctx) override;
-
-private:
-    Param m_param;
 };
 
 //! Layer or RMS normalization over the trailing `normalized_ndim` dims of x:

@@ -259,7 +259,7 @@ AxisSplit plan_reduction(Tensor& x, const std::vector<size_t>& axes) {
 
 // ---------------------------------------------------------------- Reduce
 Reduce::Reduce(VarNode* x, Param param, const OperatorConfig& config)
-    : OperatorNode(config), m_param(std::move(param)) {
+    : ParamOperator(std::move(param), config) {
     add_input(x);
     add_output();
 }
@@ -287,26 +287,6 @@ SymbolVar reduce_prod(SymbolVar x, std::vector<int> axes, bool keepdims) {
 }
 SymbolVar reduce_sum_sqr(SymbolVar x, std::vector<int> axes, bool keepdims) {
     return Reduce::make(x, {ReduceMode::SUM_SQR, std::move(axes), keepdims});
-}
-
-void Reduce::hash_params(Hasher& h) const {
-    h.add_pod(m_param.mode).add_pod(m_param.keepdims);
-    for (int a : m_param.axes) h.add_pod(a);
-}
-
-bool Reduce::params_equal(const OperatorNode& rhs) const {
-    auto& o = static_cast<const Reduce&>(rhs).m_param;
-    return o.mode == m_param.mode && o.axes == m_param.axes && o.keepdims == m_param.keepdims;
-}
-
-std::string Reduce::param_string() const {
-    std::string s = reduce_mode_name(m_param.mode);
-    if (!m_param.axes.empty()) {
-        s += " axes=";
-        for (size_t i = 0; i < m_param.axes.size(); ++i)
-            s += (i ? "," : "") + std::to_string(m_param.axes[i]);
-    }
-    return s;
 }
 
 void Reduce::init_output_dtypes() {
@@ -416,7 +396,7 @@ void arg_reduce(bool is_max, const T* x, size_t outer, size_t n, size_t inner, i
 } // namespace
 
 ArgReduce::ArgReduce(VarNode* x, Param param, const OperatorConfig& config)
-    : OperatorNode(config), m_param(param) {
+    : ParamOperator(param, config) {
     add_input(x);
     add_output();
 }
@@ -430,19 +410,6 @@ SymbolVar argmax(SymbolVar x, int axis, bool keepdims) {
 }
 SymbolVar argmin(SymbolVar x, int axis, bool keepdims) {
     return ArgReduce::make(x, {ArgReduceMode::ARGMIN, axis, keepdims});
-}
-
-void ArgReduce::hash_params(Hasher& h) const {
-    h.add_pod(m_param.mode).add_pod(m_param.axis).add_pod(m_param.keepdims);
-}
-
-bool ArgReduce::params_equal(const OperatorNode& rhs) const {
-    auto& o = static_cast<const ArgReduce&>(rhs).m_param;
-    return o.mode == m_param.mode && o.axis == m_param.axis && o.keepdims == m_param.keepdims;
-}
-
-std::string ArgReduce::param_string() const {
-    return fmt::format("{} axis={}", arg_reduce_mode_name(m_param.mode), m_param.axis);
 }
 
 void ArgReduce::init_output_dtypes() {
@@ -497,36 +464,15 @@ void ArgReduce::execute(ExecCtx& ctx) {
 
 namespace braid::opr {
 
-static void dump_reduce(const OperatorNode& opr, ParamWriter& w) {
-    auto& p = opr_cast<Reduce>(opr).param();
-    w.write_string("mode", reduce_mode_name(p.mode));
-    w.write_int_list("axes", p.axes);
-    w.write_bool("keepdims", p.keepdims);
-}
-
 static SymbolVarArray load_reduce(const OprLoadContext& ctx) {
     ctx.expect_inputs(1, 1);
-    Reduce::Param p;
-    p.mode = ctx.params.read_enum<ReduceMode>("mode", reduce_mode_name);
-    p.axes = ctx.params.read_int_list<int>("axes");
-    p.keepdims = ctx.params.read_bool("keepdims");
-    return {Reduce::make(ctx.input(0), std::move(p), ctx.config)};
-}
-
-static void dump_arg_reduce(const OperatorNode& opr, ParamWriter& w) {
-    auto& p = opr_cast<ArgReduce>(opr).param();
-    w.write_string("mode", arg_reduce_mode_name(p.mode));
-    w.write_int("axis", p.axis);
-    w.write_bool("keepdims", p.keepdims);
+    return {Reduce::make(ctx.input(0), read_param<Reduce::Param>(ctx.params), ctx.config)};
 }
 
 static SymbolVarArray load_arg_reduce(const OprLoadContext& ctx) {
     ctx.expect_inputs(1, 1);
-    ArgReduce::Param p;
-    p.mode = ctx.params.read_enum<ArgReduceMode>("mode", arg_reduce_mode_name);
-    p.axis = ctx.params.read_int_as<int>("axis"); // make() checks it against the input's rank
-    p.keepdims = ctx.params.read_bool("keepdims");
-    return {ArgReduce::make(ctx.input(0), p, ctx.config)};
+    // make() checks the axis against the input's rank.
+    return {ArgReduce::make(ctx.input(0), read_param<ArgReduce::Param>(ctx.params), ctx.config)};
 }
 
 } // namespace braid::opr
@@ -543,8 +489,8 @@ void register_reduce_kernels();
 
 void register_reduce_operators() {
     auto& reg = OperatorRegistry::instance();
-    reg.add("Reduce", "reduce", dump_reduce, load_reduce);
-    reg.add("ArgReduce", "reduce", dump_arg_reduce, load_arg_reduce);
+    reg.add("Reduce", "reduce", dump_param<Reduce>, load_reduce);
+    reg.add("ArgReduce", "reduce", dump_param<ArgReduce>, load_arg_reduce);
     register_reduce_grad();
 #if BRAID_WITH_CUDA
     cuda::register_reduce_kernels(); // operators/cuda/reduce.cpp

@@ -12,6 +12,7 @@
 #pragma once
 
 #include "graph/computing_graph.h"
+#include "graph/param_fields.h"
 #include "graph/symbol_var.h"
 
 namespace braid::opr {
@@ -29,25 +30,27 @@ enum class ReduceMode : uint8_t {
 //! Name of a mode, e.g. "SUM".
 const char* reduce_mode_name(ReduceMode mode);
 
+//! The params of Reduce.
+struct ReduceParam {
+    ReduceMode mode = ReduceMode::SUM; //!< the reduction
+    std::vector<int> axes;             //!< empty: all axes
+    bool keepdims = false;             //!< keep reduced axes as size 1
+    static constexpr auto fields() {
+        return std::tuple{param_field("mode", &ReduceParam::mode, reduce_mode_name),
+                          param_field("axes", &ReduceParam::axes),
+                          param_field("keepdims", &ReduceParam::keepdims)};
+    }
+};
+
 //! Reduces `axes` (negative counts from the end; empty = every axis). Without keepdims the
 //! reduced axes disappear (reducing every axis gives a scalar); with keepdims they become 1.
-class Reduce final : public OperatorNode {
+class Reduce final : public ParamOperator<Reduce, ReduceParam> {
 public:
-    //! What to reduce and how.
-    struct Param {
-        ReduceMode mode = ReduceMode::SUM; //!< the reduction
-        std::vector<int> axes;             //!< empty: all axes
-        bool keepdims = false;             //!< keep reduced axes as size 1
-    };
     Reduce(VarNode* x, Param param, const OperatorConfig& config);
     //! Inserts the operator; throws ShapeError for an axis out of range or given twice.
     static SymbolVar make(SymbolVar x, Param param, const OperatorConfig& config = {});
 
     const char* type_name() const override { return "Reduce"; }
-    const Param& param() const { return m_param; }
-    void hash_params(Hasher& h) const override;
-    bool params_equal(const OperatorNode& rhs) const override;
-    std::string param_string() const override;
     void init_output_dtypes() override;
     bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
     void execute(ExecCtx& ctx) override;
@@ -55,7 +58,6 @@ public:
 private:
     //! The sorted, non-negative axes for an input of rank `ndim`; throws for bad axes.
     std::vector<size_t> normalized_axes(size_t ndim) const;
-    Param m_param;
 };
 
 //! Sum over `axes` (empty: all).
@@ -80,31 +82,30 @@ enum class ArgReduceMode : uint8_t {
 //! Name of a mode, e.g. "ARGMAX".
 const char* arg_reduce_mode_name(ArgReduceMode mode);
 
+//! The params of ArgReduce.
+struct ArgReduceParam {
+    ArgReduceMode mode = ArgReduceMode::ARGMAX; //!< argmax or argmin
+    int axis = -1;                              //!< negative counts from the end
+    bool keepdims = false;                      //!< keep the axis as size 1
+    static constexpr auto fields() {
+        return std::tuple{param_field("mode", &ArgReduceParam::mode, arg_reduce_mode_name),
+                          param_field("axis", &ArgReduceParam::axis),
+                          param_field("keepdims", &ArgReduceParam::keepdims)};
+    }
+};
+
 //! The int32 index of the largest / smallest element along one axis; ties give the first.
 //! The axis disappears from the shape unless keepdims. An empty axis is a ShapeError.
-class ArgReduce final : public OperatorNode {
+class ArgReduce final : public ParamOperator<ArgReduce, ArgReduceParam> {
 public:
-    //! Which extreme, along which axis.
-    struct Param {
-        ArgReduceMode mode = ArgReduceMode::ARGMAX; //!< argmax or argmin
-        int axis = -1;                              //!< negative counts from the end
-        bool keepdims = false;                      //!< keep the axis as size 1
-    };
     ArgReduce(VarNode* x, Param param, const OperatorConfig& config);
     //! Inserts the operator; throws ShapeError for a bad or empty axis, DTypeError for bool.
     static SymbolVar make(SymbolVar x, Param param, const OperatorConfig& config = {});
 
     const char* type_name() const override { return "ArgReduce"; }
-    const Param& param() const { return m_param; }
-    void hash_params(Hasher& h) const override;
-    bool params_equal(const OperatorNode& rhs) const override;
-    std::string param_string() const override;
     void init_output_dtypes() override;
     bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
     void execute(ExecCtx& ctx) override;
-
-private:
-    Param m_param;
 };
 
 //! Index of the largest element along `axis` (int32).

@@ -214,7 +214,7 @@ TEST(BraidRunCli, RandomShapeOutputDirProfileAndMemReport) {
     auto trace = read_file(dir.file("trace.json"));
     std::string text(trace.begin(), trace.end());
     EXPECT_THAT(text, HasSubstr("\"traceEvents\":["));
-    EXPECT_THAT(text, HasSubstr("\"ph\":\"X\",\"name\":\"MatMul(AB) "));
+    EXPECT_THAT(text, HasSubstr("\"ph\":\"X\",\"name\":\"MatMul \\\"MatMul"));
     EXPECT_THAT(text, HasSubstr("\"name\":\"iteration 1\""));
     EXPECT_THAT(r.out, HasSubstr("memory"));
     EXPECT_THAT(r.out, HasSubstr("cpu0: "));

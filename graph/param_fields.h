@@ -1,0 +1,219 @@
+// A Param declared once. An operator's Param struct lists its fields in one static fields()
+// function; hashing (deduplication), equality, the description in messages, dump, load and
+// the range checks on load are derived from that list:
+//
+//     struct MatMulParam {
+//         bool transpose_a = false;
+//         bool transpose_b = false;
+//         static constexpr auto fields() {
+//             return std::tuple{param_field("transpose_a", &MatMulParam::transpose_a),
+//                               param_field("transpose_b", &MatMulParam::transpose_b)};
+//         }
+//     };
+//     class MatMul final : public ParamOperator<MatMul, MatMulParam> { ... };
+//     // registration: reg.add("MatMul", "matmul", dump_param<MatMul>, load_fn);
+//
+// Field types: bool, integers (read back with a range check against the member's type),
+// float and double, std::string, enums (with their name function: stored and shown by name),
+// lists of integers, DType, TensorShape and std::optional<float> (absent when unset).
+// Description: "name=value" per field (lists as "1,2"), enums by bare name, true bools by bare
+// name; false bools, empty lists and unset optionals left out, e.g. `Reduce(SUM axes=1 keepdims)`.
+#pragma once
+
+#include "base/hash.h"
+#include "graph/operator_node.h"
+#include "graph/param_io.h"
+
+#include <fmt/format.h>
+
+#include <optional>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+namespace braid {
+
+//! One field of Param type P: its name in models and messages, its member, and for an enum
+//! the function that names its values.
+template <typename P, typename T> struct ParamField {
+    const char* name;
+    T P::*member;
+    const char* (*name_of)(T) = nullptr;
+};
+
+//! A field of P.
+template <typename P, typename T>
+constexpr ParamField<P, T> param_field(const char* name, T P::*m) {
+    return {name, m, nullptr};
+}
+//! An enum field of P, stored and shown by the names `name_of` gives.
+template <typename P, typename E>
+constexpr ParamField<P, E> param_field(const char* name, E P::*m, const char* (*name_of)(E)) {
+    return {name, m, name_of};
+}
+
+namespace param_detail {
+
+template <typename T> struct IsVector : std::false_type {};
+template <typename T> struct IsVector<std::vector<T>> : std::true_type {};
+template <typename T> struct IsOptional : std::false_type {};
+template <typename T> struct IsOptional<std::optional<T>> : std::true_type {};
+
+template <typename P, typename Fn> void for_each_field(Fn&& fn) {
+    std::apply([&](auto&&... f) { (fn(f), ...); }, P::fields());
+}
+
+template <typename T> void hash_value(Hasher& h, const T& v) {
+    if constexpr (std::is_same_v<T, std::string>) {
+        h.add(v);
+    } else if constexpr (IsVector<T>::value) {
+        h.add_pod(v.size());
+        for (auto& x : v) hash_value(h, x);
+    } else if constexpr (IsOptional<T>::value) {
+        h.add_pod(v.has_value());
+        if (v) hash_value(h, *v);
+    } else if constexpr (std::is_same_v<T, DType>) {
+        h.add_pod(v.enumv());
+    } else if constexpr (std::is_same_v<T, TensorShape>) {
+        hash_value(h, v.dims());
+    } else {
+        h.add_pod(v);
+    }
+}
+
+template <typename T> std::string value_text(const T& v) {
+    if constexpr (IsVector<T>::value) {
+        std::string s;
+        for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + value_text(v[i]);
+        return s;
+    } else if constexpr (std::is_same_v<T, DType>) {
+        return v.name();
+    } else if constexpr (std::is_same_v<T, TensorShape>) {
+        return v.to_string();
+    } else {
+        return fmt::format("{}", v);
+    }
+}
+
+} // namespace param_detail
+
+//! Feeds every field of `p` into `h`.
+template <typename P> void hash_param(Hasher& h, const P& p) {
+    param_detail::for_each_field<P>([&](auto& f) { param_detail::hash_value(h, p.*f.member); });
+}
+
+//! True when every field of `a` equals that of `b`.
+template <typename P> bool param_equal(const P& a, const P& b) {
+    bool eq = true;
+    param_detail::for_each_field<P>([&](auto& f) { eq = eq && a.*f.member == b.*f.member; });
+    return eq;
+}
+
+//! The fields of `p` for messages (see the header comment).
+template <typename P> std::string describe_param(const P& p) {
+    std::string s;
+    auto add = [&](const std::string& part) { s += (s.empty() ? "" : " ") + part; };
+    param_detail::for_each_field<P>([&](auto& f) {
+        using T = std::remove_cvref_t<decltype(p.*f.member)>;
+        const T& v = p.*f.member;
+        if constexpr (std::is_enum_v<T>) {
+            add(f.name_of(v));
+        } else if constexpr (std::is_same_v<T, bool>) {
+            if (v) add(f.name);
+        } else if constexpr (param_detail::IsOptional<T>::value) {
+            if (v) add(fmt::format("{}={}", f.name, param_detail::value_text(*v)));
+        } else if constexpr (param_detail::IsVector<T>::value) {
+            if (!v.empty()) add(fmt::format("{}={}", f.name, param_detail::value_text(v)));
+        } else {
+            add(fmt::format("{}={}", f.name, param_detail::value_text(v)));
+        }
+    });
+    return s;
+}
+
+//! Writes every field of `p` into a model.
+template <typename P> void write_param(ParamWriter& w, const P& p) {
+    param_detail::for_each_field<P>([&](auto& f) {
+        using T = std::remove_cvref_t<decltype(p.*f.member)>;
+        const T& v = p.*f.member;
+        if constexpr (std::is_enum_v<T>) {
+            w.write_string(f.name, f.name_of(v));
+        } else if constexpr (std::is_same_v<T, bool>) {
+            w.write_bool(f.name, v);
+        } else if constexpr (std::is_integral_v<T>) {
+            w.write_int(f.name, int64_t(v));
+        } else if constexpr (std::is_floating_point_v<T>) {
+            w.write_float(f.name, double(v));
+        } else if constexpr (std::is_same_v<T, std::string>) {
+            w.write_string(f.name, v);
+        } else if constexpr (std::is_same_v<T, DType>) {
+            w.write_dtype(f.name, v);
+        } else if constexpr (std::is_same_v<T, TensorShape>) {
+            w.write_shape(f.name, v);
+        } else if constexpr (param_detail::IsOptional<T>::value) {
+            if (v) w.write_float(f.name, double(*v));
+        } else {
+            static_assert(param_detail::IsVector<T>::value, "unsupported param field type");
+            w.write_int_list(f.name, v);
+        }
+    });
+}
+
+//! Reads what write_param() wrote; an integer outside its member's type is an error naming
+//! the operator and the field.
+template <typename P> P read_param(const ParamReader& r) {
+    P p;
+    param_detail::for_each_field<P>([&](auto& f) {
+        using T = std::remove_cvref_t<decltype(p.*f.member)>;
+        T& v = p.*f.member;
+        if constexpr (std::is_enum_v<T>) {
+            v = r.read_enum<T>(f.name, f.name_of);
+        } else if constexpr (std::is_same_v<T, bool>) {
+            v = r.read_bool(f.name);
+        } else if constexpr (std::is_integral_v<T>) {
+            v = r.read_int_as<T>(f.name);
+        } else if constexpr (std::is_floating_point_v<T>) {
+            v = T(r.read_float(f.name));
+        } else if constexpr (std::is_same_v<T, std::string>) {
+            v = r.read_string(f.name);
+        } else if constexpr (std::is_same_v<T, DType>) {
+            v = r.read_dtype(f.name);
+        } else if constexpr (std::is_same_v<T, TensorShape>) {
+            v = r.read_shape(f.name);
+        } else if constexpr (param_detail::IsOptional<T>::value) {
+            if (r.has(f.name)) v = typename T::value_type(r.read_float(f.name));
+        } else {
+            static_assert(param_detail::IsVector<T>::value, "unsupported param field type");
+            v = r.read_int_list<typename T::value_type>(f.name);
+        }
+    });
+    return p;
+}
+
+/*!
+ * Base of an operator with a Param declared by fields(): hash_params(), params_equal() and
+ * param_string() come from the field list. `Derived` is the operator class.
+ */
+template <typename Derived, typename P> class ParamOperator : public OperatorNode {
+public:
+    using Param = P;
+    const Param& param() const { return m_param; }
+    void hash_params(Hasher& h) const override { hash_param(h, m_param); }
+    bool params_equal(const OperatorNode& rhs) const override {
+        return param_equal(m_param, static_cast<const Derived&>(rhs).m_param);
+    }
+    std::string param_string() const override { return describe_param(m_param); }
+
+protected:
+    ParamOperator(Param param, const OperatorConfig& config)
+        : OperatorNode(config), m_param(std::move(param)) {}
+    Param m_param;
+};
+
+//! The params dumper of an operator type whose params are its ParamOperator Param.
+template <typename Opr> void dump_param(const OperatorNode& opr, ParamWriter& w) {
+    write_param(w, opr_cast<Opr>(opr).param());
+}
+
+} // namespace braid
