@@ -15,6 +15,7 @@
 #include "operators/conv.h"
 #include "operators/conv_grad_ops.h"
 #include "operators/copy.h"
+#include "operators/cumsum.h"
 #include "operators/elemwise.h"
 #include "operators/fill.h"
 #include "operators/indexing.h"

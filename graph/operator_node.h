@@ -16,7 +16,11 @@
 //  6. gradient: a rule registered for the operator type (graph/grad.h) builds each input's
 //     gradient from the output gradients; types without a rule are not differentiable.
 //
-// A new operator is one file pair in operators/ plus one line in register_all_operators().
+// An operator type is described once, in its own file pair in operators/: its descriptor
+// (graph/operator_registry.h: params functions, gradient rule, kernels) is registered by the
+// file's register_<family>_operators(), and a Param declared with fields() gets its hash,
+// equality, description, dump and load from graph/param_fields.h (ParamOperator). The recipe:
+// docs/adding_an_operator.md.
 #pragma once
 
 #include "graph/var_node.h"

@@ -161,6 +161,9 @@ SymbolVarArray build_every_operator(ComputingGraph& graph) {
     out(opr::full_like(x, -2.0) * x, "scaled");
     out(opr::arange(graph, 0, 6), "range");
     out(opr::arange(graph, 5, -1, -1.5, dtype::Int32()), "range_down");
+    // CumSum along the last axis, and exclusive in reverse along the first.
+    out(opr::cumsum(x, -1), "running_sum");
+    out(opr::CumSum::make(ints, {0, true, true}), "suffix_sums");
 
     // ParamUpdate with SGD (momentum, weight decay) and Adam, each on a parameter read by
     // nothing else; the Adam update also waits for the softmax.
