@@ -162,7 +162,8 @@ TEST_F(RendezvousServerTest, DeadlineReplyListsMissingRanks) {
                   "(comp node ids: 10, 11); missing ranks: 1, 3");
     }
     EXPECT_EQ(first.get(), "opr_register(key \"late\") timed out after 1.5 s: 1 of 4 peers "
-                           "arrived (comp node ids: 10); missing ranks: 1, 2, 3");
+                           "arrived (comp node ids: 10); rank 2 arrived and timed out; missing "
+                           "ranks: 1, 3");
     wait_pending(0);
 }
 
