@@ -40,11 +40,13 @@ fuzz-build: configure
 test: build fuzz-build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j$(JOBS) -LE slow
 
-# The model loader's fuzzer, longer than the 20 s run in `make test`.
+# The fuzzers (model loader, rendezvous protocol), each longer than the 20 s run in `make test`.
 FUZZ_SECONDS ?= 600
 fuzz: fuzz-build
 	bash tests/fuzz/run_fuzz.sh $(BUILD_DIR)/fuzz/build/fuzz_load $(BUILD_DIR)/fuzz/seeds \
 		$(BUILD_DIR)/fuzz/long $(FUZZ_SECONDS)
+	bash tests/fuzz/run_fuzz.sh $(BUILD_DIR)/fuzz/build/fuzz_rendezvous \
+		$(BUILD_DIR)/fuzz/rendezvous_seeds $(BUILD_DIR)/fuzz/rendezvous_long $(FUZZ_SECONDS)
 
 # The ctest suite built with AddressSanitizer + UndefinedBehaviorSanitizer, in its own directory.
 check-asan: bootstrap

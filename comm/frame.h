@@ -23,6 +23,13 @@ constexpr uint32_t PROTOCOL_VERSION = 1;
 constexpr size_t FRAME_HEADER_SIZE = 8;
 //! The largest payload either side accepts (16 MiB); a bigger frame closes the connection.
 constexpr uint32_t MAX_FRAME_BYTES = 16u << 20;
+//! The largest first frame a server accepts by default on a new connection (64 KiB): until a
+//! frame proved the token (or, without one, was a valid request), a connection may not make
+//! the server buffer more.
+constexpr uint32_t FIRST_FRAME_BYTES = 64u << 10;
+//! The smallest first-frame limit a server may be configured with (4 KiB). A client whose
+//! first request on a connection is larger sends a HelloRequest first.
+constexpr uint32_t MIN_FIRST_FRAME_BYTES = 4u << 10;
 //! The magic that opens every frame.
 constexpr std::array<uint8_t, 4> FRAME_MAGIC = {'B', 'R', 'D', 'Z'};
 

@@ -23,20 +23,77 @@ void throw_call_error(const CallError& error) {
 
 namespace {
 
-//! "1, 2, 5" for at most `limit` items, then ", ... (N in all)".
-template <typename T> std::string join_limited(const std::vector<T>& items, size_t limit = 32) {
+//! How many ranks or comp nodes a message lists before it says how many more there are.
+constexpr size_t LIST_LIMIT = 16;
+//! Rounds kept only for their departures (see keep_departed()).
+constexpr size_t MAX_DEPARTED_ROUNDS = 1024;
+
+//! "1, 2, 5" for at most LIST_LIMIT items, then " and N more".
+template <typename T> std::string join_limited(const std::vector<T>& items) {
     std::string out;
-    for (size_t i = 0; i < items.size() && i < limit; ++i)
+    for (size_t i = 0; i < items.size() && i < LIST_LIMIT; ++i)
         out += fmt::format("{}{}", i ? ", " : "", items[i]);
-    if (items.size() > limit) out += fmt::format(", ... ({} in all)", items.size());
+    if (items.size() > LIST_LIMIT) out += fmt::format(" and {} more", items.size() - LIST_LIMIT);
     return out;
 }
 
-std::vector<uint32_t> missing_ranks(const std::vector<uint8_t>& taken) {
-    std::vector<uint32_t> missing;
-    for (size_t r = 0; r < taken.size(); ++r)
-        if (!taken[r]) missing.push_back(uint32_t(r));
-    return missing;
+/*!
+ * The ranks of 0..size-1 in neither `taken` nor `departed`, as "2, 7, 9" (at most LIST_LIMIT,
+ * then " and N more"). Walks the sets instead of the whole range, so the cost follows the
+ * ranks that arrived, not the size a peer claimed.
+ */
+std::string missing_ranks(uint32_t size, const std::set<uint32_t>& taken,
+                          const std::map<uint32_t, WithdrawReason>& departed,
+                          uint64_t* nr_missing = nullptr) {
+    uint64_t total = uint64_t(size) - taken.size() - departed.size();
+    if (nr_missing) *nr_missing = total;
+    std::string out;
+    auto t = taken.begin();
+    auto d = departed.begin();
+    size_t listed = 0;
+    for (uint64_t r = 0; r < size && listed < LIST_LIMIT && listed < total; ++r) {
+        while (t != taken.end() && *t < r) ++t;
+        while (d != departed.end() && d->first < r) ++d;
+        if ((t != taken.end() && *t == r) || (d != departed.end() && d->first == r)) continue;
+        out += fmt::format("{}{}", listed ? ", " : "", r);
+        ++listed;
+    }
+    if (total > listed) out += fmt::format(" and {} more", total - listed);
+    return out;
+}
+
+const char* reason_text(WithdrawReason reason) {
+    return reason == WithdrawReason::TIMED_OUT ? "timed out" : "disconnected";
+}
+
+/*!
+ * "; rank 0 arrived and timed out; ranks 3, 4 arrived and disconnected; comp node 7 arrived
+ * and timed out" for the departures of a round, or "" when there were none.
+ */
+template <typename Departures> std::string describe_departures(const Departures& departed) {
+    std::string out;
+    for (auto reason : {WithdrawReason::TIMED_OUT, WithdrawReason::DISCONNECTED}) {
+        std::vector<uint32_t> ranks;
+        size_t nr_ranks = 0;
+        for (auto& [rank, why] : departed.ranks)
+            if (why == reason && nr_ranks++ < LIST_LIMIT) ranks.push_back(rank);
+        if (nr_ranks) {
+            std::string list = join_limited(ranks);
+            if (nr_ranks > ranks.size())
+                list += fmt::format(" and {} more", nr_ranks - ranks.size());
+            out += fmt::format("; rank{} {} arrived and {}", nr_ranks > 1 ? "s" : "", list,
+                               reason_text(reason));
+        }
+        std::vector<uint64_t> nodes;
+        for (auto& [node, why] : departed.comp_nodes)
+            if (why == reason) nodes.push_back(node);
+        if (!nodes.empty())
+            out += fmt::format("; comp node{} {} arrived and {}", nodes.size() > 1 ? "s" : "",
+                               join_limited(nodes), reason_text(reason));
+    }
+    uint64_t unlisted = departed.nr_comp_nodes - departed.comp_nodes.size();
+    if (unlisted) out += fmt::format("; {} more comp node(s) arrived and left", unlisted);
+    return out;
 }
 
 std::string rank_text(int32_t rank) {
@@ -53,7 +110,8 @@ CallError value_error(std::string message) {
 
 } // namespace
 
-GroupManager::GroupManager() {
+GroupManager::GroupManager(uint32_t max_world_size)
+    : m_max_world_size(std::max<uint32_t>(max_world_size, 1)) {
     // Mixed into every group hash, so two manager instances (a restarted server) never hand
     // out the hash of a group that a long-lived process still caches.
     std::random_device device;
@@ -73,6 +131,11 @@ GroupManager::WaitId GroupManager::opr_register(const std::string& key, uint32_t
         if (nr_devices == 0) {
             fail_caller(value_error(
                 fmt::format("opr_register(key \"{}\"): nr_devices must be at least 1", key)));
+        } else if (nr_devices > m_max_world_size) {
+            fail_caller(value_error(fmt::format(
+                "opr_register(key \"{}\"): nr_devices {} exceeds the maximum world size of {} "
+                "(braid-server --max-world-size raises it)",
+                key, nr_devices, m_max_world_size)));
         } else if (rank != UNASSIGNED_RANK && (rank < 0 || uint32_t(rank) >= nr_devices)) {
             fail_caller(value_error(fmt::format(
                 "opr_register(key \"{}\"): rank {} is out of range for nr_devices {} (expected "
@@ -86,8 +149,10 @@ GroupManager::WaitId GroupManager::opr_register(const std::string& key, uint32_t
             } else {
                 std::optional<std::string> conflict;
                 if (round.peers.empty()) {
+                    // A round kept for its departures: they are news only to the same group.
+                    if (round.nr_devices != nr_devices) round.departed.clear();
                     round.nr_devices = nr_devices;
-                    round.rank_taken.assign(nr_devices, 0);
+                    round.rank_taken.clear();
                 }
                 if (round.nr_devices != nr_devices) {
                     conflict = fmt::format(
@@ -106,7 +171,8 @@ GroupManager::WaitId GroupManager::opr_register(const std::string& key, uint32_t
                                 key, peer.comp_node_id, rank_text(peer.rank), comp_node_id,
                                 rank_text(rank));
                 }
-                if (!conflict && rank != UNASSIGNED_RANK && round.rank_taken[rank]) {
+                if (!conflict && rank != UNASSIGNED_RANK &&
+                    round.rank_taken.count(uint32_t(rank))) {
                     uint64_t holder = 0;
                     for (auto& peer : round.peers)
                         if (peer.rank == rank) holder = peer.comp_node_id;
@@ -134,7 +200,15 @@ GroupManager::WaitId GroupManager::opr_register(const std::string& key, uint32_t
                     }
                 } else {
                     id = m_next_id++;
-                    if (rank != UNASSIGNED_RANK) round.rank_taken[rank] = 1;
+                    if (rank != UNASSIGNED_RANK) {
+                        round.rank_taken.insert(uint32_t(rank));
+                        round.departed.ranks.erase(uint32_t(rank));
+                    } else {
+                        auto& nodes = round.departed.comp_nodes;
+                        auto size = nodes.size();
+                        std::erase_if(nodes, [&](auto& n) { return n.first == comp_node_id; });
+                        round.departed.nr_comp_nodes -= size - nodes.size();
+                    }
                     round.peers.push_back(
                         {id, nr_devices, is_root, rank, comp_node_id, std::move(done)});
                     m_waits.emplace(id, WaitRef{WaitKind::REGISTER, key});
@@ -166,10 +240,14 @@ void GroupManager::complete_register(const std::string& key, RegisterRound& roun
         return round.peers[a].comp_node_id < round.peers[b].comp_node_id;
     });
     uint32_t next_free = 0;
+    auto taken = round.rank_taken.begin();
     for (size_t i : unassigned) {
-        while (round.rank_taken[next_free]) ++next_free;
-        round.rank_taken[next_free] = 1;
-        rank_of[i] = next_free;
+        // Both walk upwards: the next free rank is the next gap in the ordered set.
+        while (taken != round.rank_taken.end() && *taken == next_free) {
+            ++taken;
+            ++next_free;
+        }
+        rank_of[i] = next_free++;
     }
     std::vector<uint64_t> member(n, 0);
     uint32_t root_rank = 0;
@@ -197,19 +275,54 @@ std::string GroupManager::describe_register(const RegisterRound& round) const {
         arrived_cn.push_back(peer.comp_node_id);
         any_unassigned |= peer.rank == UNASSIGNED_RANK;
     }
-    auto missing = missing_ranks(round.rank_taken);
-    std::string text = fmt::format("{} of {} peers arrived (comp node ids: {})", round.peers.size(),
-                                   round.nr_devices, join_limited(arrived_cn));
-    size_t nr_missing = round.nr_devices - round.peers.size();
-    if (!any_unassigned) return text + fmt::format("; missing ranks: {}", join_limited(missing));
-    return text + fmt::format("; missing {} peer(s) whose comp nodes never registered (ranks not "
-                              "claimed explicitly: {})",
-                              nr_missing, join_limited(missing));
+    uint64_t nr_unclaimed = 0;
+    std::string unclaimed =
+        missing_ranks(round.nr_devices, round.rank_taken, round.departed.ranks, &nr_unclaimed);
+    std::string text = fmt::format("{} of {} peers arrived (comp node ids: {}){}",
+                                   round.peers.size(), round.nr_devices, join_limited(arrived_cn),
+                                   describe_departures(round.departed));
+    if (!any_unassigned && round.departed.nr_comp_nodes == 0) {
+        if (nr_unclaimed) text += fmt::format("; missing ranks: {}", unclaimed);
+        return text;
+    }
+    // Departed comp nodes may outnumber the group (the same slot tried by several).
+    uint64_t accounted =
+        round.peers.size() + round.departed.ranks.size() + round.departed.nr_comp_nodes;
+    uint64_t nr_missing = accounted < round.nr_devices ? round.nr_devices - accounted : 0;
+    if (nr_missing)
+        text += fmt::format("; missing {} peer(s) whose comp nodes never registered (ranks not "
+                            "claimed explicitly: {})",
+                            nr_missing, unclaimed);
+    return text;
 }
 
 std::string GroupManager::describe_round(const Round& round) {
-    return fmt::format("{} of {} ranks arrived; missing ranks: {}", round.peers.size(), round.size,
-                       join_limited(missing_ranks(round.rank_taken)));
+    uint64_t nr_missing = 0;
+    std::string missing =
+        missing_ranks(round.size, round.rank_taken, round.departed.ranks, &nr_missing);
+    std::string text = fmt::format("{} of {} ranks arrived{}", round.peers.size(), round.size,
+                                   describe_departures(round.departed));
+    if (nr_missing) text += fmt::format("; missing ranks: {}", missing);
+    return text;
+}
+
+void GroupManager::keep_departed(WaitKind kind, const std::string& key) {
+    m_departed_rounds.push_back({kind, key});
+    while (m_departed_rounds.size() > MAX_DEPARTED_ROUNDS) {
+        WaitRef oldest = std::move(m_departed_rounds.front());
+        m_departed_rounds.pop_front();
+        // Forget it unless peers came back meanwhile.
+        if (oldest.kind == WaitKind::REGISTER) {
+            auto it = m_register.find(oldest.key);
+            if (it != m_register.end() && it->second.peers.empty() && !it->second.poison)
+                m_register.erase(it);
+        } else {
+            auto& rounds = oldest.kind == WaitKind::BCAST ? m_bcast : m_barrier;
+            auto it = rounds.find(oldest.key);
+            if (it != rounds.end() && it->second.peers.empty() && !it->second.poison)
+                rounds.erase(it);
+        }
+    }
 }
 
 GroupManager::WaitId GroupManager::round_arrive(std::map<std::string, Round>& rounds, WaitKind kind,
@@ -220,6 +333,12 @@ GroupManager::WaitId GroupManager::round_arrive(std::map<std::string, Round>& ro
     auto fail_caller = [&](CallError error) {
         fire.push_back([done = std::move(done), error = std::move(error)] { done(error); });
     };
+    if (size > m_max_world_size) {
+        fail_caller(value_error(fmt::format("{}(key \"{}\"): size {} exceeds the maximum world "
+                                            "size of {} (braid-server --max-world-size raises it)",
+                                            call, key, size, m_max_world_size)));
+        return 0;
+    }
     if (size == 0 || rank >= size || root >= size) {
         fail_caller(value_error(
             fmt::format("{}(key \"{}\"): rank {} and root {} must both be below size {}", call, key,
@@ -233,9 +352,11 @@ GroupManager::WaitId GroupManager::round_arrive(std::map<std::string, Round>& ro
         return 0;
     }
     if (round.peers.empty()) {
+        // A round kept for its departures: they are news only to the same group.
+        if (round.size != size || round.root != root) round.departed.clear();
         round.size = size;
         round.root = root;
-        round.rank_taken.assign(size, 0);
+        round.rank_taken.clear();
         round.payload.clear();
     }
     std::optional<std::string> conflict;
@@ -247,7 +368,7 @@ GroupManager::WaitId GroupManager::round_arrive(std::map<std::string, Round>& ro
         conflict = fmt::format("{}(key \"{}\"): peers disagree on the root: rank {} says {}, "
                                "earlier peers said {}",
                                call, key, rank, root, round.root);
-    else if (round.rank_taken[rank])
+    else if (round.rank_taken.count(rank))
         conflict = fmt::format("{}(key \"{}\"): rank {} arrived twice; expected each rank of "
                                "0..{} once",
                                call, key, rank, size - 1);
@@ -270,7 +391,8 @@ GroupManager::WaitId GroupManager::round_arrive(std::map<std::string, Round>& ro
         return 0;
     }
     WaitId id = m_next_id++;
-    round.rank_taken[rank] = 1;
+    round.rank_taken.insert(rank);
+    round.departed.ranks.erase(rank);
     if (rank == root) round.payload = std::move(bytes);
     round.peers.push_back({id, rank, std::move(done)});
     m_waits.emplace(id, WaitRef{kind, key});
@@ -412,7 +534,7 @@ int64_t GroupManager::kv_add(const std::string& key, int64_t delta) {
     return sum;
 }
 
-std::optional<std::string> GroupManager::withdraw(WaitId id) {
+std::optional<std::string> GroupManager::withdraw(WaitId id, WithdrawReason reason) {
     std::lock_guard<std::mutex> lock(m_mutex);
     auto it = m_waits.find(id);
     if (it == m_waits.end()) return std::nullopt;
@@ -425,9 +547,16 @@ std::optional<std::string> GroupManager::withdraw(WaitId id) {
         description = describe_register(round);
         auto peer = std::find_if(round.peers.begin(), round.peers.end(),
                                  [&](const RegisterPeer& p) { return p.id == id; });
-        if (peer->rank != UNASSIGNED_RANK) round.rank_taken[peer->rank] = 0;
+        if (peer->rank != UNASSIGNED_RANK) {
+            round.rank_taken.erase(uint32_t(peer->rank));
+            round.departed.ranks[uint32_t(peer->rank)] = reason;
+        } else {
+            if (round.departed.comp_nodes.size() < LIST_LIMIT)
+                round.departed.comp_nodes.emplace_back(peer->comp_node_id, reason);
+            ++round.departed.nr_comp_nodes;
+        }
         round.peers.erase(peer);
-        if (round.peers.empty()) m_register.erase(ref.key);
+        if (round.peers.empty()) keep_departed(ref.kind, ref.key);
         break;
     }
     case WaitKind::BCAST:
@@ -437,9 +566,10 @@ std::optional<std::string> GroupManager::withdraw(WaitId id) {
         description = describe_round(round);
         auto peer = std::find_if(round.peers.begin(), round.peers.end(),
                                  [&](const RoundPeer& p) { return p.id == id; });
-        round.rank_taken[peer->rank] = 0;
+        round.rank_taken.erase(peer->rank);
+        round.departed.ranks[peer->rank] = reason;
         round.peers.erase(peer);
-        if (round.peers.empty()) rounds.erase(ref.key);
+        if (round.peers.empty()) keep_departed(ref.kind, ref.key);
         break;
     }
     case WaitKind::SHAPE: {

@@ -13,16 +13,27 @@
 // iteration, next graph). A disagreement between peers (nr_devices, root, a rank taken
 // twice) fails every waiting peer at once and every peer of that round that arrives later.
 //
+// A peer whose wait was withdrawn is remembered with its round (why it left: its deadline
+// passed or its client disconnected), so the messages of the peers still waiting say "rank 0
+// arrived and timed out" instead of counting it as missing; a round left with nobody but
+// such departures is kept as well, up to a fixed number of rounds.
+//
+// Memory per request does not depend on the group size a peer claims: taken and departed
+// ranks are kept in ordered sets, missing ranks are listed lazily (the first few, then how
+// many more), and a size above max_world_size() is refused before anything is stored.
+//
 // Thread-safe: one mutex guards all state.
 #pragma once
 
 #include "memory/tensor_shape.h"
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <variant>
@@ -39,6 +50,12 @@ struct RegisterInfo {
 
 //! A rank the caller leaves for the manager to assign (in order of comp node id).
 constexpr int32_t UNASSIGNED_RANK = -1;
+
+//! The largest group (nr_devices, or size of a bcast or barrier) a manager accepts by default.
+constexpr uint32_t DEFAULT_MAX_WORLD_SIZE = 65536;
+
+//! Why a wait was withdrawn; later messages of its round say so about the peer.
+enum class WithdrawReason : uint8_t { TIMED_OUT, DISCONNECTED };
 
 //! Which braid error a failed call becomes.
 enum class ErrorKind : uint8_t { COMM, TIMEOUT, VALUE };
@@ -64,14 +81,16 @@ public:
     //! the manager could need (it runs outside the manager's own lock).
     template <typename T> using Done = std::function<void(Outcome<T>)>;
 
-    GroupManager();
+    //! A manager accepting groups of at most `max_world_size` peers (at least 1).
+    explicit GroupManager(uint32_t max_world_size = DEFAULT_MAX_WORLD_SIZE);
     GroupManager(const GroupManager&) = delete;
     GroupManager& operator=(const GroupManager&) = delete;
 
     /*!
      * Registers one peer of `key`; completes when `nr_devices` peers registered. Ranks left
      * UNASSIGNED_RANK are assigned to the free ranks in order of `comp_node_id` (ties in
-     * arrival order). Fails with ValueError for nr_devices == 0 or a rank out of range, and
+     * arrival order). Fails with ValueError for nr_devices == 0 or above max_world_size(), or
+     * a rank out of range, and
      * fails every peer of the round with CommError when peers disagree on nr_devices,
      * two claim root, or two claim one rank.
      */
@@ -81,10 +100,12 @@ public:
     void set_output_shape(const std::string& key, const TensorShape& shape);
     //! Completes with the shape of `key` once it was set.
     WaitId get_output_shape(const std::string& key, Done<TensorShape> done);
-    //! One of `size` peers; completes when all arrived, with the bytes of rank `root`.
+    //! One of `size` peers; completes when all arrived, with the bytes of rank `root`. Fails
+    //! with ValueError for a size of 0 or above max_world_size(), or rank or root >= size.
     WaitId bcast_bytes(const std::string& key, uint32_t size, uint32_t rank, uint32_t root,
                        std::string bytes, Done<std::string> done);
-    //! One of `size` peers; completes when all arrived.
+    //! One of `size` peers; completes when all arrived (size and rank checked as for
+    //! bcast_bytes).
     WaitId group_barrier(const std::string& key, uint32_t size, uint32_t rank,
                          Done<std::monostate> done);
 
@@ -98,15 +119,19 @@ public:
     int64_t kv_add(const std::string& key, int64_t delta);
 
     /*!
-     * Withdraws a pending wait (its deadline passed or its client went away); its callback
-     * will not run. Returns what the wait was still missing, e.g. "3 of 4 peers arrived;
-     * missing ranks: 2", or std::nullopt when the wait already completed (its callback has
-     * run or is about to).
+     * Withdraws a pending wait (its deadline passed or its client went away, as `reason`
+     * says); its callback will not run, and the peers still waiting in its round will report
+     * it as arrived and gone. Returns what the wait was still missing, e.g. "3 of 4 peers
+     * arrived; missing ranks: 2", or std::nullopt when the wait already completed (its
+     * callback has run or is about to).
      */
-    std::optional<std::string> withdraw(WaitId id);
+    std::optional<std::string> withdraw(WaitId id,
+                                        WithdrawReason reason = WithdrawReason::TIMED_OUT);
 
     //! Number of waits not yet completed or withdrawn (for tests and monitoring).
     size_t nr_pending() const;
+    //! The largest group accepted.
+    uint32_t max_world_size() const { return m_max_world_size; }
 
 private:
     struct RegisterPeer {
@@ -117,10 +142,20 @@ private:
         uint64_t comp_node_id;
         Done<RegisterInfo> done;
     };
+    //! Peers of a round that arrived and left before it completed.
+    struct Departures {
+        std::map<uint32_t, WithdrawReason> ranks; //!< by rank (explicit ranks)
+        //! Comp node ids of peers without an explicit rank (the first few).
+        std::vector<std::pair<uint64_t, WithdrawReason>> comp_nodes;
+        uint64_t nr_comp_nodes = 0; //!< all of them, listed or not
+        bool empty() const { return ranks.empty() && nr_comp_nodes == 0; }
+        void clear() { *this = Departures(); }
+    };
     struct RegisterRound {
         uint32_t nr_devices = 0;
         std::vector<RegisterPeer> peers;
-        std::vector<uint8_t> rank_taken;
+        std::set<uint32_t> rank_taken; //!< explicit ranks of the peers waiting
+        Departures departed;
         std::optional<std::string> poison; //!< set once peers disagreed
         uint32_t poison_left = 0;          //!< peers still to be told before forgetting
     };
@@ -133,7 +168,8 @@ private:
         uint32_t size = 0;
         uint32_t root = 0;
         std::vector<RoundPeer> peers;
-        std::vector<uint8_t> rank_taken;
+        std::set<uint32_t> rank_taken;
+        Departures departed;
         std::string payload;
         std::optional<std::string> poison;
         uint32_t poison_left = 0;
@@ -157,7 +193,11 @@ private:
     void complete_register(const std::string& key, RegisterRound& round, Fire& fire);
     std::string describe_register(const RegisterRound& round) const;
     static std::string describe_round(const Round& round);
+    //! Keeps a round that only departures are left in (for later messages), forgetting the
+    //! oldest such rounds beyond a fixed number; m_mutex held.
+    void keep_departed(WaitKind kind, const std::string& key);
 
+    uint32_t m_max_world_size;
     uint64_t m_nonce;
     mutable std::mutex m_mutex;
     WaitId m_next_id = 1;
@@ -170,6 +210,7 @@ private:
     std::map<std::string, std::vector<ValueWaiter<TensorShape>>> m_shape_waiters;
     std::map<std::string, std::string> m_kv;
     std::map<std::string, std::vector<ValueWaiter<std::string>>> m_kv_waiters;
+    std::deque<WaitRef> m_departed_rounds; //!< rounds kept for their departures, oldest first
 };
 
 } // namespace braid::comm

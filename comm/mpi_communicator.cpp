@@ -160,6 +160,9 @@ MpiCommunicator::MpiCommunicator(const CommunicatorDesc& desc) : Communicator(de
     int want_handshake = env && *env && std::strcmp(env, "0") != 0 ? 0 : 1, all_want = 0;
     BRAID_MPI_CHECK(MPI_Allreduce(&want_handshake, &all_want, 1, MPI_INT, MPI_MIN, m_comm));
     if (all_want) m_node_sync = MpiNodeSync::create(m_comm, desc.hash, desc.nranks, desc.rank);
+    // MpiNodeSync::create() answers alike on every member, so all of them build this or none.
+    if (!m_node_sync)
+        m_arrivals = std::make_unique<MpiArrivalExchange>(m_comm, desc.nranks, desc.rank);
 }
 
 MpiCommunicator::~MpiCommunicator() {
@@ -167,6 +170,7 @@ MpiCommunicator::~MpiCommunicator() {
     MPI_Finalized(&finalized);
     // After MPI_Finalize (at exit) communicators are gone with MPI itself.
     if (!finalized && m_comm != MPI_COMM_NULL && !broken()) MPI_Comm_free(&m_comm);
+    if (m_arrivals && broken()) m_arrivals->abandon();
 }
 
 int MpiCommunicator::mpi_count(size_t count, const char* call) const {
@@ -176,17 +180,19 @@ int MpiCommunicator::mpi_count(size_t count, const char* call) const {
     return int(count);
 }
 
-void MpiCommunicator::wait(MPI_Request& request, const Deadline& deadline, const char* call) {
+void MpiCommunicator::wait(MPI_Request& request, const Deadline& deadline, const char* call,
+                           const char* why) {
     for (uint64_t polls = 0;; ++polls) {
         int done = 0;
         BRAID_MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
         if (done) return;
         if ((polls & 63) == 63) {
             if (deadline.passed())
-                throw TimeoutError(fmt::format(
-                    "{} timed out after {}: the MPI request is still pending (a peer did not "
-                    "enter the matching call); the communicator is unusable from now on",
-                    describe(call), format_duration(deadline.span())));
+                throw TimeoutError(fmt::format("{} timed out after {}: the MPI request is still "
+                                               "pending ({}); the communicator is unusable from "
+                                               "now on",
+                                               describe(call), format_duration(deadline.span()),
+                                               why));
             // Give the core away now and then: ranks may outnumber cores.
             if (polls > 4096) std::this_thread::yield();
         }
@@ -203,10 +209,14 @@ void MpiCommunicator::run(const char* call, const Deadline& deadline, const char
         if (rc != MPI_SUCCESS) detail::mpi_call_failed(rc, blocking_name, __FILE__, __LINE__);
         return;
     }
+    // Every peer must be known to have entered before the call: a rank that never comes is
+    // then named, and no collective request is left pending.
+    m_arrivals->enter(++m_sequence, deadline, [&] { return describe(call); });
     MPI_Request request;
     int rc = nonblocking(&request);
     if (rc != MPI_SUCCESS) detail::mpi_call_failed(rc, nonblocking_name, __FILE__, __LINE__);
-    wait(request, deadline, call);
+    wait(request, deadline, call,
+         "every rank had entered the call; a peer gave up or failed before it completed");
 }
 
 void MpiCommunicator::do_all_reduce(const void* send, void* recv, size_t count, DType dt,
@@ -362,7 +372,7 @@ void MpiCommunicator::do_send(const void* buf, size_t count, DType dt, uint32_t 
     int n = mpi_count(count, "send");
     MPI_Request request;
     BRAID_MPI_CHECK(MPI_Isend(buf, n, mpi_datatype(dt), int(peer), /*tag=*/0, m_comm, &request));
-    wait(request, deadline, "send");
+    wait(request, deadline, "send", "the peer did not post the matching recv");
 }
 
 void MpiCommunicator::do_recv(void* buf, size_t count, DType dt, uint32_t peer) {

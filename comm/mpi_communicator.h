@@ -11,11 +11,13 @@
 // make it too. When all ranks of a group share a machine (the common case), they first
 // pass a shared-memory entry handshake with a deadline (comm/mpi_node_sync.h) and then make
 // MPI's blocking collective, as fast as raw MPI. Otherwise, or with BRAID_MPI_NONBLOCKING=1,
-// collectives are nonblocking MPI calls (MPI_Iallreduce, ...) completed by polling MPI_Test
-// until the deadline (OpenMPI's nonblocking collectives are markedly slower for small
-// messages). send and recv are always MPI_Isend / MPI_Irecv polled to the deadline. On a
-// timeout a TimeoutError is thrown and the communicator is broken. The unbounded MPI calls
-// left are the blocking setup calls at creation (MPI_Comm_create_group and friends, made
+// the ranks first exchange arrival messages with a deadline (MpiArrivalExchange, same
+// header), then make nonblocking MPI calls (MPI_Iallreduce, ...) completed by polling
+// MPI_Test until the deadline (OpenMPI's nonblocking collectives are markedly slower for
+// small messages). Either way a rank that never enters a collective is named, by rank, in
+// the error of every rank waiting for it. send and recv are always MPI_Isend / MPI_Irecv polled to
+// the deadline. On a timeout a TimeoutError is thrown and the communicator is broken. The unbounded
+// MPI calls left are the blocking setup calls at creation (MPI_Comm_create_group and friends, made
 // right after every member passed the rendezvous) and MPI_Finalize at exit. Every MPI call
 // is checked and a failure throws LibraryError with MPI's own error string.
 #pragma once
@@ -78,11 +80,13 @@ protected:
     void do_recv(void* buf, size_t count, DType dt, uint32_t peer) override;
 
 private:
-    //! Polls `request` until it completes or the deadline passes.
-    void wait(MPI_Request& request, const Deadline& deadline, const char* call);
+    //! Polls `request` until it completes or the deadline passes; `why` says in the timeout
+    //! message what a pending request means.
+    void wait(MPI_Request& request, const Deadline& deadline, const char* call, const char* why);
     /*!
-     * Runs one collective: after the entry handshake, `blocking()` (named `blocking_name`),
-     * or without it `nonblocking(&request)` polled to the deadline. Both return MPI codes.
+     * Runs one collective: after the shared-memory handshake, `blocking()` (named
+     * `blocking_name`), or after the arrival exchange `nonblocking(&request)` polled to the
+     * deadline. Both return MPI codes.
      */
     template <typename Blocking, typename Nonblocking>
     void run(const char* call, const Deadline& deadline, const char* blocking_name,
@@ -92,6 +96,7 @@ private:
 
     MPI_Comm m_comm = MPI_COMM_NULL;
     std::unique_ptr<MpiNodeSync> m_node_sync;          //!< null: nonblocking calls
+    std::unique_ptr<MpiArrivalExchange> m_arrivals;    //!< set when m_node_sync is null
     uint64_t m_sequence = 0;                           //!< collectives issued so far
     std::vector<float> m_scratch_send, m_scratch_recv; //!< float32 copies of half buffers
 };

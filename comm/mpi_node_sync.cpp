@@ -2,6 +2,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "comm/mpi_communicator.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -31,6 +32,16 @@ uint64_t load(const uint64_t* word) {
 }
 
 } // namespace
+
+std::string describe_arrivals(uint32_t nranks, const std::vector<uint32_t>& missing) {
+    std::string text = fmt::format("{} of {} ranks arrived", nranks - missing.size(), nranks);
+    if (missing.empty()) return text;
+    text += "; missing ranks: ";
+    for (size_t i = 0; i < missing.size() && i < 16; ++i)
+        text += fmt::format("{}{}", i ? ", " : "", missing[i]);
+    if (missing.size() > 16) text += fmt::format(" and {} more", missing.size() - 16);
+    return text;
+}
 
 std::unique_ptr<MpiNodeSync> MpiNodeSync::create(MPI_Comm comm, uint64_t hash, uint32_t nranks,
                                                  uint32_t rank) {
@@ -101,6 +112,13 @@ bool MpiNodeSync::decide(uint64_t sequence, uint64_t state) {
     return false;
 }
 
+std::string MpiNodeSync::arrivals(uint64_t sequence) const {
+    std::vector<uint32_t> missing;
+    for (uint32_t r = 0; r < m_nranks; ++r)
+        if (load(counter(r)) < sequence) missing.push_back(r);
+    return describe_arrivals(m_nranks, missing);
+}
+
 void MpiNodeSync::enter(uint64_t sequence, const Deadline& deadline,
                         const std::function<std::string()>& what) {
     __atomic_store_n(counter(m_rank), sequence, __ATOMIC_SEQ_CST);
@@ -111,10 +129,12 @@ void MpiNodeSync::enter(uint64_t sequence, const Deadline& deadline,
         if ((d >> STATE_BITS) == sequence) {
             uint64_t state = d & ((uint64_t(1) << STATE_BITS) - 1);
             if (state == 0) return;
+            // Who had not come is what the rank that gave up saw too, unless a late rank
+            // arrived in between (then it is no longer listed).
             BRAID_THROW(CommError,
-                        "{}: rank {} gave up waiting for its peers; nobody entered "
-                        "the MPI call",
-                        what(), state - 1);
+                        "{}: rank {} gave up waiting for its peers at its deadline; {}; nobody "
+                        "entered the MPI call",
+                        what(), state - 1, arrivals(sequence));
         }
         bool all_arrived = true;
         for (uint32_t r = 0; r < m_nranks && all_arrived; ++r)
@@ -127,25 +147,111 @@ void MpiNodeSync::enter(uint64_t sequence, const Deadline& deadline,
         }
         if ((polls & 255) == 255) {
             if (deadline.passed()) {
-                std::string missing;
-                uint32_t arrived = 0;
-                for (uint32_t r = 0; r < m_nranks; ++r) {
-                    if (load(counter(r)) >= sequence)
-                        ++arrived;
-                    else
-                        missing += fmt::format("{}{}", missing.empty() ? "" : ", ", r);
-                }
+                std::string text = arrivals(sequence);
                 if (decide(sequence, m_rank + 1))
-                    throw TimeoutError(fmt::format("{} timed out after {}: {} of {} ranks "
-                                                   "arrived; missing ranks: {}",
-                                                   what(), format_duration(deadline.span()),
-                                                   arrived, m_nranks, missing));
+                    throw TimeoutError(fmt::format("{} timed out after {}: {}; nobody entered "
+                                                   "the MPI call",
+                                                   what(), format_duration(deadline.span()), text));
                 continue; // GO was decided just before: go on with the others
             }
             // Ranks may outnumber cores: let the late ones run.
             if (polls > 4096) std::this_thread::yield();
         }
         BRAID_CPU_RELAX();
+    }
+}
+
+} // namespace braid::comm
+
+namespace braid::comm {
+
+MpiArrivalExchange::MpiArrivalExchange(MPI_Comm comm, uint32_t nranks, uint32_t rank)
+    : m_nranks(nranks), m_rank(rank), m_received(nranks), m_sends(nranks, MPI_REQUEST_NULL),
+      m_receives(nranks, MPI_REQUEST_NULL) {
+    BRAID_MPI_CHECK(MPI_Comm_dup(comm, &m_comm));
+    BRAID_MPI_CHECK(MPI_Comm_set_errhandler(m_comm, MPI_ERRORS_RETURN));
+}
+
+MpiArrivalExchange::~MpiArrivalExchange() {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized && m_comm != MPI_COMM_NULL) MPI_Comm_free(&m_comm);
+}
+
+void MpiArrivalExchange::abandon() {
+    m_comm = MPI_COMM_NULL;
+}
+
+void MpiArrivalExchange::cancel_pending() {
+    for (auto& request : m_receives)
+        if (request != MPI_REQUEST_NULL) {
+            // A cancelled receive completes locally, whatever the peer does.
+            MPI_Cancel(&request);
+            MPI_Wait(&request, MPI_STATUS_IGNORE);
+        }
+    // Sends of one word leave eagerly; one still pending is released, not waited for.
+    for (auto& request : m_sends)
+        if (request != MPI_REQUEST_NULL) MPI_Request_free(&request);
+}
+
+void MpiArrivalExchange::enter(uint64_t sequence, const Deadline& deadline,
+                               const std::function<std::string()>& what) {
+    if (m_nranks == 1) return;
+    m_sent = sequence;
+    constexpr int TAG = 0;
+    for (uint32_t r = 0; r < m_nranks; ++r) {
+        if (r == m_rank) continue;
+        BRAID_MPI_CHECK(
+            MPI_Irecv(&m_received[r], 1, MPI_UINT64_T, int(r), TAG, m_comm, &m_receives[r]));
+    }
+    for (uint32_t r = 0; r < m_nranks; ++r) {
+        if (r == m_rank) continue;
+        BRAID_MPI_CHECK(MPI_Isend(&m_sent, 1, MPI_UINT64_T, int(r), TAG, m_comm, &m_sends[r]));
+    }
+    std::vector<int> done(m_nranks);
+    uint32_t waiting = m_nranks - 1;
+    std::vector<uint32_t> out_of_step;
+    for (uint64_t polls = 0;; ++polls) {
+        int nr_done = 0;
+        int rc = MPI_Testsome(int(m_nranks), m_receives.data(), &nr_done, done.data(),
+                              MPI_STATUSES_IGNORE);
+        if (rc != MPI_SUCCESS) {
+            cancel_pending();
+            detail::mpi_call_failed(rc, "MPI_Testsome", __FILE__, __LINE__);
+        }
+        for (int i = 0; i < nr_done && nr_done != MPI_UNDEFINED; ++i) {
+            --waiting;
+            if (m_received[done[i]] != sequence) out_of_step.push_back(uint32_t(done[i]));
+        }
+        int sent = 0;
+        if (waiting == 0) {
+            rc = MPI_Testall(int(m_nranks), m_sends.data(), &sent, MPI_STATUSES_IGNORE);
+            if (rc != MPI_SUCCESS) {
+                cancel_pending();
+                detail::mpi_call_failed(rc, "MPI_Testall", __FILE__, __LINE__);
+            }
+        }
+        if (waiting == 0 && sent) break;
+        if ((polls & 63) == 63) {
+            if (deadline.passed()) {
+                std::vector<uint32_t> missing;
+                for (uint32_t r = 0; r < m_nranks; ++r)
+                    if (m_receives[r] != MPI_REQUEST_NULL) missing.push_back(r);
+                cancel_pending();
+                throw TimeoutError(fmt::format(
+                    "{} timed out after {}: {}; nobody entered the MPI call", what(),
+                    format_duration(deadline.span()), describe_arrivals(m_nranks, missing)));
+            }
+            // Give the core away now and then: ranks may outnumber cores.
+            if (polls > 4096) std::this_thread::yield();
+        }
+    }
+    if (!out_of_step.empty()) {
+        uint32_t r = out_of_step.front();
+        BRAID_THROW(CommError,
+                    "{}: rank {} entered collective #{} of this communicator while this rank "
+                    "entered #{}; the ranks' calls are out of step",
+                    what(), r, m_received[r], sequence);
     }
 }
 

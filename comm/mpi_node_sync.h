@@ -1,3 +1,7 @@
+// Entry handshakes of the "mpi" backend: before a collective, the ranks of a group learn,
+// within a deadline, that every peer entered it too, and otherwise name the ranks that did
+// not come.
+//
 // MpiNodeSync: a deadline-bounded entry handshake for the ranks of one MPI group that share
 // a machine, so they can use MPI's fast blocking collectives without waiting forever.
 //
@@ -10,6 +14,13 @@
 // every peer's arrival counter at s, or ABORT, by a rank whose deadline passed first. A
 // rank whose deadline passes after GO was decided goes on into the call, so either all
 // ranks make the blocking call or none does. Not thread-safe (one caller per rank).
+//
+// MpiArrivalExchange: the handshake of groups that use nonblocking MPI calls (spanning
+// machines, or BRAID_MPI_NONBLOCKING=1). Each rank sends every peer the number of the call
+// it entered (MPI_Isend on a communicator of its own) and polls for the peers' messages
+// until its deadline. The collective follows only once every peer's message arrived, so a
+// rank that never comes is named by every rank waiting for it, and no MPI collective request
+// is left behind. Not thread-safe (one caller per rank).
 #pragma once
 
 #include "comm/deadline.h"
@@ -20,8 +31,12 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace braid::comm {
+
+//! "2 of 3 ranks arrived; missing ranks: 2" (at most 16 listed, then how many more).
+std::string describe_arrivals(uint32_t nranks, const std::vector<uint32_t>& missing);
 
 //! Shared-memory entry handshake of one MPI group on one machine.
 class MpiNodeSync {
@@ -40,7 +55,8 @@ public:
     /*!
      * Announces that this rank entered call #`sequence` (1, 2, ... in call order) and waits
      * until every rank did. Throws TimeoutError naming the missing ranks when the deadline
-     * passed first, CommError when another rank's deadline did; then nobody makes the call.
+     * passed first, CommError naming the rank that gave up and the ranks still missing when
+     * another rank's deadline did; then nobody makes the call.
      */
     //! `what` names the call in messages (built only when one is thrown).
     void enter(uint64_t sequence, const Deadline& deadline,
@@ -53,11 +69,48 @@ private:
     uint64_t* counter(uint32_t rank) const;
     //! Sets the decision for `sequence` unless one was made; true when this call made it.
     bool decide(uint64_t sequence, uint64_t state);
+    //! "2 of 3 ranks arrived; missing ranks: 2" for call #`sequence`, as the counters say now.
+    std::string arrivals(uint64_t sequence) const;
 
     uint8_t* m_base;
     size_t m_size;
     uint32_t m_nranks;
     uint32_t m_rank;
+};
+
+//! Arrival exchange of one MPI group over point-to-point messages.
+class MpiArrivalExchange {
+public:
+    //! Collective over `comm` (duplicates it, so the exchange's messages never meet the
+    //! group's own); made right after the rendezvous, when every member is present.
+    MpiArrivalExchange(MPI_Comm comm, uint32_t nranks, uint32_t rank);
+    ~MpiArrivalExchange();
+    MpiArrivalExchange(const MpiArrivalExchange&) = delete;
+    MpiArrivalExchange& operator=(const MpiArrivalExchange&) = delete;
+
+    /*!
+     * Tells every peer that this rank entered call #`sequence` and waits until every peer
+     * said the same. Throws TimeoutError naming the ranks that did not arrive when the
+     * deadline passes first (the messages still pending are cancelled or released), and
+     * CommError when a peer reports another call number (the ranks' calls are out of step).
+     * `what` names the call in messages.
+     */
+    void enter(uint64_t sequence, const Deadline& deadline,
+               const std::function<std::string()>& what);
+    //! Leaves the duplicated communicator to MPI instead of freeing it (its group broke).
+    void abandon();
+
+private:
+    //! Completes (cancels) the receives still pending and releases the sends.
+    void cancel_pending();
+
+    MPI_Comm m_comm = MPI_COMM_NULL;
+    uint32_t m_nranks;
+    uint32_t m_rank;
+    uint64_t m_sent = 0;                 //!< the number this rank sends (must outlive the sends)
+    std::vector<uint64_t> m_received;    //!< per peer
+    std::vector<MPI_Request> m_sends;    //!< per peer
+    std::vector<MPI_Request> m_receives; //!< per peer
 };
 
 } // namespace braid::comm

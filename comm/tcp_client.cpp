@@ -61,6 +61,18 @@ struct TcpGroupClient::Reply {
     const fb::Frame* frame = nullptr;
 };
 
+namespace {
+
+//! Checks that a reply is an OkReply; CommError naming what came instead.
+template <typename Reply>
+void expect_ok(const Reply& reply, std::string_view call, const std::string& key) {
+    if (reply.frame->body_type() != fb::Body::OkReply)
+        BRAID_THROW(CommError, "{}(key \"{}\"): unexpected reply {} from the rendezvous server",
+                    call, key, fb::EnumNameBody(reply.frame->body_type()));
+}
+
+} // namespace
+
 TcpGroupClient::TcpGroupClient(std::string host, uint16_t port, TcpClientOptions options)
     : m_host(std::move(host)), m_port(port), m_options(std::move(options)) {}
 
@@ -113,17 +125,11 @@ template <typename Build>
 TcpGroupClient::Reply TcpGroupClient::call(std::string_view call_name, const std::string& key,
                                            Timeout timeout, Build&& build) {
     Deadline deadline = Deadline::from(timeout);
-    auto reply_until = deadline.at() + m_options.reply_grace;
     uint64_t request_id;
     {
         std::lock_guard<std::mutex> lock(m_mutex);
         request_id = m_next_request++;
     }
-    auto lost = [&](const char* what, std::error_code ec) {
-        BRAID_THROW(CommError,
-                    "{}(key \"{}\"): the rendezvous server {} {}: {} (did the server stop?)",
-                    call_name, key, address(), what, ec.message());
-    };
     for (int attempt = 0;; ++attempt) {
         std::unique_ptr<Connection> connection;
         {
@@ -143,66 +149,90 @@ TcpGroupClient::Reply TcpGroupClient::call(std::string_view call_name, const std
         meta.timeout_ms = uint64_t(std::max<int64_t>(deadline.remaining().count(), 1));
         meta.timeout_span_ms = uint64_t(std::max<int64_t>(deadline.span().count(), 1));
         std::vector<uint8_t> request = build(meta);
-        std::error_code ec = connection->write(request, reply_until);
-        std::array<uint8_t, FRAME_HEADER_SIZE> header{};
-        if (!ec) ec = connection->read(header.data(), header.size(), reply_until);
-        if (ec == asio::error::timed_out)
-            throw TimeoutError(
-                timeout_message(call_name, key, deadline.span(),
-                                fmt::format("no reply from the rendezvous server {}", address())));
-        if (ec) {
-            // A pooled connection the server closed meanwhile: retry once on a fresh one.
-            if (reused && attempt == 0) continue;
-            lost("closed the connection", ec);
+        if (!reused && request.size() - FRAME_HEADER_SIZE > MIN_FIRST_FRAME_BYTES) {
+            // A server reads a large frame only on a connection that proved the token.
+            flatbuffers::FlatBufferBuilder b(64 + meta.token.size());
+            auto body = fb::CreateHelloRequest(b);
+            auto hello = make_frame(b, meta, fb::Body::HelloRequest, body.Union());
+            auto reply = exchange(call_name, key, deadline, connection, hello, request_id, false);
+            expect_ok(*reply, call_name, key);
         }
-        std::string error;
-        uint32_t length = parse_frame_header(header.data(), error);
-        if (length == 0)
-            BRAID_THROW(CommError, "{}(key \"{}\"): bad reply from the rendezvous server {}: {}",
-                        call_name, key, address(), error);
-        Reply reply;
-        reply.payload.resize(length);
-        ec = connection->read(reply.payload.data(), length, reply_until);
-        if (ec == asio::error::timed_out)
-            throw TimeoutError(timeout_message(
-                call_name, key, deadline.span(),
-                fmt::format("the reply from the rendezvous server {} stalled", address())));
-        if (ec) lost("closed the connection mid-reply", ec);
-        reply.frame = verify_frame(reply.payload.data(), reply.payload.size());
-        if (!reply.frame)
-            BRAID_THROW(CommError,
-                        "{}(key \"{}\"): the rendezvous server {} sent a malformed reply of {} "
-                        "bytes",
-                        call_name, key, address(), length);
-        if (reply.frame->body_type() == fb::Body::ErrorReply) {
-            auto* err = reply.frame->body_as_ErrorReply();
-            std::string message = err->message() ? err->message()->str() : "(no message)";
-            switch (err->code()) {
-            case fb::ErrorCode::TIMEOUT:
-                give_back(std::move(connection));
-                throw TimeoutError(message);
-            case fb::ErrorCode::VALUE:
-                give_back(std::move(connection));
-                throw ValueError(message);
-            case fb::ErrorCode::COMM:
-                give_back(std::move(connection));
-                throw CommError(message);
-            default: // PROTOCOL, AUTH: the server closes the connection
-                BRAID_THROW(CommError,
-                            "{}(key \"{}\"): the rendezvous server {} refused the "
-                            "request: {}",
-                            call_name, key, address(), message);
-            }
-        }
-        if (reply.frame->request_id() != request_id || reply.frame->version() != PROTOCOL_VERSION)
-            BRAID_THROW(CommError,
-                        "{}(key \"{}\"): the rendezvous server {} answered request {} "
-                        "(protocol version {}), expected request {} (version {})",
-                        call_name, key, address(), reply.frame->request_id(),
-                        reply.frame->version(), request_id, PROTOCOL_VERSION);
+        auto reply = exchange(call_name, key, deadline, connection, request, request_id,
+                              reused && attempt == 0);
+        // A pooled connection the server closed meanwhile: retry once on a fresh one.
+        if (!reply) continue;
         give_back(std::move(connection));
-        return reply;
+        return std::move(*reply);
     }
+}
+
+std::optional<TcpGroupClient::Reply>
+TcpGroupClient::exchange(std::string_view call_name, const std::string& key,
+                         const Deadline& deadline, std::unique_ptr<Connection>& connection,
+                         const std::vector<uint8_t>& request, uint64_t request_id, bool may_retry) {
+    auto reply_until = deadline.at() + m_options.reply_grace;
+    auto lost = [&](const char* what, std::error_code ec) {
+        BRAID_THROW(CommError,
+                    "{}(key \"{}\"): the rendezvous server {} {}: {} (did the server stop?)",
+                    call_name, key, address(), what, ec.message());
+    };
+    std::error_code ec = connection->write(request, reply_until);
+    std::array<uint8_t, FRAME_HEADER_SIZE> header{};
+    if (!ec) ec = connection->read(header.data(), header.size(), reply_until);
+    if (ec == asio::error::timed_out)
+        throw TimeoutError(
+            timeout_message(call_name, key, deadline.span(),
+                            fmt::format("no reply from the rendezvous server {}", address())));
+    if (ec) {
+        if (may_retry) return std::nullopt;
+        lost("closed the connection", ec);
+    }
+    std::string error;
+    uint32_t length = parse_frame_header(header.data(), error);
+    if (length == 0)
+        BRAID_THROW(CommError, "{}(key \"{}\"): bad reply from the rendezvous server {}: {}",
+                    call_name, key, address(), error);
+    Reply reply;
+    reply.payload.resize(length);
+    ec = connection->read(reply.payload.data(), length, reply_until);
+    if (ec == asio::error::timed_out)
+        throw TimeoutError(timeout_message(
+            call_name, key, deadline.span(),
+            fmt::format("the reply from the rendezvous server {} stalled", address())));
+    if (ec) lost("closed the connection mid-reply", ec);
+    reply.frame = verify_frame(reply.payload.data(), reply.payload.size());
+    if (!reply.frame)
+        BRAID_THROW(CommError,
+                    "{}(key \"{}\"): the rendezvous server {} sent a malformed reply of {} "
+                    "bytes",
+                    call_name, key, address(), length);
+    if (reply.frame->body_type() == fb::Body::ErrorReply) {
+        auto* err = reply.frame->body_as_ErrorReply();
+        std::string message = err->message() ? err->message()->str() : "(no message)";
+        switch (err->code()) {
+        case fb::ErrorCode::TIMEOUT:
+            give_back(std::move(connection));
+            throw TimeoutError(message);
+        case fb::ErrorCode::VALUE:
+            give_back(std::move(connection));
+            throw ValueError(message);
+        case fb::ErrorCode::COMM:
+            give_back(std::move(connection));
+            throw CommError(message);
+        default: // PROTOCOL, AUTH: the server closes the connection
+            BRAID_THROW(CommError,
+                        "{}(key \"{}\"): the rendezvous server {} refused the "
+                        "request: {}",
+                        call_name, key, address(), message);
+        }
+    }
+    if (reply.frame->request_id() != request_id || reply.frame->version() != PROTOCOL_VERSION)
+        BRAID_THROW(CommError,
+                    "{}(key \"{}\"): the rendezvous server {} answered request {} "
+                    "(protocol version {}), expected request {} (version {})",
+                    call_name, key, address(), reply.frame->request_id(), reply.frame->version(),
+                    request_id, PROTOCOL_VERSION);
+    return reply;
 }
 
 void TcpGroupClient::give_back(std::unique_ptr<Connection> connection) {

@@ -12,6 +12,7 @@
 
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 namespace braid::comm {
@@ -64,6 +65,16 @@ private:
     //! the verified reply; throws the error the server replied with.
     template <typename Build>
     Reply call(std::string_view call_name, const std::string& key, Timeout timeout, Build&& build);
+    /*!
+     * Writes `request` (of `request_id`) on `connection` and reads its verified reply; throws the
+     * error the server replied with (handing the connection back when the server keeps it open).
+     * Returns std::nullopt when `may_retry` and the connection turned out closed before
+     * any reply.
+     */
+    std::optional<Reply> exchange(std::string_view call_name, const std::string& key,
+                                  const Deadline& deadline, std::unique_ptr<Connection>& connection,
+                                  const std::vector<uint8_t>& request, uint64_t request_id,
+                                  bool may_retry);
     std::unique_ptr<Connection> connect(std::string_view call_name, const std::string& key,
                                         const Deadline& deadline);
     //! Returns a healthy connection to the idle pool.

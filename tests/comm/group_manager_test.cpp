@@ -157,8 +157,9 @@ TEST(GroupManager, TimeoutNamesCallKeyArrivalsAndMissingRanks) {
         EXPECT_EQ(std::string(e.what()), "opr_register(key \"late\") timed out after 0.2 s: 2 of 3 "
                                          "peers arrived (comp node ids: 5, 6); missing ranks: 2");
     }
+    // Rank 1 came and left at its own deadline: it is not "missing".
     EXPECT_EQ(first.get(), "opr_register(key \"late\") timed out after 1 s: 1 of 3 peers arrived "
-                           "(comp node ids: 5); missing ranks: 1, 2");
+                           "(comp node ids: 5); rank 1 arrived and timed out; missing ranks: 2");
     EXPECT_EQ(client.manager()->nr_pending(), 0u);
 }
 
@@ -182,7 +183,111 @@ TEST(GroupManager, TimedOutPeerIsWithdrawnAndDoesNotCount) {
         FAIL() << "registered with a peer that had given up";
     } catch (const TimeoutError& e) {
         EXPECT_TRUE(contains(e.what(), "1 of 2 peers arrived")) << e.what();
-        EXPECT_TRUE(contains(e.what(), "missing ranks: 0")) << e.what();
+        EXPECT_TRUE(contains(e.what(), "rank 0 arrived and timed out")) << e.what();
+        EXPECT_FALSE(contains(e.what(), "missing ranks")) << e.what();
+    }
+}
+
+TEST(GroupManager, TimeoutTellsRanksThatLeftFromRanksThatNeverCame) {
+    InProcessGroupClient client;
+    // Rank 0 gives up first; rank 1 waits longer; rank 2 never comes.
+    auto first = std::async(std::launch::async, [&] {
+        try {
+            client.opr_register("three", 3, false, 0, 10, 150ms);
+            return std::string("registered");
+        } catch (const TimeoutError& e) {
+            return std::string(e.what());
+        }
+    });
+    while (client.manager()->nr_pending() != 1) std::this_thread::sleep_for(1ms);
+    try {
+        client.opr_register("three", 3, false, 1, 11, 1s);
+        FAIL() << "registered without rank 2";
+    } catch (const TimeoutError& e) {
+        EXPECT_EQ(std::string(e.what()),
+                  "opr_register(key \"three\") timed out after 1 s: 1 of 3 peers arrived (comp "
+                  "node ids: 11); rank 0 arrived and timed out; missing ranks: 2");
+    }
+    EXPECT_EQ(first.get(), "opr_register(key \"three\") timed out after 0.15 s: 2 of 3 peers "
+                           "arrived (comp node ids: 10, 11); missing ranks: 2");
+    EXPECT_EQ(client.manager()->nr_pending(), 0u);
+}
+
+TEST(GroupManager, DisconnectedPeersAndUnassignedPeersAreToldApart) {
+    auto manager = std::make_shared<GroupManager>();
+    auto ignore = [](auto) {};
+    // Rank 3 leaves because its client went away; comp node 7 (no explicit rank) times out.
+    auto gone = manager->opr_register("mixed", 4, false, 3, 30, ignore);
+    manager->withdraw(gone, WithdrawReason::DISCONNECTED);
+    auto late = manager->opr_register("mixed", 4, false, UNASSIGNED_RANK, 7, ignore);
+    manager->withdraw(late, WithdrawReason::TIMED_OUT);
+    auto waiting = manager->opr_register("mixed", 4, false, 0, 1, ignore);
+    auto text = manager->withdraw(waiting);
+    ASSERT_TRUE(text);
+    EXPECT_EQ(*text, "1 of 4 peers arrived (comp node ids: 1); comp node 7 arrived and timed out; "
+                     "rank 3 arrived and disconnected; missing 1 peer(s) whose comp nodes never "
+                     "registered (ranks not claimed explicitly: 1, 2)");
+    // A rank that comes back is no longer reported as gone.
+    auto back = manager->opr_register("mixed", 4, false, 3, 30, ignore);
+    auto again = manager->opr_register("mixed", 4, false, 0, 1, ignore);
+    text = manager->withdraw(again);
+    ASSERT_TRUE(text);
+    EXPECT_FALSE(contains(*text, "rank 3 arrived and disconnected")) << *text;
+    EXPECT_TRUE(contains(*text, "2 of 4 peers arrived (comp node ids: 30, 1)")) << *text;
+    manager->withdraw(back);
+    EXPECT_EQ(manager->nr_pending(), 0u);
+}
+
+TEST(GroupManager, BarrierTimeoutNamesRanksThatLeft) {
+    InProcessGroupClient client;
+    EXPECT_THROW(client.group_barrier("bar", 3, 2, 30ms), TimeoutError);
+    try {
+        client.group_barrier("bar", 3, 0, 50ms);
+        FAIL();
+    } catch (const TimeoutError& e) {
+        EXPECT_TRUE(contains(e.what(), "1 of 3 ranks arrived; rank 2 arrived and timed out; "
+                                       "missing ranks: 1"))
+            << e.what();
+    }
+}
+
+TEST(GroupManager, GroupsAboveTheMaximumWorldSizeAreRefusedUpFront) {
+    InProcessGroupClient client;
+    uint32_t huge = 0xffffffffu;
+    try {
+        client.opr_register("huge", huge, false, UNASSIGNED_RANK, 0, 5s);
+        FAIL();
+    } catch (const ValueError& e) {
+        EXPECT_TRUE(contains(e.what(), "nr_devices 4294967295 exceeds the maximum world size of "
+                                       "65536"))
+            << e.what();
+    }
+    try {
+        client.bcast_bytes("huge", huge, 0, 0, "x", 5s);
+        FAIL();
+    } catch (const ValueError& e) {
+        EXPECT_TRUE(contains(e.what(), "size 4294967295 exceeds the maximum world size of 65536"))
+            << e.what();
+    }
+    EXPECT_THROW(client.group_barrier("huge", huge, 0, 5s), ValueError);
+    EXPECT_EQ(client.manager()->nr_pending(), 0u);
+
+    InProcessGroupClient small(std::make_shared<GroupManager>(4));
+    EXPECT_THROW(small.group_barrier("five", 5, 0, 5s), ValueError);
+    small.group_barrier("one", 1, 0, 5s);
+}
+
+TEST(GroupManager, LargestGroupListsOnlyTheFirstMissingRanks) {
+    InProcessGroupClient client;
+    try {
+        client.opr_register("wide", DEFAULT_MAX_WORLD_SIZE, false, 3, 0, 20ms);
+        FAIL();
+    } catch (const TimeoutError& e) {
+        EXPECT_TRUE(contains(e.what(),
+                             "1 of 65536 peers arrived (comp node ids: 0); missing ranks: "
+                             "0, 1, 2, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16 and "
+                             "65519 more"))
+            << e.what();
     }
 }
 

@@ -3,15 +3,12 @@
 // disagreements, each rejected while other clients keep working.
 #include "base/error.h"
 #include "comm/frame.h"
+#include "comm/rendezvous_handler.h"
 #include "comm/rendezvous_server.h"
 #include "comm/tcp_client.h"
+#include "raw_socket.h"
 
 #include <gtest/gtest.h>
-
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <future>
 #include <set>
@@ -25,60 +22,6 @@ using namespace std::chrono_literals;
 bool contains(const std::string& text, const std::string& part) {
     return text.find(part) != std::string::npos;
 }
-
-//! A plain blocking socket to the server, for sending what no real client would.
-class RawSocket {
-public:
-    explicit RawSocket(uint16_t port) {
-        m_fd = ::socket(AF_INET, SOCK_STREAM, 0);
-        sockaddr_in addr{};
-        addr.sin_family = AF_INET;
-        addr.sin_port = htons(port);
-        addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        timeval tv{5, 0};
-        ::setsockopt(m_fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-        EXPECT_EQ(::connect(m_fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-    }
-    ~RawSocket() { close(); }
-    void close() {
-        if (m_fd >= 0) ::close(m_fd);
-        m_fd = -1;
-    }
-    void write(const void* data, size_t size) {
-        ASSERT_EQ(::send(m_fd, data, size, MSG_NOSIGNAL), ssize_t(size));
-    }
-    void write(const std::vector<uint8_t>& bytes) { write(bytes.data(), bytes.size()); }
-    //! Reads one frame; returns its ErrorReply message, or "<eof>" / "<not an error>".
-    std::string read_error() {
-        uint8_t header[FRAME_HEADER_SIZE];
-        if (!read_exact(header, sizeof(header))) return "<eof>";
-        std::string error;
-        uint32_t length = parse_frame_header(header, error);
-        if (!length) return "<bad header: " + error + ">";
-        std::vector<uint8_t> payload(length);
-        if (!read_exact(payload.data(), length)) return "<eof>";
-        auto* frame = verify_frame(payload.data(), length);
-        if (!frame || frame->body_type() != fb::Body::ErrorReply) return "<not an error>";
-        return frame->body_as_ErrorReply()->message()->str();
-    }
-    //! True when the server closed the connection (read returns 0).
-    bool closed_by_peer() {
-        char c;
-        return ::recv(m_fd, &c, 1, 0) == 0;
-    }
-
-private:
-    bool read_exact(uint8_t* out, size_t size) {
-        while (size) {
-            ssize_t n = ::recv(m_fd, out, size, 0);
-            if (n <= 0) return false;
-            out += n;
-            size -= size_t(n);
-        }
-        return true;
-    }
-    int m_fd = -1;
-};
 
 class RendezvousServerTest : public ::testing::Test {
 protected:
@@ -101,6 +44,12 @@ protected:
     void complete_peer(const std::string& key, std::future<RegisterInfo>& waiting) {
         auto info = client()->opr_register(key, 2, false, 1, 1, 20s);
         EXPECT_EQ(waiting.get().hash, info.hash);
+    }
+    //! Waits until the server holds `n` buffered bytes (replies are released once written).
+    void wait_buffered(size_t n) {
+        for (int i = 0; i < 500 && m_server->buffered_bytes() != n; ++i)
+            std::this_thread::sleep_for(10ms);
+        ASSERT_EQ(m_server->buffered_bytes(), n);
     }
     void wait_pending(size_t n) {
         for (int i = 0; i < 500 && m_server->manager()->nr_pending() != n; ++i)
@@ -162,7 +111,8 @@ TEST_F(RendezvousServerTest, DeadlineReplyListsMissingRanks) {
                   "(comp node ids: 10, 11); missing ranks: 1, 3");
     }
     EXPECT_EQ(first.get(), "opr_register(key \"late\") timed out after 1.5 s: 1 of 4 peers "
-                           "arrived (comp node ids: 10); missing ranks: 1, 2, 3");
+                           "arrived (comp node ids: 10); rank 2 arrived and timed out; missing "
+                           "ranks: 1, 3");
     wait_pending(0);
 }
 
@@ -205,16 +155,9 @@ TEST_F(RendezvousServerTest, PayloadFailingVerificationIsRejected) {
 TEST_F(RendezvousServerTest, OversizedFrameIsRejected) {
     auto waiting = waiting_peer("busy");
     RawSocket raw(m_port);
-    uint32_t length = 17u << 20;
-    std::vector<uint8_t> header = {'B',
-                                   'R',
-                                   'D',
-                                   'Z',
-                                   uint8_t(length),
-                                   uint8_t(length >> 8),
-                                   uint8_t(length >> 16),
-                                   uint8_t(length >> 24)};
-    raw.write(header);
+    raw.write(hello_frame());
+    EXPECT_EQ(raw.read_error(), "<not an error>");
+    raw.write_header(17u << 20);
     EXPECT_TRUE(contains(raw.read_error(), "exceeds the limit of 16777216 bytes"));
     EXPECT_TRUE(raw.closed_by_peer());
     complete_peer("busy", waiting);
@@ -322,6 +265,161 @@ TEST_F(RendezvousServerTest, UnreachableServerIsAClearErrorNotAHang) {
     } catch (const CommError& e) {
         EXPECT_TRUE(contains(e.what(), "cannot connect to the rendezvous server")) << e.what();
     }
+}
+
+TEST_F(RendezvousServerTest, FirstFrameOverTheFirstFrameLimitIsRejectedBeforeBuffering) {
+    auto waiting = waiting_peer("busy");
+    wait_pending(1);
+    RawSocket raw(m_port);
+    raw.write_header(FIRST_FRAME_BYTES + 1);
+    std::string error = raw.read_error();
+    EXPECT_TRUE(contains(error, "a first frame of 65537 bytes exceeds the limit of 65536 bytes"))
+        << error;
+    EXPECT_TRUE(raw.closed_by_peer());
+    // Only the error reply was held, until written.
+    wait_buffered(0);
+    complete_peer("busy", waiting);
+}
+
+TEST_F(RendezvousServerTest, WrongTokenCannotUnlockLargeFrames) {
+    ServerOptions options;
+    options.token = "s3cret";
+    start(options);
+    RawSocket raw(m_port);
+    raw.write(hello_frame(1, "guess"));
+    EXPECT_TRUE(contains(raw.read_error(), "authentication failed"));
+    EXPECT_TRUE(raw.closed_by_peer());
+    RawSocket right(m_port);
+    right.write(hello_frame(1, "s3cret"));
+    EXPECT_EQ(right.read_error(), "<not an error>");
+    // Proved: a frame above the first-frame limit is read now (and this one is garbage).
+    right.write_header(1u << 20);
+    std::vector<uint8_t> junk(1u << 20, 0x5a);
+    right.write(junk);
+    EXPECT_TRUE(contains(right.read_error(), "malformed frame of 1048576 bytes"));
+}
+
+TEST_F(RendezvousServerTest, ClientsSendLargeFirstRequestsAfterAHello) {
+    // A fresh client connection whose first request is 1 MiB: the client proves itself first.
+    std::string value(1u << 20, 'v');
+    client()->set("big", value, 10s);
+    EXPECT_EQ(client()->get("big", 10s), value);
+    auto c = client();
+    auto other = std::async(std::launch::async,
+                            [&] { return client()->bcast_bytes("wide", 2, 1, 0, "", 10s); });
+    EXPECT_EQ(c->bcast_bytes("wide", 2, 0, 0, value, 10s), value);
+    EXPECT_EQ(other.get(), value);
+    wait_buffered(0);
+}
+
+TEST_F(RendezvousServerTest, UnfinishedFrameIsClosedAtTheFrameDeadline) {
+    ServerOptions options;
+    options.frame_read_timeout = 200ms;
+    start(options);
+    auto waiting = waiting_peer("busy");
+    RawSocket raw(m_port);
+    raw.write_header(1000);
+    std::vector<uint8_t> part(100, 1);
+    raw.write(part);
+    auto begin = Clock::now();
+    EXPECT_TRUE(raw.closed_by_peer());
+    EXPECT_LT(Clock::now() - begin, 3s);
+    // A header that stops half-way is a frame under way too.
+    RawSocket half(m_port);
+    half.write("BRD", 3);
+    EXPECT_TRUE(half.closed_by_peer());
+    complete_peer("busy", waiting);
+}
+
+TEST_F(RendezvousServerTest, IdleConnectionIsClosedButAWaitingOneIsNot) {
+    ServerOptions options;
+    options.idle_timeout = 200ms;
+    start(options);
+    RawSocket idle(m_port);
+    auto begin = Clock::now();
+    EXPECT_TRUE(idle.closed_by_peer());
+    EXPECT_LT(Clock::now() - begin, 3s);
+    // A connection waiting in a request is busy, however long the wait: it completes.
+    auto waiting = waiting_peer("slow");
+    std::this_thread::sleep_for(600ms);
+    complete_peer("slow", waiting);
+    // The client's pooled connections were closed meanwhile; it reconnects by itself.
+    std::this_thread::sleep_for(400ms);
+    auto c = client();
+    c->group_barrier("solo", 1, 0, 5s);
+    std::this_thread::sleep_for(400ms);
+    c->group_barrier("solo", 1, 0, 5s);
+}
+
+TEST_F(RendezvousServerTest, BufferCapClosesTheConnectionThatWouldExceedIt) {
+    ServerOptions options;
+    options.max_frame_bytes = 4u << 20;
+    options.max_buffered_bytes = 8u << 20;
+    start(options);
+    // Two proved connections announce 4 MiB frames; together they would hold more than the
+    // share of the cap large frames may use (7 MiB of 8).
+    RawSocket first(m_port), second(m_port);
+    for (RawSocket* raw : {&first, &second}) {
+        raw->write(hello_frame());
+        ASSERT_EQ(raw->read_error(), "<not an error>");
+        raw->write_header(4u << 20);
+    }
+    // All but the last 64 KiB: whatever steps the buffers grow in, two of them exceed 7 MiB.
+    std::vector<uint8_t> chunk((4u << 20) - (64u << 10), 7);
+    ASSERT_TRUE(first.try_write(chunk.data(), chunk.size()));
+    for (int i = 0; i < 500 && m_server->buffered_bytes() < chunk.size(); ++i)
+        std::this_thread::sleep_for(5ms);
+    EXPECT_GE(m_server->buffered_bytes(), chunk.size());
+    EXPECT_LE(m_server->buffered_bytes(), (4u << 20) + 4096);
+    second.try_write(chunk.data(), chunk.size());
+    std::string error = second.read_error();
+    EXPECT_TRUE(contains(error, "out of buffer space")) << error;
+    EXPECT_TRUE(second.closed_by_peer());
+    EXPECT_LE(m_server->buffered_bytes(), 8u << 20);
+    // Small requests still fit beside the large frame.
+    auto waiting = waiting_peer("beside");
+    complete_peer("beside", waiting);
+    first.close();
+    wait_buffered(0);
+}
+
+TEST_F(RendezvousServerTest, OverlongKeyIsAValueError) {
+    std::string key(MAX_KEY_BYTES + 1, 'k');
+    try {
+        client()->group_barrier(key, 1, 0, 5s);
+        FAIL();
+    } catch (const ValueError& e) {
+        EXPECT_TRUE(contains(e.what(), "a key of 4097 bytes exceeds the limit of 4096 bytes"))
+            << e.what();
+    }
+    client()->group_barrier(std::string(MAX_KEY_BYTES, 'k'), 1, 0, 5s);
+}
+
+TEST_F(RendezvousServerTest, HugeGroupSizesAreRefusedWithTheLimit) {
+    auto c = client();
+    try {
+        c->opr_register("huge", 0xffffffffu, false, UNASSIGNED_RANK, 0, 5s);
+        FAIL();
+    } catch (const ValueError& e) {
+        EXPECT_TRUE(contains(e.what(), "nr_devices 4294967295 exceeds the maximum world size of "
+                                       "65536"))
+            << e.what();
+    }
+    EXPECT_THROW(c->group_barrier("huge", 0xffffffffu, 0, 5s), ValueError);
+    EXPECT_THROW(c->bcast_bytes("huge", 0xffffffffu, 0, 0, "x", 5s), ValueError);
+    ServerOptions options;
+    options.max_world_size = 2;
+    start(options);
+    EXPECT_THROW(client()->group_barrier("three", 3, 0, 5s), ValueError);
+}
+
+TEST_F(RendezvousServerTest, ContradictoryLimitsAreRefused) {
+    ServerOptions options;
+    options.first_frame_bytes = 1024;
+    EXPECT_THROW(RendezvousServer{options}, ValueError);
+    options = {};
+    options.max_buffered_bytes = options.max_frame_bytes - 1;
+    EXPECT_THROW(RendezvousServer{options}, ValueError);
 }
 
 } // namespace

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the loader fuzzer for a bounded time on the seed models.
+# Runs a fuzz target (fuzz_load, fuzz_rendezvous) for a bounded time on its seeds.
 #   run_fuzz.sh FUZZ_BINARY SEEDS_DIR WORK_DIR SECONDS
 # The growing corpus and any crash artifacts live under WORK_DIR; exit status is libFuzzer's
 # (non-zero on a crash, a sanitizer report, or an escaped exception).

@@ -85,9 +85,6 @@ TEST(MpiCollectives, CachedCommunicatorIsReusedForTheSameGroup) {
 
 TEST(MpiCollectives, MissingPeerTimesOutNamingItWithoutEnteringMpi) {
     auto comm = join_world();
-    auto& mpi = static_cast<MpiCommunicator&>(*comm);
-    if (!mpi.uses_blocking_collectives())
-        GTEST_SKIP() << "nonblocking mode: an abandoned MPI request would outlive the test";
     if (comm->rank() != 0) return; // the others never make the call
     comm->set_timeout(std::chrono::milliseconds(300));
     float x = 1;
@@ -99,6 +96,30 @@ TEST(MpiCollectives, MissingPeerTimesOutNamingItWithoutEnteringMpi) {
         EXPECT_NE(what.find("1 of "), std::string::npos) << what;
         EXPECT_NE(what.find("missing ranks: 1"), std::string::npos) << what;
     }
+    EXPECT_TRUE(comm->broken());
+}
+
+TEST(MpiCollectives, EveryWaitingRankNamesTheRankThatNeverCame) {
+    auto comm = join_world();
+    uint32_t n = uint32_t(comm->nranks());
+    if (n < 3) GTEST_SKIP() << "needs 3 ranks: two that wait and one that never comes";
+    uint32_t absent = n - 1;
+    if (comm->rank() == absent) return; // never enters the all_reduce
+    // Rank 1 gives up first; rank 0 (and any other) waits longer and learns of it.
+    comm->set_timeout(comm->rank() == 1 ? std::chrono::milliseconds(300)
+                                        : std::chrono::milliseconds(3000));
+    float x = 1;
+    std::string what;
+    try {
+        comm->all_reduce(&x, &x, 1, dtype::Float32(), ReduceOp::SUM);
+        FAIL() << "all_reduce without rank " << absent << " returned";
+    } catch (const CommError& e) {
+        what = e.what();
+    }
+    std::string missing =
+        fmt::format("{} of {} ranks arrived; missing ranks: {}", n - 1, n, absent);
+    EXPECT_NE(what.find(missing), std::string::npos) << what;
+    EXPECT_NE(what.find("nobody entered the MPI call"), std::string::npos) << what;
     EXPECT_TRUE(comm->broken());
 }
 
