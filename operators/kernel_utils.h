@@ -17,8 +17,10 @@ namespace braid::opr {
 //! Marks a compute-bound kernel to be compiled twice, for x86-64-v3 (AVX2) and the baseline,
 //! with the copy picked once at load time by the CPU (GCC function multi-versioning). Apply it
 //! to functions that process a whole range, so the indirect call is paid per range, not per
-//! element. Memory-bound kernels gain nothing from it and keep one copy.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+//! element. Memory-bound kernels gain nothing from it and keep one copy. ThreadSanitizer builds
+//! keep one copy too: the loader runs the copy-picking resolver before TSan's runtime exists,
+//! and the instrumented resolver crashes.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 #define BRAID_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
 #define BRAID_SIMD_CLONES
