@@ -563,6 +563,13 @@ void RendezvousServer::stop() {
     // Every socket is closed and every wait withdrawn; the handlers left run out on their own.
     for (auto& t : impl.threads) t.join();
     impl.threads.clear();
+    // The workers return once the io_context ran out of work, but completions of the
+    // operations that closing aborted can still be queued behind that point; left there,
+    // each would keep its connection (and through it this server) alive forever.
+    for (int round = 0; round < 1000; ++round) {
+        impl.io.restart();
+        if (impl.io.poll() == 0) break;
+    }
 }
 
 uint16_t RendezvousServer::port() const {
