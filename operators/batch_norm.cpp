@@ -18,7 +18,7 @@ const char* const STAT_NAMES[] = {"", "scale", "bias", "mean", "var"};
 } // namespace
 
 BatchNorm::BatchNorm(const VarNodeArray& inputs, float eps, const OperatorConfig& config)
-    : OperatorNode(config), m_eps(eps) {
+    : ParamOperator({eps}, config) {
     for (auto* in : inputs) add_input(in);
     add_output();
 }
@@ -34,23 +34,10 @@ SymbolVar batch_norm(SymbolVar x, SymbolVar scale, SymbolVar bias, SymbolVar mea
     return BatchNorm::make(x, scale, bias, mean, var, eps);
 }
 
-void BatchNorm::hash_params(Hasher& h) const {
-    h.add_pod(m_eps);
-}
-
-bool BatchNorm::params_equal(const OperatorNode& rhs) const {
-    float o = static_cast<const BatchNorm&>(rhs).m_eps;
-    return std::memcmp(&o, &m_eps, sizeof(float)) == 0;
-}
-
-std::string BatchNorm::param_string() const {
-    return fmt::format("eps={}", m_eps);
-}
-
 void BatchNorm::init_output_dtypes() {
     // The param is checked here, the first step after the operator got its name.
-    if (!(m_eps >= 0.f) || !std::isfinite(m_eps))
-        BRAID_THROW(ValueError, "{}: eps must be finite and >= 0, got {}", describe(), m_eps);
+    if (!(m_param.eps >= 0.f) || !std::isfinite(m_param.eps))
+        BRAID_THROW(ValueError, "{}: eps must be finite and >= 0, got {}", describe(), m_param.eps);
     DType dt = input(0)->dtype();
     if (!kern::is_dense_float(dt))
         BRAID_THROW(DTypeError, "{}: input dtype {} is not supported (float32, float16, bfloat16)",
@@ -102,7 +89,7 @@ void BatchNorm::execute(ExecCtx& ctx) {
                 *mean = stats[2].ptr<float>(), *var = stats[3].ptr<float>();
     std::vector<float> mul(c), add(c);
     for (size_t i = 0; i < c; ++i) {
-        double a = double(scale[i]) / std::sqrt(double(var[i]) + double(m_eps));
+        double a = double(scale[i]) / std::sqrt(double(var[i]) + double(m_param.eps));
         mul[i] = float(a);
         add[i] = float(double(bias[i]) - double(mean[i]) * a);
     }
@@ -127,10 +114,6 @@ void BatchNorm::execute(ExecCtx& ctx) {
 #include "graph/param_io.h"
 
 namespace braid::opr {
-
-static void dump_batch_norm(const OperatorNode& opr, ParamWriter& w) {
-    w.write_float("eps", opr_cast<BatchNorm>(opr).eps());
-}
 
 static SymbolVarArray load_batch_norm(const OprLoadContext& ctx) {
     ctx.expect_inputs(5, 5);
@@ -157,7 +140,7 @@ void register_batch_norm_kernels();
 
 void register_batch_norm_operators() {
     auto& reg = OperatorRegistry::instance();
-    reg.add("BatchNorm", "batch_norm", dump_batch_norm, load_batch_norm);
+    reg.add("BatchNorm", "batch_norm", dump_param<BatchNorm>, load_batch_norm);
     register_batch_norm_grad();
 #if BRAID_WITH_CUDA
     cuda::register_batch_norm_kernels(); // operators/cuda/batch_norm.cpp

@@ -8,12 +8,19 @@
 #pragma once
 
 #include "graph/computing_graph.h"
+#include "graph/param_fields.h"
 #include "graph/symbol_var.h"
 
 namespace braid::opr {
 
+//! The params of BatchNorm.
+struct BatchNormParam {
+    float eps = 1e-5f;
+    static constexpr auto fields() { return std::tuple{param_field("eps", &BatchNormParam::eps)}; }
+};
+
 //! Inference-mode batch normalization over axis 1 (no statistics are computed or updated).
-class BatchNorm final : public OperatorNode {
+class BatchNorm final : public ParamOperator<BatchNorm, BatchNormParam> {
 public:
     BatchNorm(const VarNodeArray& inputs, float eps, const OperatorConfig& config);
     //! Throws ValueError for a negative or non-finite eps, DTypeError for unsupported dtypes
@@ -22,17 +29,11 @@ public:
                           SymbolVar var, float eps = 1e-5f, const OperatorConfig& config = {});
 
     const char* type_name() const override { return "BatchNorm"; }
-    float eps() const { return m_eps; }
-    void hash_params(Hasher& h) const override;
-    bool params_equal(const OperatorNode& rhs) const override;
-    std::string param_string() const override;
+    float eps() const { return m_param.eps; }
     void init_output_dtypes() override;
     bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
     int inplace_input(size_t) const override { return 0; }
     void execute(ExecCtx& ctx) override;
-
-private:
-    float m_eps;
 };
 
 //! Inference batch norm of x with per-channel scale, bias, running mean and variance.

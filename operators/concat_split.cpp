@@ -14,7 +14,7 @@ namespace braid::opr {
 
 // ---------------------------------------------------------------- Concat
 Concat::Concat(const VarNodeArray& inputs, int axis, const OperatorConfig& config)
-    : OperatorNode(config), m_axis(axis) {
+    : ParamOperator({axis}, config) {
     if (inputs.empty()) BRAID_THROW(GraphError, "Concat: needs at least one input, got none");
     for (auto* in : inputs) add_input(in);
     add_output();
@@ -26,18 +26,6 @@ SymbolVar Concat::make(const SymbolVarArray& inputs, int axis, const OperatorCon
     VarNodeArray in;
     for (auto& v : inputs) in.push_back(v.node());
     return inputs[0].graph().insert_opr(std::make_unique<Concat>(in, axis, config))->output(0);
-}
-
-void Concat::hash_params(Hasher& h) const {
-    h.add_pod(m_axis);
-}
-
-bool Concat::params_equal(const OperatorNode& rhs) const {
-    return static_cast<const Concat&>(rhs).m_axis == m_axis;
-}
-
-std::string Concat::param_string() const {
-    return fmt::format("axis={}", m_axis);
 }
 
 void Concat::init_output_dtypes() {
@@ -53,7 +41,7 @@ bool Concat::infer_output_shapes(const InferCtx& ctx, TensorShape* out) const {
     for (size_t i = 0; i < ctx.nr_inputs(); ++i)
         if (!ctx.shape(i)) return false;
     const TensorShape& first = *ctx.shape(0);
-    size_t axis = normalize_axis(m_axis, first.ndim(), describe());
+    size_t axis = normalize_axis(m_param.axis, first.ndim(), describe());
     TensorShape res = first;
     res[axis] = 0;
     for (size_t i = 0; i < ctx.nr_inputs(); ++i) {
@@ -65,7 +53,7 @@ bool Concat::infer_output_shapes(const InferCtx& ctx, TensorShape* out) const {
                         "{}: input {} \"{}\" has shape {} but input 0 \"{}\" has {}; every dim "
                         "but axis {} must match",
                         describe(), i, input(i)->name(), s.to_string(), input(0)->name(),
-                        first.to_string(), m_axis);
+                        first.to_string(), m_param.axis);
         res[axis] += s[axis];
     }
     out[0] = res;
@@ -75,7 +63,7 @@ bool Concat::infer_output_shapes(const InferCtx& ctx, TensorShape* out) const {
 void Concat::execute(ExecCtx& ctx) {
     Tensor& y = ctx.output(0);
     if (y.shape().is_empty()) return;
-    size_t axis = normalize_axis(m_axis, y.shape().ndim(), describe());
+    size_t axis = normalize_axis(m_param.axis, y.shape().ndim(), describe());
     AxisSplit ys = split_shape(y.shape(), axis, axis + 1);
     size_t es = y.dtype().size();
     size_t nin = ctx.nr_inputs();
@@ -193,14 +181,10 @@ SymbolVarArray split(SymbolVar x, int axis, size_t nr_parts) {
 
 namespace braid::opr {
 
-static void dump_concat(const OperatorNode& opr, ParamWriter& w) {
-    w.write_int("axis", opr_cast<Concat>(opr).axis());
-}
-
 static SymbolVarArray load_concat(const OprLoadContext& ctx) {
     ctx.expect_inputs(1, std::numeric_limits<size_t>::max());
     // The axis and the inputs' shapes are checked by make().
-    return {Concat::make(ctx.inputs, ctx.params.read_int_as<int>("axis"), ctx.config)};
+    return {Concat::make(ctx.inputs, read_param<Concat::Param>(ctx.params).axis, ctx.config)};
 }
 
 static SymbolVarArray load_split(const OprLoadContext& ctx) {
@@ -242,7 +226,7 @@ void register_concat_split_kernels();
 
 void register_concat_split_operators() {
     auto& reg = OperatorRegistry::instance();
-    reg.add("Concat", "concat_split", dump_concat, load_concat);
+    reg.add("Concat", "concat_split", dump_param<Concat>, load_concat);
     reg.add("Split", "concat_split", dump_param<Split>, load_split);
     register_concat_split_grad();
 #if BRAID_WITH_CUDA

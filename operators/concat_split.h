@@ -12,8 +12,14 @@
 
 namespace braid::opr {
 
+//! The params of Concat.
+struct ConcatParam {
+    int axis = 0;
+    static constexpr auto fields() { return std::tuple{param_field("axis", &ConcatParam::axis)}; }
+};
+
 //! Joins inputs of one dtype and rank whose dims agree except along `axis`.
-class Concat final : public OperatorNode {
+class Concat final : public ParamOperator<Concat, ConcatParam> {
 public:
     Concat(const VarNodeArray& inputs, int axis, const OperatorConfig& config);
     //! Inserts the operator; throws GraphError for no inputs, ShapeError for a bad axis or
@@ -22,16 +28,10 @@ public:
                           const OperatorConfig& config = {});
 
     const char* type_name() const override { return "Concat"; }
-    int axis() const { return m_axis; }
-    void hash_params(Hasher& h) const override;
-    bool params_equal(const OperatorNode& rhs) const override;
-    std::string param_string() const override;
+    int axis() const { return m_param.axis; }
     void init_output_dtypes() override;
     bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
     void execute(ExecCtx& ctx) override;
-
-private:
-    int m_axis;
 };
 
 //! The params of Split.

@@ -63,7 +63,7 @@ void gather_kernel(const Tensor& x, const Tensor& idx, Tensor& y, size_t outer, 
 
 // ---------------------------------------------------------------- Gather
 Gather::Gather(VarNode* x, VarNode* index, int axis, const OperatorConfig& config)
-    : OperatorNode(config), m_axis(axis) {
+    : ParamOperator({axis}, config) {
     add_input(x);
     add_input(index);
     add_output();
@@ -75,18 +75,6 @@ SymbolVar Gather::make(SymbolVar x, SymbolVar index, int axis, const OperatorCon
         ->output(0);
 }
 
-void Gather::hash_params(Hasher& h) const {
-    h.add_pod(m_axis);
-}
-
-bool Gather::params_equal(const OperatorNode& rhs) const {
-    return static_cast<const Gather&>(rhs).m_axis == m_axis;
-}
-
-std::string Gather::param_string() const {
-    return fmt::format("axis={}", m_axis);
-}
-
 void Gather::init_output_dtypes() {
     check_index_dtype(*this, input(1), "index");
     output(0)->set_dtype(input(0)->dtype());
@@ -95,17 +83,17 @@ void Gather::init_output_dtypes() {
 bool Gather::infer_output_shapes(const InferCtx& ctx, TensorShape* out) const {
     if (!ctx.shape(0) || !ctx.shape(1)) return false;
     const TensorShape &xs = *ctx.shape(0), &is = *ctx.shape(1);
-    size_t axis = normalize_axis(m_axis, xs.ndim(), describe());
+    size_t axis = normalize_axis(m_param.axis, xs.ndim(), describe());
     bool ok = is.ndim() == xs.ndim();
     for (size_t d = 0; ok && d < xs.ndim(); ++d) ok = d == axis || is[d] == xs[d];
     if (!ok)
         BRAID_THROW(ShapeError,
                     "{}: index shape {} does not fit input shape {}: it needs the input's rank "
                     "and dims on every axis but {}",
-                    describe(), is.to_string(), xs.to_string(), m_axis);
+                    describe(), is.to_string(), xs.to_string(), m_param.axis);
     if (xs[axis] == 0 && is[axis] != 0 && is.total_nr_elems() != 0)
         BRAID_THROW(ShapeError, "{}: cannot gather from the empty axis {} of {}", describe(),
-                    m_axis, xs.to_string());
+                    m_param.axis, xs.to_string());
     out[0] = is;
     return true;
 }
@@ -114,7 +102,7 @@ void Gather::execute(ExecCtx& ctx) {
     const Tensor &x = ctx.input(0), &idx = ctx.input(1);
     Tensor& y = ctx.output(0);
     if (y.shape().is_empty()) return;
-    size_t axis = normalize_axis(m_axis, x.shape().ndim(), describe());
+    size_t axis = normalize_axis(m_param.axis, x.shape().ndim(), describe());
     AxisSplit xs = split_shape(x.shape(), axis, axis + 1);
     gather_kernel(x, idx, y, xs.outer, xs.n, idx.shape()[axis], xs.inner, describe(), axis);
 }
@@ -126,7 +114,7 @@ SymbolVar gather(SymbolVar x, SymbolVar index, int axis) {
 // ---------------------------------------------------------------- IndexingOneHot
 IndexingOneHot::IndexingOneHot(VarNode* x, VarNode* index, int axis, bool keepdims,
                                const OperatorConfig& config)
-    : OperatorNode(config), m_axis(axis), m_keepdims(keepdims) {
+    : ParamOperator({axis, keepdims}, config) {
     add_input(x);
     add_input(index);
     add_output();
@@ -140,19 +128,6 @@ SymbolVar IndexingOneHot::make(SymbolVar x, SymbolVar index, int axis, bool keep
         ->output(0);
 }
 
-void IndexingOneHot::hash_params(Hasher& h) const {
-    h.add_pod(m_axis).add_pod(m_keepdims);
-}
-
-bool IndexingOneHot::params_equal(const OperatorNode& rhs) const {
-    auto& o = static_cast<const IndexingOneHot&>(rhs);
-    return o.m_axis == m_axis && o.m_keepdims == m_keepdims;
-}
-
-std::string IndexingOneHot::param_string() const {
-    return fmt::format("axis={}", m_axis);
-}
-
 void IndexingOneHot::init_output_dtypes() {
     check_index_dtype(*this, input(1), "index");
     output(0)->set_dtype(input(0)->dtype());
@@ -161,7 +136,7 @@ void IndexingOneHot::init_output_dtypes() {
 bool IndexingOneHot::infer_output_shapes(const InferCtx& ctx, TensorShape* out) const {
     if (!ctx.shape(0) || !ctx.shape(1)) return false;
     const TensorShape &xs = *ctx.shape(0), &is = *ctx.shape(1);
-    size_t axis = normalize_axis(m_axis, xs.ndim(), describe());
+    size_t axis = normalize_axis(m_param.axis, xs.ndim(), describe());
     std::vector<size_t> rest, kept;
     for (size_t d = 0; d < xs.ndim(); ++d) {
         if (d != axis) rest.push_back(xs[d]);
@@ -172,9 +147,9 @@ bool IndexingOneHot::infer_output_shapes(const InferCtx& ctx, TensorShape* out) 
         BRAID_THROW(ShapeError, "{}: index shape {} does not fit input shape {}: expected {}",
                     describe(), is.to_string(), xs.to_string(), expected.to_string());
     if (xs[axis] == 0 && !expected.is_empty())
-        BRAID_THROW(ShapeError, "{}: cannot index the empty axis {} of {}", describe(), m_axis,
-                    xs.to_string());
-    out[0] = m_keepdims ? TensorShape(kept) : expected;
+        BRAID_THROW(ShapeError, "{}: cannot index the empty axis {} of {}", describe(),
+                    m_param.axis, xs.to_string());
+    out[0] = m_param.keepdims ? TensorShape(kept) : expected;
     return true;
 }
 
@@ -182,7 +157,7 @@ void IndexingOneHot::execute(ExecCtx& ctx) {
     const Tensor &x = ctx.input(0), &idx = ctx.input(1);
     Tensor& y = ctx.output(0);
     if (y.shape().is_empty()) return;
-    size_t axis = normalize_axis(m_axis, x.shape().ndim(), describe());
+    size_t axis = normalize_axis(m_param.axis, x.shape().ndim(), describe());
     AxisSplit xs = split_shape(x.shape(), axis, axis + 1);
     gather_kernel(x, idx, y, xs.outer, xs.n, 1, xs.inner, describe(), axis);
 }
@@ -258,27 +233,17 @@ SymbolVar embedding(SymbolVar table, SymbolVar ids) {
 
 namespace braid::opr {
 
-static void dump_gather(const OperatorNode& opr, ParamWriter& w) {
-    w.write_int("axis", opr_cast<Gather>(opr).axis());
-}
-
 static SymbolVarArray load_gather(const OprLoadContext& ctx) {
     ctx.expect_inputs(2, 2);
     // The axis is checked against the input's rank by make().
-    return {
-        Gather::make(ctx.input(0), ctx.input(1), ctx.params.read_int_as<int>("axis"), ctx.config)};
-}
-
-static void dump_indexing_one_hot(const OperatorNode& opr, ParamWriter& w) {
-    auto& o = opr_cast<IndexingOneHot>(opr);
-    w.write_int("axis", o.axis());
-    w.write_bool("keepdims", o.keepdims());
+    auto p = read_param<Gather::Param>(ctx.params);
+    return {Gather::make(ctx.input(0), ctx.input(1), p.axis, ctx.config)};
 }
 
 static SymbolVarArray load_indexing_one_hot(const OprLoadContext& ctx) {
     ctx.expect_inputs(2, 2);
-    return {IndexingOneHot::make(ctx.input(0), ctx.input(1), ctx.params.read_int_as<int>("axis"),
-                                 ctx.params.read_bool("keepdims"), ctx.config)};
+    auto p = read_param<IndexingOneHot::Param>(ctx.params);
+    return {IndexingOneHot::make(ctx.input(0), ctx.input(1), p.axis, p.keepdims, ctx.config)};
 }
 
 static void dump_embedding(const OperatorNode&, ParamWriter&) {}
@@ -302,8 +267,8 @@ void register_indexing_kernels();
 
 void register_indexing_operators() {
     auto& reg = OperatorRegistry::instance();
-    reg.add("Gather", "indexing", dump_gather, load_gather);
-    reg.add("IndexingOneHot", "indexing", dump_indexing_one_hot, load_indexing_one_hot);
+    reg.add("Gather", "indexing", dump_param<Gather>, load_gather);
+    reg.add("IndexingOneHot", "indexing", dump_param<IndexingOneHot>, load_indexing_one_hot);
     reg.add("Embedding", "indexing", dump_embedding, load_embedding);
     register_indexing_grad();
 #if BRAID_WITH_CUDA

@@ -7,13 +7,20 @@
 #pragma once
 
 #include "graph/computing_graph.h"
+#include "graph/param_fields.h"
 #include "graph/symbol_var.h"
 
 namespace braid::opr {
 
+//! The params of Gather.
+struct GatherParam {
+    int axis = 0;
+    static constexpr auto fields() { return std::tuple{param_field("axis", &GatherParam::axis)}; }
+};
+
 //! out[..., j, ...] = x[..., index[..., j, ...], ...] along `axis`: index has x's rank and
 //! x's dims except along `axis`; the output has index's shape.
-class Gather final : public OperatorNode {
+class Gather final : public ParamOperator<Gather, GatherParam> {
 public:
     Gather(VarNode* x, VarNode* index, int axis, const OperatorConfig& config);
     //! Inserts the operator; throws ShapeError for a bad axis or index shape, DTypeError
@@ -22,21 +29,25 @@ public:
                           const OperatorConfig& config = {});
 
     const char* type_name() const override { return "Gather"; }
-    int axis() const { return m_axis; }
-    void hash_params(Hasher& h) const override;
-    bool params_equal(const OperatorNode& rhs) const override;
-    std::string param_string() const override;
+    int axis() const { return m_param.axis; }
     void init_output_dtypes() override;
     bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
     void execute(ExecCtx& ctx) override;
+};
 
-private:
-    int m_axis;
+//! The params of IndexingOneHot.
+struct IndexingOneHotParam {
+    int axis = 0;
+    bool keepdims = false;
+    static constexpr auto fields() {
+        return std::tuple{param_field("axis", &IndexingOneHotParam::axis),
+                          param_field("keepdims", &IndexingOneHotParam::keepdims)};
+    }
 };
 
 //! out[p] = x[p with `axis` = index[p]]: index has x's shape without `axis`; so does the output
 //! (with a unit axis kept when keepdims). Picks e.g. each row's label logit.
-class IndexingOneHot final : public OperatorNode {
+class IndexingOneHot final : public ParamOperator<IndexingOneHot, IndexingOneHotParam> {
 public:
     IndexingOneHot(VarNode* x, VarNode* index, int axis, bool keepdims,
                    const OperatorConfig& config);
@@ -46,18 +57,11 @@ public:
                           const OperatorConfig& config = {});
 
     const char* type_name() const override { return "IndexingOneHot"; }
-    int axis() const { return m_axis; }
-    bool keepdims() const { return m_keepdims; }
-    void hash_params(Hasher& h) const override;
-    bool params_equal(const OperatorNode& rhs) const override;
-    std::string param_string() const override;
+    int axis() const { return m_param.axis; }
+    bool keepdims() const { return m_param.keepdims; }
     void init_output_dtypes() override;
     bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
     void execute(ExecCtx& ctx) override;
-
-private:
-    int m_axis;
-    bool m_keepdims;
 };
 
 //! Embedding lookup: table [V, D], ids (int32, any shape) -> ids.shape + [D].

@@ -64,7 +64,7 @@ void accumulate(const Tensor& x, const Tensor& value, Tensor& out, Fn&& add) {
 // ---------------------------------------------------------------- ScatterAdd
 ScatterAdd::ScatterAdd(VarNode* x, VarNode* index, VarNode* value, int axis,
                        const OperatorConfig& config)
-    : OperatorNode(config), m_axis(axis) {
+    : ParamOperator({axis}, config) {
     add_input(x);
     add_input(index);
     add_input(value);
@@ -79,18 +79,6 @@ SymbolVar ScatterAdd::make(SymbolVar x, SymbolVar index, SymbolVar value, int ax
         ->output(0);
 }
 
-void ScatterAdd::hash_params(Hasher& h) const {
-    h.add_pod(m_axis);
-}
-
-bool ScatterAdd::params_equal(const OperatorNode& rhs) const {
-    return static_cast<const ScatterAdd&>(rhs).m_axis == m_axis;
-}
-
-std::string ScatterAdd::param_string() const {
-    return fmt::format("axis={}", m_axis);
-}
-
 void ScatterAdd::init_output_dtypes() {
     check_dtypes(*this);
     output(0)->set_dtype(input(0)->dtype());
@@ -99,7 +87,7 @@ void ScatterAdd::init_output_dtypes() {
 bool ScatterAdd::infer_output_shapes(const InferCtx& ctx, TensorShape* out) const {
     if (!ctx.shape(0) || !ctx.shape(1) || !ctx.shape(2)) return false;
     const TensorShape &xs = *ctx.shape(0), &is = *ctx.shape(1), &vs = *ctx.shape(2);
-    size_t axis = normalize_axis(m_axis, xs.ndim(), describe());
+    size_t axis = normalize_axis(m_param.axis, xs.ndim(), describe());
     if (is != vs)
         BRAID_THROW(ShapeError, "{}: index shape {} and value shape {} differ", describe(),
                     is.to_string(), vs.to_string());
@@ -109,7 +97,7 @@ bool ScatterAdd::infer_output_shapes(const InferCtx& ctx, TensorShape* out) cons
         BRAID_THROW(ShapeError,
                     "{}: index shape {} does not fit input shape {}: it needs the input's rank "
                     "and dims on every axis but {}",
-                    describe(), is.to_string(), xs.to_string(), m_axis);
+                    describe(), is.to_string(), xs.to_string(), m_param.axis);
     out[0] = xs;
     return true;
 }
@@ -118,7 +106,7 @@ void ScatterAdd::execute(ExecCtx& ctx) {
     const Tensor &x = ctx.input(0), &idx = ctx.input(1), &value = ctx.input(2);
     Tensor& out = ctx.output(0);
     if (out.shape().is_empty()) return;
-    size_t axis = normalize_axis(m_axis, x.shape().ndim(), describe());
+    size_t axis = normalize_axis(m_param.axis, x.shape().ndim(), describe());
     AxisSplit xs = split_shape(x.shape(), axis, axis + 1);
     size_t m = idx.shape()[axis];
     size_t chunks = (xs.inner + COLS - 1) / COLS;
@@ -150,7 +138,7 @@ SymbolVar scatter_add(SymbolVar x, SymbolVar index, SymbolVar value, int axis) {
 // ---------------------------------------------------------------- IndexAdd
 IndexAdd::IndexAdd(VarNode* x, VarNode* index, VarNode* value, int axis,
                    const OperatorConfig& config)
-    : OperatorNode(config), m_axis(axis) {
+    : ParamOperator({axis}, config) {
     add_input(x);
     add_input(index);
     add_input(value);
@@ -164,18 +152,6 @@ SymbolVar IndexAdd::make(SymbolVar x, SymbolVar index, SymbolVar value, int axis
         ->output(0);
 }
 
-void IndexAdd::hash_params(Hasher& h) const {
-    h.add_pod(m_axis);
-}
-
-bool IndexAdd::params_equal(const OperatorNode& rhs) const {
-    return static_cast<const IndexAdd&>(rhs).m_axis == m_axis;
-}
-
-std::string IndexAdd::param_string() const {
-    return fmt::format("axis={}", m_axis);
-}
-
 void IndexAdd::init_output_dtypes() {
     check_dtypes(*this);
     output(0)->set_dtype(input(0)->dtype());
@@ -184,7 +160,7 @@ void IndexAdd::init_output_dtypes() {
 bool IndexAdd::infer_output_shapes(const InferCtx& ctx, TensorShape* out) const {
     if (!ctx.shape(0) || !ctx.shape(1) || !ctx.shape(2)) return false;
     const TensorShape &xs = *ctx.shape(0), &is = *ctx.shape(1), &vs = *ctx.shape(2);
-    size_t axis = normalize_axis(m_axis, xs.ndim(), describe());
+    size_t axis = normalize_axis(m_param.axis, xs.ndim(), describe());
     if (is.ndim() != 1)
         BRAID_THROW(ShapeError, "{}: index has shape {}; expected 1-D", describe(), is.to_string());
     bool ok = vs.ndim() == xs.ndim();
@@ -193,7 +169,7 @@ bool IndexAdd::infer_output_shapes(const InferCtx& ctx, TensorShape* out) const 
         BRAID_THROW(ShapeError,
                     "{}: value shape {} does not fit input {} and index {}: it needs the input's "
                     "dims, with the index length on axis {}",
-                    describe(), vs.to_string(), xs.to_string(), is.to_string(), m_axis);
+                    describe(), vs.to_string(), xs.to_string(), is.to_string(), m_param.axis);
     out[0] = xs;
     return true;
 }
@@ -202,7 +178,7 @@ void IndexAdd::execute(ExecCtx& ctx) {
     const Tensor &x = ctx.input(0), &idx = ctx.input(1), &value = ctx.input(2);
     Tensor& out = ctx.output(0);
     if (out.shape().is_empty()) return;
-    size_t axis = normalize_axis(m_axis, x.shape().ndim(), describe());
+    size_t axis = normalize_axis(m_param.axis, x.shape().ndim(), describe());
     AxisSplit xs = split_shape(x.shape(), axis, axis + 1);
     size_t m = idx.shape()[0];
     const int32_t* ip = idx.ptr<int32_t>();
@@ -235,25 +211,17 @@ SymbolVar index_add(SymbolVar x, SymbolVar index, SymbolVar value, int axis) {
 
 namespace braid::opr {
 
-static void dump_scatter_add(const OperatorNode& opr, ParamWriter& w) {
-    w.write_int("axis", opr_cast<ScatterAdd>(opr).axis());
-}
-
 static SymbolVarArray load_scatter_add(const OprLoadContext& ctx) {
     ctx.expect_inputs(3, 3);
     // The axis, shapes and dtypes are checked by make().
-    return {ScatterAdd::make(ctx.input(0), ctx.input(1), ctx.input(2),
-                             ctx.params.read_int_as<int>("axis"), ctx.config)};
-}
-
-static void dump_index_add(const OperatorNode& opr, ParamWriter& w) {
-    w.write_int("axis", opr_cast<IndexAdd>(opr).axis());
+    auto p = read_param<ScatterAdd::Param>(ctx.params);
+    return {ScatterAdd::make(ctx.input(0), ctx.input(1), ctx.input(2), p.axis, ctx.config)};
 }
 
 static SymbolVarArray load_index_add(const OprLoadContext& ctx) {
     ctx.expect_inputs(3, 3);
-    return {IndexAdd::make(ctx.input(0), ctx.input(1), ctx.input(2),
-                           ctx.params.read_int_as<int>("axis"), ctx.config)};
+    auto p = read_param<IndexAdd::Param>(ctx.params);
+    return {IndexAdd::make(ctx.input(0), ctx.input(1), ctx.input(2), p.axis, ctx.config)};
 }
 } // namespace braid::opr
 
@@ -263,8 +231,8 @@ namespace braid::opr {
 
 void register_scatter_operators() {
     auto& reg = OperatorRegistry::instance();
-    reg.add("ScatterAdd", "scatter", dump_scatter_add, load_scatter_add);
-    reg.add("IndexAdd", "scatter", dump_index_add, load_index_add);
+    reg.add("ScatterAdd", "scatter", dump_param<ScatterAdd>, load_scatter_add);
+    reg.add("IndexAdd", "scatter", dump_param<IndexAdd>, load_index_add);
 }
 
 } // namespace braid::opr

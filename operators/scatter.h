@@ -13,13 +13,22 @@
 #pragma once
 
 #include "graph/computing_graph.h"
+#include "graph/param_fields.h"
 #include "graph/symbol_var.h"
 
 namespace braid::opr {
 
+//! The params of ScatterAdd.
+struct ScatterAddParam {
+    int axis = 0;
+    static constexpr auto fields() {
+        return std::tuple{param_field("axis", &ScatterAddParam::axis)};
+    }
+};
+
 //! out = x with value scattered along `axis` by index: index and value share one shape, of
 //! x's rank and x's dims on every axis but `axis`.
-class ScatterAdd final : public OperatorNode {
+class ScatterAdd final : public ParamOperator<ScatterAdd, ScatterAddParam> {
 public:
     ScatterAdd(VarNode* x, VarNode* index, VarNode* value, int axis, const OperatorConfig& config);
     //! Inserts the operator; throws ShapeError for a bad axis or index/value shapes that do not
@@ -28,22 +37,22 @@ public:
                           const OperatorConfig& config = {});
 
     const char* type_name() const override { return "ScatterAdd"; }
-    int axis() const { return m_axis; }
-    void hash_params(Hasher& h) const override;
-    bool params_equal(const OperatorNode& rhs) const override;
-    std::string param_string() const override;
+    int axis() const { return m_param.axis; }
     void init_output_dtypes() override;
     bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
     int inplace_input(size_t) const override { return 0; }
     void execute(ExecCtx& ctx) override;
+};
 
-private:
-    int m_axis;
+//! The params of IndexAdd.
+struct IndexAddParam {
+    int axis = 0;
+    static constexpr auto fields() { return std::tuple{param_field("axis", &IndexAddParam::axis)}; }
 };
 
 //! out = x with slice i of value added to slice index[i] of out along `axis`: index is 1-D
 //! int32; value has x's dims except along `axis`, where it has index's length.
-class IndexAdd final : public OperatorNode {
+class IndexAdd final : public ParamOperator<IndexAdd, IndexAddParam> {
 public:
     IndexAdd(VarNode* x, VarNode* index, VarNode* value, int axis, const OperatorConfig& config);
     //! Inserts the operator; throws ShapeError for a bad axis, an index that is not 1-D or a
@@ -53,17 +62,11 @@ public:
                           const OperatorConfig& config = {});
 
     const char* type_name() const override { return "IndexAdd"; }
-    int axis() const { return m_axis; }
-    void hash_params(Hasher& h) const override;
-    bool params_equal(const OperatorNode& rhs) const override;
-    std::string param_string() const override;
+    int axis() const { return m_param.axis; }
     void init_output_dtypes() override;
     bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
     int inplace_input(size_t) const override { return 0; }
     void execute(ExecCtx& ctx) override;
-
-private:
-    int m_axis;
 };
 
 //! x with value scatter-added along `axis` at index (the transpose of gather()).

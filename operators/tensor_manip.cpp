@@ -218,7 +218,7 @@ void Broadcast::execute(ExecCtx& ctx) {
 
 // ---------------------------------------------------------------- TypeCvt
 TypeCvt::TypeCvt(VarNode* x, DType dtype, const OperatorConfig& config)
-    : OperatorNode(config), m_dtype(dtype) {
+    : ParamOperator({dtype}, config) {
     add_input(x);
     add_output();
 }
@@ -227,17 +227,9 @@ SymbolVar TypeCvt::make(SymbolVar x, DType dtype, const OperatorConfig& config) 
     return x.graph().insert_opr(std::make_unique<TypeCvt>(x.node(), dtype, config))->output(0);
 }
 
-void TypeCvt::hash_params(Hasher& h) const {
-    h.add_pod(m_dtype.enumv());
-}
-
-bool TypeCvt::params_equal(const OperatorNode& rhs) const {
-    return static_cast<const TypeCvt&>(rhs).m_dtype == m_dtype;
-}
-
 void TypeCvt::init_output_dtypes() {
-    if (!m_dtype.valid()) BRAID_THROW(DTypeError, "{}: target dtype is invalid", describe());
-    output(0)->set_dtype(m_dtype);
+    if (!m_param.dtype.valid()) BRAID_THROW(DTypeError, "{}: target dtype is invalid", describe());
+    output(0)->set_dtype(m_param.dtype);
 }
 
 bool TypeCvt::infer_output_shapes(const InferCtx& ctx, TensorShape* out) const {
@@ -249,9 +241,10 @@ bool TypeCvt::infer_output_shapes(const InferCtx& ctx, TensorShape* out) const {
 void TypeCvt::execute(ExecCtx& ctx) {
     const Tensor& x = ctx.input(0);
     Tensor& y = ctx.output(0);
-    size_t xs = x.dtype().size(), ys = m_dtype.size();
+    size_t xs = x.dtype().size(), ys = m_param.dtype.size();
     parallel_range(x.shape().total_nr_elems(), 2, [&](size_t b, size_t e) {
-        convert_elements(x.dtype(), x.raw_ptr() + b * xs, m_dtype, y.raw_ptr() + b * ys, e - b);
+        convert_elements(x.dtype(), x.raw_ptr() + b * xs, m_param.dtype, y.raw_ptr() + b * ys,
+                         e - b);
     });
 }
 
@@ -513,13 +506,9 @@ static SymbolVarArray load_broadcast(const OprLoadContext& ctx) {
     return {Broadcast::make(ctx.input(0), ctx.params.read_shape("target"), ctx.config)};
 }
 
-static void dump_type_cvt(const OperatorNode& opr, ParamWriter& w) {
-    w.write_dtype("dtype", opr_cast<TypeCvt>(opr).target_dtype());
-}
-
 static SymbolVarArray load_type_cvt(const OprLoadContext& ctx) {
     ctx.expect_inputs(1, 1);
-    return {TypeCvt::make(ctx.input(0), ctx.params.read_dtype("dtype"), ctx.config)};
+    return {TypeCvt::make(ctx.input(0), read_param<TypeCvt::Param>(ctx.params).dtype, ctx.config)};
 }
 
 static void dump_dimshuffle(const OperatorNode& opr, ParamWriter& w) {
@@ -588,7 +577,7 @@ void register_tensor_manip_operators() {
     reg.add("Reshape", "tensor_manip", dump_reshape, load_reshape);
     reg.add("GetVarShape", "tensor_manip", dump_get_var_shape, load_get_var_shape);
     reg.add("Broadcast", "tensor_manip", dump_broadcast, load_broadcast);
-    reg.add("TypeCvt", "tensor_manip", dump_type_cvt, load_type_cvt);
+    reg.add("TypeCvt", "tensor_manip", dump_param<TypeCvt>, load_type_cvt);
     reg.add("Dimshuffle", "tensor_manip", dump_dimshuffle, load_dimshuffle);
     reg.add("AxisAddRemove", "tensor_manip", dump_axis_add_remove, load_axis_add_remove);
     register_tensor_manip_grad();

@@ -8,6 +8,7 @@
 #pragma once
 
 #include "graph/computing_graph.h"
+#include "graph/param_fields.h"
 #include "graph/symbol_var.h"
 
 namespace braid::opr {
@@ -77,23 +78,25 @@ private:
     bool m_from_var;
 };
 
+//! The params of TypeCvt.
+struct TypeCvtParam {
+    DType dtype = dtype::Float32();
+    static constexpr auto fields() {
+        return std::tuple{param_field("dtype", &TypeCvtParam::dtype)};
+    }
+};
+
 //! Element type conversion (float16/bfloat16 round to nearest even; float to int truncates).
-class TypeCvt final : public OperatorNode {
+class TypeCvt final : public ParamOperator<TypeCvt, TypeCvtParam> {
 public:
     TypeCvt(VarNode* x, DType dtype, const OperatorConfig& config);
     static SymbolVar make(SymbolVar x, DType dtype, const OperatorConfig& config = {});
 
     const char* type_name() const override { return "TypeCvt"; }
-    void hash_params(Hasher& h) const override;
-    bool params_equal(const OperatorNode& rhs) const override;
-    std::string param_string() const override { return m_dtype.name(); }
     void init_output_dtypes() override;
     bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
     void execute(ExecCtx& ctx) override;
-    DType target_dtype() const { return m_dtype; }
-
-private:
-    DType m_dtype;
+    DType target_dtype() const { return m_param.dtype; }
 };
 
 //! Permutes axes and inserts unit axes: output dim i is input dim pattern[i], or a new axis of
