@@ -14,7 +14,7 @@
 namespace braid::opr {
 
 Conv2d::Conv2d(VarNode* x, VarNode* w, Param param, const OperatorConfig& config)
-    : OperatorNode(config), m_param(param) {
+    : ParamOperator(param, config) {
     add_input(x);
     add_input(w);
     add_output();
@@ -28,21 +28,6 @@ SymbolVar Conv2d::make(SymbolVar x, SymbolVar w, Param param, const OperatorConf
 
 SymbolVar conv2d(SymbolVar x, SymbolVar w, int stride, int padding, int dilation, int groups) {
     return Conv2d::make(x, w, {stride, stride, padding, padding, dilation, dilation, groups});
-}
-
-void Conv2d::hash_params(Hasher& h) const {
-    h.add_pod(m_param);
-}
-
-bool Conv2d::params_equal(const OperatorNode& rhs) const {
-    auto& o = static_cast<const Conv2d&>(rhs).m_param;
-    return std::memcmp(&o, &m_param, sizeof(Param)) == 0;
-}
-
-std::string Conv2d::param_string() const {
-    const auto& p = m_param;
-    return fmt::format("stride={}x{},pad={}x{},dilation={}x{},groups={}", p.stride_h, p.stride_w,
-                       p.pad_h, p.pad_w, p.dilation_h, p.dilation_w, p.groups);
 }
 
 void Conv2d::init_output_dtypes() {
@@ -242,25 +227,11 @@ void Conv2d::execute(ExecCtx& ctx) {
 namespace braid::opr {
 
 void write_conv2d_param(ParamWriter& w, const Conv2dParam& p) {
-    w.write_int("stride_h", p.stride_h);
-    w.write_int("stride_w", p.stride_w);
-    w.write_int("pad_h", p.pad_h);
-    w.write_int("pad_w", p.pad_w);
-    w.write_int("dilation_h", p.dilation_h);
-    w.write_int("dilation_w", p.dilation_w);
-    w.write_int("groups", p.groups);
+    write_param(w, p);
 }
 
 Conv2dParam read_conv2d_param(const ParamReader& r) {
-    Conv2dParam p;
-    p.stride_h = r.read_int_as<int>("stride_h");
-    p.stride_w = r.read_int_as<int>("stride_w");
-    p.pad_h = r.read_int_as<int>("pad_h");
-    p.pad_w = r.read_int_as<int>("pad_w");
-    p.dilation_h = r.read_int_as<int>("dilation_h");
-    p.dilation_w = r.read_int_as<int>("dilation_w");
-    p.groups = r.read_int_as<int>("groups");
-    return p;
+    return read_param<Conv2dParam>(r);
 }
 
 static void dump_conv2d(const OperatorNode& opr, ParamWriter& w) {

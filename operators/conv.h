@@ -11,6 +11,7 @@
 #pragma once
 
 #include "graph/computing_graph.h"
+#include "graph/param_fields.h"
 #include "graph/symbol_var.h"
 
 namespace braid::opr {
@@ -22,12 +23,19 @@ struct Conv2dParam {
     int pad_h = 0, pad_w = 0;
     int dilation_h = 1, dilation_w = 1;
     int groups = 1;
+    static constexpr auto fields() {
+        using P = Conv2dParam;
+        return std::tuple{
+            param_field("stride_h", &P::stride_h),     param_field("stride_w", &P::stride_w),
+            param_field("pad_h", &P::pad_h),           param_field("pad_w", &P::pad_w),
+            param_field("dilation_h", &P::dilation_h), param_field("dilation_w", &P::dilation_w),
+            param_field("groups", &P::groups)};
+    }
 };
 
 //! y = conv2d(x, w) for NCHW x and OIHW w; see the file comment for the shape rule.
-class Conv2d final : public OperatorNode {
+class Conv2d final : public ParamOperator<Conv2d, Conv2dParam> {
 public:
-    using Param = Conv2dParam;
     Conv2d(VarNode* x, VarNode* w, Param param, const OperatorConfig& config);
     //! Throws ValueError for bad params, DTypeError unless x and w share a float dtype, and
     //! ShapeError for inputs that are not 4-D, channel counts that disagree with the weight
@@ -36,16 +44,9 @@ public:
                           const OperatorConfig& config = {});
 
     const char* type_name() const override { return "Conv2d"; }
-    const Param& param() const { return m_param; }
-    void hash_params(Hasher& h) const override;
-    bool params_equal(const OperatorNode& rhs) const override;
-    std::string param_string() const override;
     void init_output_dtypes() override;
     bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
     void execute(ExecCtx& ctx) override;
-
-private:
-    Param m_param;
 };
 
 //! conv2d with the same stride, padding and dilation along both spatial dims.

@@ -277,7 +277,7 @@ size_t elem_mode_arity(ElemMode mode) {
 }
 
 Elemwise::Elemwise(ElemMode mode, const VarNodeArray& inputs, const OperatorConfig& config)
-    : OperatorNode(config), m_mode(mode) {
+    : ParamOperator({mode}, config) {
     if (inputs.size() != elem_mode_arity(mode))
         BRAID_THROW(GraphError, "Elemwise({}): takes {} inputs, got {}", elem_mode_name(mode),
                     elem_mode_arity(mode), inputs.size());
@@ -294,17 +294,9 @@ SymbolVar Elemwise::make(ElemMode mode, const SymbolVarArray& inputs,
     return inputs[0].graph().insert_opr(std::make_unique<Elemwise>(mode, in, config))->output(0);
 }
 
-void Elemwise::hash_params(Hasher& h) const {
-    h.add_pod(m_mode);
-}
-
-bool Elemwise::params_equal(const OperatorNode& rhs) const {
-    return static_cast<const Elemwise&>(rhs).m_mode == m_mode;
-}
-
 void Elemwise::init_output_dtypes() {
-    auto traits = mode_traits(m_mode);
-    if (m_mode == ElemMode::WHERE) {
+    auto traits = mode_traits(m_param.mode);
+    if (m_param.mode == ElemMode::WHERE) {
         if (input(0)->dtype() != dtype::Bool())
             BRAID_THROW(DTypeError, "{}: the condition \"{}\" must be bool, got {}", describe(),
                         input(0)->name(), input(0)->dtype().name());
@@ -357,7 +349,7 @@ int Elemwise::inplace_input(size_t) const {
     // Input 0 qualifies when it has the output's shape; the planner checks it. WHERE's input 0
     // is the bool condition, so its candidate is the first branch. A comparison's bool output
     // cannot take over a wider input's memory.
-    if (m_mode == ElemMode::WHERE) return 1;
+    if (m_param.mode == ElemMode::WHERE) return 1;
     if (output(0)->dtype() != input(0)->dtype()) return -1;
     return 0;
 }
@@ -373,16 +365,16 @@ void Elemwise::execute(ExecCtx& ctx) {
         in[k] = &ctx.input(k);
         r.base[k] = in[k]->raw_ptr();
         r.in_dt[k] = in[k]->dtype();
-        r.convert_in[k] = m_mode != ElemMode::WHERE && is_half(r.in_dt[k]);
+        r.convert_in[k] = m_param.mode != ElemMode::WHERE && is_half(r.in_dt[k]);
     }
-    DType compute = m_mode == ElemMode::WHERE ? r.in_dt[1] : r.in_dt[0];
+    DType compute = m_param.mode == ElemMode::WHERE ? r.in_dt[1] : r.in_dt[0];
     if (r.convert_in[0]) compute = dtype::Float32();
-    r.kernel = find_elem_kernel(m_mode, compute.enumv());
+    r.kernel = find_elem_kernel(m_param.mode, compute.enumv());
     BRAID_ASSERT(r.kernel, "{}: no kernel for dtype {}", describe(), compute.name());
     r.out = out.raw_ptr();
     r.out_dt = out.dtype();
-    r.convert_out = m_mode != ElemMode::WHERE && is_half(r.out_dt);
-    size_t cost = (mode_traits(m_mode).flags & COSTLY) ? 8 : 1;
+    r.convert_out = m_param.mode != ElemMode::WHERE && is_half(r.out_dt);
+    size_t cost = (mode_traits(m_param.mode).flags & COSTLY) ? 8 : 1;
     bool small = n * cost < PARALLEL_MIN_ELEMS;
 
     // Fast path for small outputs whose inputs are all full-size or single elements: no
@@ -529,12 +521,8 @@ SymbolVar operator/(double a, SymbolVar b) {
 
 namespace braid::opr {
 
-static void dump_elemwise(const OperatorNode& opr, ParamWriter& w) {
-    w.write_string("mode", elem_mode_name(opr_cast<Elemwise>(opr).mode()));
-}
-
 static SymbolVarArray load_elemwise(const OprLoadContext& ctx) {
-    auto mode = ctx.params.read_enum<ElemMode>("mode", elem_mode_name);
+    auto mode = read_param<Elemwise::Param>(ctx.params).mode;
     size_t arity = elem_mode_arity(mode);
     ctx.expect_inputs(arity, arity);
     return {Elemwise::make(mode, ctx.inputs, ctx.config)};
@@ -554,7 +542,7 @@ void register_elemwise_kernels();
 
 void register_elemwise_operators() {
     auto& reg = OperatorRegistry::instance();
-    reg.add("Elemwise", "elemwise", dump_elemwise, load_elemwise);
+    reg.add("Elemwise", "elemwise", dump_param<Elemwise>, load_elemwise);
     register_elemwise_grad();
 #if BRAID_WITH_CUDA
     cuda::register_elemwise_kernels(); // operators/cuda/elemwise.cpp

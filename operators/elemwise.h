@@ -13,6 +13,7 @@
 #pragma once
 
 #include "graph/computing_graph.h"
+#include "graph/param_fields.h"
 #include "graph/symbol_var.h"
 
 namespace braid::opr {
@@ -72,8 +73,16 @@ const char* elem_mode_name(ElemMode mode);
 //! Number of inputs a mode takes.
 size_t elem_mode_arity(ElemMode mode);
 
+//! The params of Elemwise.
+struct ElemwiseParam {
+    ElemMode mode = ElemMode::NEG;
+    static constexpr auto fields() {
+        return std::tuple{param_field("mode", &ElemwiseParam::mode, elem_mode_name)};
+    }
+};
+
 //! Applies one ElemMode elementwise over its broadcast inputs.
-class Elemwise final : public OperatorNode {
+class Elemwise final : public ParamOperator<Elemwise, ElemwiseParam> {
 public:
     Elemwise(ElemMode mode, const VarNodeArray& inputs, const OperatorConfig& config);
     //! Inserts the operator; throws GraphError for a wrong input count, DTypeError for a
@@ -82,17 +91,11 @@ public:
                           const OperatorConfig& config = {});
 
     const char* type_name() const override { return "Elemwise"; }
-    ElemMode mode() const { return m_mode; }
-    void hash_params(Hasher& h) const override;
-    bool params_equal(const OperatorNode& rhs) const override;
-    std::string param_string() const override { return elem_mode_name(m_mode); }
+    ElemMode mode() const { return m_param.mode; }
     void init_output_dtypes() override;
     bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
     int inplace_input(size_t) const override;
     void execute(ExecCtx& ctx) override;
-
-private:
-    ElemMode m_mode;
 };
 
 //! a + b.
