@@ -26,6 +26,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+#include <limits>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -80,6 +82,14 @@ template <typename T> void hash_value(Hasher& h, const T& v) {
     } else {
         h.add_pod(v);
     }
+}
+
+//! A stored float as member type T; a finite value outside T's range is an error.
+template <typename T> T checked_float(const ParamReader& r, const char* name) {
+    double v = r.read_float(name);
+    if (std::isfinite(v) && std::abs(v) > double(std::numeric_limits<T>::max()))
+        r.throw_bad_value(name, fmt::format("{}", v));
+    return T(v);
 }
 
 template <typename T> std::string value_text(const T& v) {
@@ -174,7 +184,7 @@ template <typename P> P read_param(const ParamReader& r) {
         } else if constexpr (std::is_integral_v<T>) {
             v = r.read_int_as<T>(f.name);
         } else if constexpr (std::is_floating_point_v<T>) {
-            v = T(r.read_float(f.name));
+            v = param_detail::checked_float<T>(r, f.name);
         } else if constexpr (std::is_same_v<T, std::string>) {
             v = r.read_string(f.name);
         } else if constexpr (std::is_same_v<T, DType>) {
@@ -182,7 +192,7 @@ template <typename P> P read_param(const ParamReader& r) {
         } else if constexpr (std::is_same_v<T, TensorShape>) {
             v = r.read_shape(f.name);
         } else if constexpr (param_detail::IsOptional<T>::value) {
-            if (r.has(f.name)) v = typename T::value_type(r.read_float(f.name));
+            if (r.has(f.name)) v = param_detail::checked_float<typename T::value_type>(r, f.name);
         } else {
             static_assert(param_detail::IsVector<T>::value, "unsupported param field type");
             v = r.read_int_list<typename T::value_type>(f.name);

@@ -15,7 +15,7 @@
 namespace braid::opr {
 
 Attention::Attention(VarNode* q, VarNode* k, VarNode* v, Param param, const OperatorConfig& config)
-    : OperatorNode(config), m_param(param) {
+    : ParamOperator(param, config) {
     add_input(q);
     add_input(k);
     add_input(v);
@@ -33,24 +33,6 @@ SymbolVarArray Attention::make(SymbolVar q, SymbolVar k, SymbolVar v, Param para
 SymbolVarArray scaled_dot_product_attention(SymbolVar q, SymbolVar k, SymbolVar v, bool causal,
                                             std::optional<float> scale) {
     return Attention::make(q, k, v, {causal, scale});
-}
-
-void Attention::hash_params(Hasher& h) const {
-    h.add_pod(m_param.causal).add_pod(m_param.scale.has_value());
-    if (m_param.scale) h.add_pod(*m_param.scale);
-}
-
-bool Attention::params_equal(const OperatorNode& rhs) const {
-    const auto& o = static_cast<const Attention&>(rhs).m_param;
-    if (o.causal != m_param.causal || o.scale.has_value() != m_param.scale.has_value())
-        return false;
-    return !o.scale || std::memcmp(&*o.scale, &*m_param.scale, sizeof(float)) == 0;
-}
-
-std::string Attention::param_string() const {
-    std::string s = m_param.causal ? "causal" : "full";
-    if (m_param.scale) s += fmt::format(",scale={}", *m_param.scale);
-    return s;
 }
 
 void Attention::init_output_dtypes() {
@@ -213,24 +195,10 @@ void Attention::execute(ExecCtx& ctx) {
 
 namespace braid::opr {
 
-static void dump_attention(const OperatorNode& opr, ParamWriter& w) {
-    auto& p = opr_cast<Attention>(opr).param();
-    w.write_bool("causal", p.causal);
-    if (p.scale) w.write_float("scale", *p.scale); // absent: 1 / sqrt(D)
-}
-
 static SymbolVarArray load_attention(const OprLoadContext& ctx) {
     ctx.expect_inputs(3, 3);
-    Attention::Param p;
-    p.causal = ctx.params.read_bool("causal");
-    if (ctx.params.has("scale")) {
-        double scale = ctx.params.read_float("scale");
-        if (!(std::abs(scale) <= std::numeric_limits<float>::max()))
-            BRAID_THROW(SerializationError,
-                        "{}: param \"scale\" is {}; expected a finite float32 value",
-                        ctx.params.context(), scale);
-        p.scale = float(scale);
-    }
+    // make() refuses a non-finite scale.
+    auto p = read_param<Attention::Param>(ctx.params);
     return Attention::make(ctx.input(0), ctx.input(1), ctx.input(2), p, ctx.config);
 }
 
@@ -248,7 +216,7 @@ void register_attention_kernels();
 
 void register_attention_operators() {
     auto& reg = OperatorRegistry::instance();
-    reg.add("Attention", "attention", dump_attention, load_attention);
+    reg.add("Attention", "attention", dump_param<Attention>, load_attention);
     register_attention_grad();
 #if BRAID_WITH_CUDA
     cuda::register_attention_kernels(); // operators/cuda/attention.cpp

@@ -22,6 +22,7 @@
 #pragma once
 
 #include "graph/computing_graph.h"
+#include "graph/param_fields.h"
 #include "graph/symbol_var.h"
 
 #include <optional>
@@ -33,12 +34,15 @@ struct AttentionParam {
     bool causal = false;
     //! Multiplies the scores; unset means 1 / sqrt(D). Must be finite.
     std::optional<float> scale;
+    static constexpr auto fields() {
+        return std::tuple{param_field("causal", &AttentionParam::causal),
+                          param_field("scale", &AttentionParam::scale)};
+    }
 };
 
 //! Scaled dot-product attention; outputs (out, lse). See the file comment for the maths.
-class Attention final : public OperatorNode {
+class Attention final : public ParamOperator<Attention, AttentionParam> {
 public:
-    using Param = AttentionParam;
     Attention(VarNode* q, VarNode* k, VarNode* v, Param param, const OperatorConfig& config);
     //! Returns {out, lse}. Throws ValueError for a non-finite scale, DTypeError unless q, k and
     //! v share a float dtype, and ShapeError (naming the shapes) for inputs that are not 4-D or
@@ -47,16 +51,9 @@ public:
                                const OperatorConfig& config = {});
 
     const char* type_name() const override { return "Attention"; }
-    const Param& param() const { return m_param; }
-    void hash_params(Hasher& h) const override;
-    bool params_equal(const OperatorNode& rhs) const override;
-    std::string param_string() const override;
     void init_output_dtypes() override;
     bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
     void execute(ExecCtx& ctx) override;
-
-private:
-    Param m_param;
 };
 
 //! {out, lse} = attention(q, k, v) with optional causal mask and scale (default 1/sqrt(D)).

@@ -126,7 +126,7 @@ SymbolVar ones_like(SymbolVar x) {
 
 // ---------------------------------------------------------------- Arange
 Arange::Arange(double start, double stop, double step, DType dtype, const OperatorConfig& config)
-    : OperatorNode(config), m_start(start), m_stop(stop), m_step(step), m_dtype(dtype) {
+    : ParamOperator({start, stop, step, dtype}, config) {
     if (step == 0 || !std::isfinite(step) || !std::isfinite(start) || !std::isfinite(stop))
         BRAID_THROW(ValueError,
                     "Arange: start {}, stop {}, step {}: the bounds must be finite and the step "
@@ -140,33 +140,20 @@ SymbolVar Arange::make(ComputingGraph& graph, double start, double stop, double 
     return graph.insert_opr(std::make_unique<Arange>(start, stop, step, dtype, config))->output(0);
 }
 
-void Arange::hash_params(Hasher& h) const {
-    h.add_pod(m_start).add_pod(m_stop).add_pod(m_step).add_pod(m_dtype.enumv());
-}
-
-bool Arange::params_equal(const OperatorNode& rhs) const {
-    auto& o = static_cast<const Arange&>(rhs);
-    return o.m_start == m_start && o.m_stop == m_stop && o.m_step == m_step && o.m_dtype == m_dtype;
-}
-
-std::string Arange::param_string() const {
-    return fmt::format("{}:{}:{} {}", m_start, m_stop, m_step, m_dtype.name());
-}
-
 void Arange::init_output_dtypes() {
-    if (!m_dtype.valid() || m_dtype == dtype::Bool())
+    if (!m_param.dtype.valid() || m_param.dtype == dtype::Bool())
         BRAID_THROW(DTypeError, "{}: dtype {} is not supported; expected a float or integer type",
-                    describe(), m_dtype.name());
-    output(0)->set_dtype(m_dtype);
+                    describe(), m_param.dtype.name());
+    output(0)->set_dtype(m_param.dtype);
 }
 
 bool Arange::infer_output_shapes(const InferCtx&, TensorShape* out) const {
-    double len = std::ceil((m_stop - m_start) / m_step);
+    double len = std::ceil((m_param.stop - m_param.start) / m_param.step);
     // Also refuses an infinite length (bounds whose difference overflows a double).
     constexpr double MAX_LEN = double(uint64_t(1) << 48);
     if (len > MAX_LEN)
-        BRAID_THROW(ShapeError, "{}: {}:{}:{} has {} elements, more than 2^48", describe(), m_start,
-                    m_stop, m_step, len);
+        BRAID_THROW(ShapeError, "{}: {}:{}:{} has {} elements, more than 2^48", describe(),
+                    m_param.start, m_param.stop, m_param.step, len);
     out[0] = TensorShape{len > 0 ? size_t(len) : size_t(0)};
     return true;
 }
@@ -176,10 +163,10 @@ void Arange::execute(ExecCtx& ctx) {
     size_t n = y.shape().total_nr_elems();
     if (y.dtype() == dtype::Float32()) {
         float* p = y.ptr<float>();
-        for (size_t i = 0; i < n; ++i) p[i] = float(m_start + double(i) * m_step);
+        for (size_t i = 0; i < n; ++i) p[i] = float(m_param.start + double(i) * m_param.step);
     } else {
         for (size_t i = 0; i < n; ++i)
-            store_from_double(y.dtype(), y.raw_ptr(), i, m_start + double(i) * m_step);
+            store_from_double(y.dtype(), y.raw_ptr(), i, m_param.start + double(i) * m_param.step);
     }
 }
 
@@ -209,25 +196,16 @@ static SymbolVarArray load_fill(const OprLoadContext& ctx) {
     return {Fill::make(ctx.graph, ctx.params.read_shape("shape"), value, dtype, ctx.config)};
 }
 
-static void dump_arange(const OperatorNode& opr, ParamWriter& w) {
-    auto& a = opr_cast<Arange>(opr);
-    w.write_float("start", a.start());
-    w.write_float("stop", a.stop());
-    w.write_float("step", a.step());
-    w.write_dtype("dtype", a.dtype());
-}
-
 static SymbolVarArray load_arange(const OprLoadContext& ctx) {
     ctx.expect_inputs(0, 0);
-    const auto& r = ctx.params;
-    double start = r.read_float("start"), stop = r.read_float("stop"), step = r.read_float("step");
-    if (!std::isfinite(start) || !std::isfinite(stop) || !std::isfinite(step) || step == 0)
+    auto p = read_param<Arange::Param>(ctx.params);
+    if (!std::isfinite(p.start) || !std::isfinite(p.stop) || !std::isfinite(p.step) || p.step == 0)
         BRAID_THROW(SerializationError,
                     "{}: params start {}, stop {}, step {}: the bounds must be finite and the "
                     "step finite and nonzero",
-                    r.context(), start, stop, step);
+                    ctx.params.context(), p.start, p.stop, p.step);
     // make() refuses more than 2^48 elements (ShapeError).
-    return {Arange::make(ctx.graph, start, stop, step, r.read_dtype("dtype"), ctx.config)};
+    return {Arange::make(ctx.graph, p.start, p.stop, p.step, p.dtype, ctx.config)};
 }
 
 } // namespace braid::opr
@@ -245,7 +223,7 @@ void register_fill_kernels();
 void register_fill_operators() {
     auto& reg = OperatorRegistry::instance();
     reg.add("Fill", "fill", dump_fill, load_fill);
-    reg.add("Arange", "fill", dump_arange, load_arange);
+    reg.add("Arange", "fill", dump_param<Arange>, load_arange);
     register_fill_grad();
 #if BRAID_WITH_CUDA
     cuda::register_fill_kernels(); // operators/cuda/fill.cpp

@@ -8,6 +8,7 @@
 #pragma once
 
 #include "graph/computing_graph.h"
+#include "graph/param_fields.h"
 #include "graph/symbol_var.h"
 
 namespace braid::opr {
@@ -45,9 +46,20 @@ private:
     DType m_dtype;
 };
 
+//! The params of Arange.
+struct ArangeParam {
+    double start = 0, stop = 0, step = 1;
+    DType dtype = dtype::Float32();
+    static constexpr auto fields() {
+        return std::tuple{
+            param_field("start", &ArangeParam::start), param_field("stop", &ArangeParam::stop),
+            param_field("step", &ArangeParam::step), param_field("dtype", &ArangeParam::dtype)};
+    }
+};
+
 //! The 1-D sequence start, start + step, ... (values < stop for step > 0, > stop for step
 //! < 0), computed in double and stored in `dtype` (float or integer).
-class Arange final : public OperatorNode {
+class Arange final : public ParamOperator<Arange, ArangeParam> {
 public:
     Arange(double start, double stop, double step, DType dtype, const OperatorConfig& config);
     //! Inserts the operator; throws ValueError for a zero or non-finite step or bounds,
@@ -56,20 +68,13 @@ public:
                           DType dtype = dtype::Float32(), const OperatorConfig& config = {});
 
     const char* type_name() const override { return "Arange"; }
-    double start() const { return m_start; }
-    double stop() const { return m_stop; }
-    double step() const { return m_step; }
-    DType dtype() const { return m_dtype; }
-    void hash_params(Hasher& h) const override;
-    bool params_equal(const OperatorNode& rhs) const override;
-    std::string param_string() const override;
+    double start() const { return m_param.start; }
+    double stop() const { return m_param.stop; }
+    double step() const { return m_param.step; }
+    DType dtype() const { return m_param.dtype; }
     void init_output_dtypes() override;
     bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
     void execute(ExecCtx& ctx) override;
-
-private:
-    double m_start, m_stop, m_step;
-    DType m_dtype;
 };
 
 //! A tensor of `shape` filled with `value`.

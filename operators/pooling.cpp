@@ -24,7 +24,7 @@ const char* pool_mode_name(PoolMode mode) {
 }
 
 Pooling::Pooling(VarNode* x, Param param, const OperatorConfig& config)
-    : OperatorNode(config), m_param(param) {
+    : ParamOperator(param, config) {
     add_input(x);
     add_output();
 }
@@ -48,29 +48,6 @@ SymbolVar avg_pool2d(SymbolVar x, int window) {
 SymbolVar avg_pool2d(SymbolVar x, int window, int stride, int padding, bool count_include_pad) {
     return Pooling::make(x, {PoolMode::AVERAGE, window, window, stride, stride, padding, padding,
                              count_include_pad});
-}
-
-void hash_pooling_param(Hasher& h, const PoolingParam& p) {
-    h.add_pod(p.mode).add_pod(p.window_h).add_pod(p.window_w).add_pod(p.stride_h);
-    h.add_pod(p.stride_w).add_pod(p.pad_h).add_pod(p.pad_w).add_pod(p.count_include_pad);
-}
-
-std::string pooling_param_string(const PoolingParam& p) {
-    return fmt::format("{},window={}x{},stride={}x{},pad={}x{}{}", pool_mode_name(p.mode),
-                       p.window_h, p.window_w, p.stride_h, p.stride_w, p.pad_h, p.pad_w,
-                       p.mode == PoolMode::AVERAGE && !p.count_include_pad ? ",exclude_pad" : "");
-}
-
-void Pooling::hash_params(Hasher& h) const {
-    hash_pooling_param(h, m_param);
-}
-
-bool Pooling::params_equal(const OperatorNode& rhs) const {
-    return m_param == static_cast<const Pooling&>(rhs).m_param;
-}
-
-std::string Pooling::param_string() const {
-    return pooling_param_string(m_param);
 }
 
 void Pooling::init_output_dtypes() {
@@ -195,27 +172,11 @@ void Pooling::execute(ExecCtx& ctx) {
 namespace braid::opr {
 
 void write_pooling_param(ParamWriter& w, const PoolingParam& p) {
-    w.write_string("mode", pool_mode_name(p.mode));
-    w.write_int("window_h", p.window_h);
-    w.write_int("window_w", p.window_w);
-    w.write_int("stride_h", p.stride_h);
-    w.write_int("stride_w", p.stride_w);
-    w.write_int("pad_h", p.pad_h);
-    w.write_int("pad_w", p.pad_w);
-    w.write_bool("count_include_pad", p.count_include_pad);
+    write_param(w, p);
 }
 
 PoolingParam read_pooling_param(const ParamReader& r) {
-    PoolingParam p;
-    p.mode = r.read_enum<PoolMode>("mode", pool_mode_name);
-    p.window_h = r.read_int_as<int>("window_h");
-    p.window_w = r.read_int_as<int>("window_w");
-    p.stride_h = r.read_int_as<int>("stride_h");
-    p.stride_w = r.read_int_as<int>("stride_w");
-    p.pad_h = r.read_int_as<int>("pad_h");
-    p.pad_w = r.read_int_as<int>("pad_w");
-    p.count_include_pad = r.read_bool("count_include_pad");
-    return p;
+    return read_param<PoolingParam>(r);
 }
 
 static void dump_pooling(const OperatorNode& opr, ParamWriter& w) {

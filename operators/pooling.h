@@ -9,6 +9,7 @@
 #pragma once
 
 #include "graph/computing_graph.h"
+#include "graph/param_fields.h"
 #include "graph/symbol_var.h"
 
 namespace braid::opr {
@@ -32,33 +33,31 @@ struct PoolingParam {
     bool count_include_pad = true;
 
     bool operator==(const PoolingParam&) const = default;
+    static constexpr auto fields() {
+        using P = PoolingParam;
+        return std::tuple{param_field("mode", &P::mode, pool_mode_name),
+                          param_field("window_h", &P::window_h),
+                          param_field("window_w", &P::window_w),
+                          param_field("stride_h", &P::stride_h),
+                          param_field("stride_w", &P::stride_w),
+                          param_field("pad_h", &P::pad_h),
+                          param_field("pad_w", &P::pad_w),
+                          param_field("count_include_pad", &P::count_include_pad)};
+    }
 };
 
-//! Feeds every field into `h` (deduplication of Pooling and PoolingBackward).
-void hash_pooling_param(Hasher& h, const PoolingParam& p);
-//! "MAX,window=2x2,stride=2x2,pad=0x0" (plus ",exclude_pad" for such averages).
-std::string pooling_param_string(const PoolingParam& p);
-
 //! Max or average pooling over the spatial dims of an NCHW tensor.
-class Pooling final : public OperatorNode {
+class Pooling final : public ParamOperator<Pooling, PoolingParam> {
 public:
-    using Param = PoolingParam;
     Pooling(VarNode* x, Param param, const OperatorConfig& config);
     //! Throws ValueError for bad params, DTypeError for non-float inputs and ShapeError for an
     //! input that is not 4-D or smaller than the window after padding.
     static SymbolVar make(SymbolVar x, Param param, const OperatorConfig& config = {});
 
     const char* type_name() const override { return "Pooling"; }
-    const Param& param() const { return m_param; }
-    void hash_params(Hasher& h) const override;
-    bool params_equal(const OperatorNode& rhs) const override;
-    std::string param_string() const override;
     void init_output_dtypes() override;
     bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
     void execute(ExecCtx& ctx) override;
-
-private:
-    Param m_param;
 };
 
 //! Max pooling with a square window and stride = window.

@@ -13,7 +13,7 @@
 namespace braid::opr {
 
 PoolingBackward::PoolingBackward(VarNode* x, VarNode* dy, Param param, const OperatorConfig& config)
-    : OperatorNode(config), m_param(param) {
+    : ParamOperator(param, config) {
     add_input(x);
     add_input(dy);
     add_output();
@@ -28,18 +28,6 @@ SymbolVar PoolingBackward::make(SymbolVar x, SymbolVar dy, Param param,
 
 SymbolVar pooling_backward(SymbolVar x, SymbolVar dy, const PoolingParam& param) {
     return PoolingBackward::make(x, dy, param);
-}
-
-void PoolingBackward::hash_params(Hasher& h) const {
-    hash_pooling_param(h, m_param);
-}
-
-bool PoolingBackward::params_equal(const OperatorNode& rhs) const {
-    return m_param == static_cast<const PoolingBackward&>(rhs).m_param;
-}
-
-std::string PoolingBackward::param_string() const {
-    return pooling_param_string(m_param);
 }
 
 void PoolingBackward::init_output_dtypes() {

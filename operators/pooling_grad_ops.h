@@ -9,15 +9,15 @@
 #pragma once
 
 #include "graph/computing_graph.h"
+#include "graph/param_fields.h"
 #include "graph/symbol_var.h"
 #include "operators/pooling.h"
 
 namespace braid::opr {
 
 //! dx from the pooled input x [N, C, H, W] and the output gradient dy [N, C, OH, OW].
-class PoolingBackward final : public OperatorNode {
+class PoolingBackward final : public ParamOperator<PoolingBackward, PoolingParam> {
 public:
-    using Param = PoolingParam;
     PoolingBackward(VarNode* x, VarNode* dy, Param param, const OperatorConfig& config);
     //! Throws ValueError for bad params, DTypeError unless x and dy share a float dtype, and
     //! ShapeError when dy is not the pooling output shape of x.
@@ -25,16 +25,9 @@ public:
                           const OperatorConfig& config = {});
 
     const char* type_name() const override { return "PoolingBackward"; }
-    const Param& param() const { return m_param; }
-    void hash_params(Hasher& h) const override;
-    bool params_equal(const OperatorNode& rhs) const override;
-    std::string param_string() const override;
     void init_output_dtypes() override;
     bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
     void execute(ExecCtx& ctx) override;
-
-private:
-    Param m_param;
 };
 
 //! The input gradient of a pooling of x with `param`, given the output gradient dy.

@@ -262,7 +262,7 @@ bool keeps_axis_order(const std::vector<int>& pattern) {
 } // namespace
 
 Dimshuffle::Dimshuffle(VarNode* x, std::vector<int> pattern, const OperatorConfig& config)
-    : OperatorNode(config), m_pattern(std::move(pattern)), m_is_view(keeps_axis_order(m_pattern)) {
+    : ParamOperator({std::move(pattern)}, config), m_is_view(keeps_axis_order(m_param.pattern)) {
     add_input(x);
     add_output();
 }
@@ -271,18 +271,6 @@ SymbolVar Dimshuffle::make(SymbolVar x, std::vector<int> pattern, const Operator
     return x.graph()
         .insert_opr(std::make_unique<Dimshuffle>(x.node(), std::move(pattern), config))
         ->output(0);
-}
-
-void Dimshuffle::hash_params(Hasher& h) const {
-    for (int p : m_pattern) h.add_pod(p);
-}
-
-bool Dimshuffle::params_equal(const OperatorNode& rhs) const {
-    return static_cast<const Dimshuffle&>(rhs).m_pattern == m_pattern;
-}
-
-std::string Dimshuffle::param_string() const {
-    return dims_to_string(std::vector<long>(m_pattern.begin(), m_pattern.end()));
 }
 
 TensorLayout Dimshuffle::view_layout(const TensorLayout& x) const {
@@ -294,9 +282,9 @@ TensorLayout Dimshuffle::view_layout(const TensorLayout& x) const {
     };
     TensorLayout res;
     res.dtype = x.dtype;
-    res.set_ndim(m_pattern.size());
-    for (size_t i = 0; i < m_pattern.size(); ++i) {
-        int p = m_pattern[i];
+    res.set_ndim(m_param.pattern.size());
+    for (size_t i = 0; i < m_param.pattern.size(); ++i) {
+        int p = m_param.pattern[i];
         if (p == -1) {
             res[i] = 1;
             res.stride[i] = 0;
@@ -511,10 +499,6 @@ static SymbolVarArray load_type_cvt(const OprLoadContext& ctx) {
     return {TypeCvt::make(ctx.input(0), read_param<TypeCvt::Param>(ctx.params).dtype, ctx.config)};
 }
 
-static void dump_dimshuffle(const OperatorNode& opr, ParamWriter& w) {
-    w.write_int_list("pattern", opr_cast<Dimshuffle>(opr).pattern());
-}
-
 static SymbolVarArray load_dimshuffle(const OprLoadContext& ctx) {
     ctx.expect_inputs(1, 1);
     auto pattern = ctx.params.read_int_list<int>("pattern");
@@ -578,7 +562,7 @@ void register_tensor_manip_operators() {
     reg.add("GetVarShape", "tensor_manip", dump_get_var_shape, load_get_var_shape);
     reg.add("Broadcast", "tensor_manip", dump_broadcast, load_broadcast);
     reg.add("TypeCvt", "tensor_manip", dump_param<TypeCvt>, load_type_cvt);
-    reg.add("Dimshuffle", "tensor_manip", dump_dimshuffle, load_dimshuffle);
+    reg.add("Dimshuffle", "tensor_manip", dump_param<Dimshuffle>, load_dimshuffle);
     reg.add("AxisAddRemove", "tensor_manip", dump_axis_add_remove, load_axis_add_remove);
     register_tensor_manip_grad();
 #if BRAID_WITH_CUDA

@@ -99,19 +99,24 @@ public:
     DType target_dtype() const { return m_param.dtype; }
 };
 
+//! The params of Dimshuffle.
+struct DimshuffleParam {
+    std::vector<int> pattern; //!< input axis of each output dim; -1 for a new unit axis
+    static constexpr auto fields() {
+        return std::tuple{param_field("pattern", &DimshuffleParam::pattern)};
+    }
+};
+
 //! Permutes axes and inserts unit axes: output dim i is input dim pattern[i], or a new axis of
 //! size 1 where pattern[i] is -1. Every input axis appears exactly once.
-class Dimshuffle final : public OperatorNode {
+class Dimshuffle final : public ParamOperator<Dimshuffle, DimshuffleParam> {
 public:
     Dimshuffle(VarNode* x, std::vector<int> pattern, const OperatorConfig& config);
     //! Inserts the operator; throws ShapeError for a pattern that misses or repeats an axis.
     static SymbolVar make(SymbolVar x, std::vector<int> pattern, const OperatorConfig& config = {});
 
     const char* type_name() const override { return "Dimshuffle"; }
-    const std::vector<int>& pattern() const { return m_pattern; }
-    void hash_params(Hasher& h) const override;
-    bool params_equal(const OperatorNode& rhs) const override;
-    std::string param_string() const override;
+    const std::vector<int>& pattern() const { return m_param.pattern; }
     bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
     //! A view when the input axes keep their order, else a contiguous copy.
     OutputMem output_mem(size_t) const override {
@@ -123,7 +128,6 @@ public:
 private:
     //! The output layout as a view of `x`; throws ShapeError for a bad pattern.
     TensorLayout view_layout(const TensorLayout& x) const;
-    std::vector<int> m_pattern;
     bool m_is_view;
 };
 

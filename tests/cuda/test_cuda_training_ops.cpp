@@ -68,8 +68,7 @@ const std::pair<opr::PoolMode, bool> kPoolModes[] = {
     {opr::PoolMode::MAX, true}, {opr::PoolMode::AVERAGE, true}, {opr::PoolMode::AVERAGE, false}};
 
 std::string pool_name(const char* what, const PoolCase& pc, const opr::PoolingParam& p, DType dt) {
-    return std::string(what) + " " + dt.name() + " " + pc.x.to_string() + " " +
-           opr::pooling_param_string(p);
+    return std::string(what) + " " + dt.name() + " " + pc.x.to_string() + " " + describe_param(p);
 }
 
 } // namespace
@@ -327,7 +326,7 @@ TEST(CudaTraining, ConvNetGradientsMatchCpu) {
     BRAID_REQUIRE_CUDA();
     for (auto [mode, include_pad] : kPoolModes) {
         opr::PoolingParam pool{mode, 3, 3, 2, 2, 1, 1, include_pad};
-        std::string name = std::string("conv net gradients, ") + opr::pooling_param_string(pool);
+        std::string name = std::string("conv net gradients, ") + describe_param(pool);
         // x, conv weight, bn scale, bias, mean, var, dense weight, target
         auto c = make_case(
             name, {{4, 3, 10, 10}, {8, 3, 3, 3}, {8}, {8}, {8}, {8}, {200, 5}, {4, 5}}, {},

@@ -102,7 +102,7 @@ TEST(DimshuffleOpr, BadPatternsNameThePatternAndTheRank) {
         [&] {
             opr::dimshuffle(x, {0, 1});
         },
-        {"Dimshuffle({0,1})", "rank-3", "{2,3,4}", "axis 2 is missing"});
+        {"Dimshuffle(pattern=0,1)", "rank-3", "{2,3,4}", "axis 2 is missing"});
     expect_error<ShapeError>([&] { opr::dimshuffle(x, {0, 1, 1, 2}); }, {"axis 1 appears twice"});
     expect_error<ShapeError>(
         [&] {
