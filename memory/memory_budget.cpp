@@ -23,6 +23,15 @@ std::string MemoryBudget::describe() const {
     return fmt::format("{} ({} bytes, {})", format_bytes(bytes), bytes, source);
 }
 
+void MemoryBudget::check(size_t need, std::string_view what) const {
+    if (need > bytes)
+        BRAID_THROW(MemoryBudgetError,
+                    "{} needs {} bytes ({}), over the memory budget of {}; set "
+                    "BRAID_MEMORY_BUDGET (braid-run --memory-budget) or "
+                    "GraphOptions::memory_budget to allow more",
+                    what, need, format_bytes(need), describe());
+}
+
 size_t parse_byte_size(std::string_view text, std::string_view what) {
     auto bad = [&]() -> size_t {
         BRAID_THROW(ValueError,

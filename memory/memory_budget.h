@@ -25,6 +25,9 @@ struct MemoryBudget {
 
     //! "23.4 GiB (25125855232 bytes, physical memory)": for messages.
     std::string describe() const;
+    //! Throws MemoryBudgetError when `bytes`, what `what` (e.g. `var "x" {8,4} float32`)
+    //! needs, exceed the budget.
+    void check(size_t bytes, std::string_view what) const;
 };
 
 //! Parses "1073741824", "512M", "8G", "1.5T" (K, M, G, T: powers of 1024; a trailing "B" or

@@ -181,14 +181,8 @@ LoadedModel build_graph(const serial::ModelBytes& bytes, const LoadOptions& opti
         auto given = options.input_shapes.find(in.name);
         const TensorShape& shape =
             given != options.input_shapes.end() ? given->second : in.default_shape;
-        size_t bytes = shape.nr_bytes(in.dtype);
-        if (bytes > budget.bytes)
-            BRAID_THROW(MemoryBudgetError,
-                        "{}: input \"{}\" {} {} needs {} bytes ({}), over the memory budget of "
-                        "{}; set BRAID_MEMORY_BUDGET (braid-run --memory-budget) or "
-                        "GraphOptions::memory_budget to allow more",
-                        src, in.name, shape.to_string(), in.dtype.name(), bytes,
-                        format_bytes(bytes), budget.describe());
+        budget.check(shape.nr_bytes(in.dtype), fmt::format("{}: input \"{}\" {} {}", src, in.name,
+                                                           shape.to_string(), in.dtype.name()));
     }
     CompNode forced_cn;
     if (!options.comp_node.empty()) forced_cn = CompNode::load(options.comp_node);
@@ -267,16 +261,10 @@ LoadedModel build_graph(const serial::ModelBytes& bytes, const LoadOptions& opti
             if (v.dtype() != mv.dtype)
                 BRAID_THROW(SerializationError, "{}: var \"{}\" loads as {}, the model records {}",
                             what, mv.name, v.dtype().name(), mv.dtype.name());
-            if (v.node()->shape_known()) {
-                size_t bytes = v.node()->shape().nr_bytes(v.dtype());
-                if (bytes > budget.bytes)
-                    BRAID_THROW(MemoryBudgetError,
-                                "{}: var \"{}\" {} {} needs {} bytes ({}), over the memory budget "
-                                "of {}; set BRAID_MEMORY_BUDGET (braid-run --memory-budget) or "
-                                "GraphOptions::memory_budget to allow more",
-                                what, mv.name, v.node()->shape().to_string(), v.dtype().name(),
-                                bytes, format_bytes(bytes), budget.describe());
-            }
+            if (v.node()->shape_known())
+                budget.check(v.node()->shape().nr_bytes(v.dtype()),
+                             fmt::format("{}: var \"{}\" {} {}", what, mv.name,
+                                         v.node()->shape().to_string(), v.dtype().name()));
             after_collective[mo.outputs[k]] = world_dependent;
             if (shapes_as_recorded && !(world_rebound && world_dependent) && mv.shape_known &&
                 v.node()->shape_known() && v.node()->shape() != mv.shape)

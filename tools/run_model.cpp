@@ -86,6 +86,7 @@ std::vector<ResolvedInput> resolve_inputs(const RunConfig& cfg, const LoadedMode
     }
     std::vector<ResolvedInput> res;
     uint32_t seed = cfg.seed;
+    auto budget = MemoryBudget::resolve(cfg.memory_budget);
     for (auto& io : model.inputs) {
         ResolvedInput in;
         in.name = io.name;
@@ -123,13 +124,10 @@ std::vector<ResolvedInput> resolve_inputs(const RunConfig& cfg, const LoadedMode
             }
             // The model's default shape is the file's doing, a --input shape the user's.
             int code = spec && spec->shape ? EXIT_USAGE : EXIT_BAD_FILE;
-            size_t bytes = stage(code, what, [&] { return shape.nr_bytes(io.dtype); });
-            auto budget = MemoryBudget::resolve(cfg.memory_budget);
-            if (bytes > budget.bytes)
-                throw ToolError(code, fmt::format("{}random {} {} needs {} bytes ({}), over the "
-                                                  "memory budget of {} (--memory-budget)",
-                                                  what, io.dtype.name(), shape.to_string(), bytes,
-                                                  format_bytes(bytes), budget.describe()));
+            stage(code, what, [&] {
+                budget.check(shape.nr_bytes(io.dtype),
+                             fmt::format("random {} {}", io.dtype.name(), shape.to_string()));
+            });
             in.value = random_tensor(shape, io.dtype, seed++);
         }
         res.push_back(std::move(in));

@@ -136,7 +136,9 @@ constexpr bool CHECK_MEMORY = true;
 
 //! Expects the server's peak memory below `bound_mib` (plain builds).
 void expect_peak_below(const SpawnedServer& server, size_t bound_mib) {
-    if (CHECK_MEMORY) EXPECT_LT(server.peak_mib(), bound_mib);
+    if (CHECK_MEMORY) {
+        EXPECT_LT(server.peak_mib(), bound_mib);
+    }
 }
 
 std::vector<uint8_t> barrier_frame(uint32_t size) {
