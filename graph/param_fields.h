@@ -14,8 +14,10 @@
 //     // registration: reg.add("MatMul", "matmul", dump_param<MatMul>, load_fn);
 //
 // Field types: bool, integers (read back with a range check against the member's type),
-// float and double, std::string, enums (with their name function: stored and shown by name),
-// lists of integers, DType, TensorShape and std::optional<float> (absent when unset).
+// float and double (equal when their bits are), std::string, enums (with their name function:
+// stored and shown by name), lists of integers, DType, TensorShape, std::optional of any of
+// these (absent from the model when unset), and a nested Param with its own fields(), whose
+// fields are flattened into the parent's (its field name is not stored).
 // Description: "name=value" per field (lists as "1,2"), enums by bare name, true bools by bare
 // name; false bools, empty lists and unset optionals left out, e.g. `Reduce(SUM axes=1 keepdims)`.
 #pragma once
@@ -27,6 +29,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <optional>
 #include <string>
@@ -61,13 +64,20 @@ template <typename T> struct IsVector : std::false_type {};
 template <typename T> struct IsVector<std::vector<T>> : std::true_type {};
 template <typename T> struct IsOptional : std::false_type {};
 template <typename T> struct IsOptional<std::optional<T>> : std::true_type {};
+//! A nested Param (a struct with its own fields()), flattened into its parent.
+template <typename T>
+concept Record = requires {
+    T::fields();
+};
 
 template <typename P, typename Fn> void for_each_field(Fn&& fn) {
     std::apply([&](auto&&... f) { (fn(f), ...); }, P::fields());
 }
 
 template <typename T> void hash_value(Hasher& h, const T& v) {
-    if constexpr (std::is_same_v<T, std::string>) {
+    if constexpr (Record<T>) {
+        for_each_field<T>([&](auto& f) { hash_value(h, v.*f.member); });
+    } else if constexpr (std::is_same_v<T, std::string>) {
         h.add(v);
     } else if constexpr (IsVector<T>::value) {
         h.add_pod(v.size());
@@ -81,6 +91,22 @@ template <typename T> void hash_value(Hasher& h, const T& v) {
         hash_value(h, v.dims());
     } else {
         h.add_pod(v);
+    }
+}
+
+//! Equal values; floats compare by their bits, so NaN params deduplicate and 0.0 / -0.0 stay
+//! apart (as the hash sees them).
+template <typename T> bool value_equal(const T& a, const T& b) {
+    if constexpr (Record<T>) {
+        bool eq = true;
+        for_each_field<T>([&](auto& f) { eq = eq && value_equal(a.*f.member, b.*f.member); });
+        return eq;
+    } else if constexpr (std::is_floating_point_v<T>) {
+        return std::memcmp(&a, &b, sizeof(T)) == 0;
+    } else if constexpr (IsOptional<T>::value) {
+        return a.has_value() == b.has_value() && (!a || value_equal(*a, *b));
+    } else {
+        return a == b;
     }
 }
 
@@ -106,98 +132,126 @@ template <typename T> std::string value_text(const T& v) {
     }
 }
 
+template <typename T, typename F> void describe_value(std::string& s, const F& f, const T& v);
+
+template <typename P> void describe_fields(std::string& s, const P& p) {
+    for_each_field<P>([&](auto& f) { describe_value(s, f, p.*f.member); });
+}
+
+template <typename T, typename F> void describe_value(std::string& s, const F& f, const T& v) {
+    auto add = [&](const std::string& part) { s += (s.empty() ? "" : " ") + part; };
+    if constexpr (Record<T>) {
+        describe_fields(s, v);
+    } else if constexpr (std::is_enum_v<T>) {
+        add(f.name_of(v));
+    } else if constexpr (std::is_same_v<T, bool>) {
+        if (v) add(f.name);
+    } else if constexpr (IsOptional<T>::value) {
+        if (v) add(fmt::format("{}={}", f.name, value_text(*v)));
+    } else if constexpr (IsVector<T>::value) {
+        if (!v.empty()) add(fmt::format("{}={}", f.name, value_text(v)));
+    } else {
+        add(fmt::format("{}={}", f.name, value_text(v)));
+    }
+}
+
+template <typename P> void write_fields(ParamWriter& w, const P& p);
+
+template <typename T, typename F> void write_value(ParamWriter& w, const F& f, const T& v) {
+    if constexpr (Record<T>) {
+        write_fields(w, v);
+    } else if constexpr (std::is_enum_v<T>) {
+        w.write_string(f.name, f.name_of(v));
+    } else if constexpr (std::is_same_v<T, bool>) {
+        w.write_bool(f.name, v);
+    } else if constexpr (std::is_integral_v<T>) {
+        w.write_int(f.name, int64_t(v));
+    } else if constexpr (std::is_floating_point_v<T>) {
+        w.write_float(f.name, double(v));
+    } else if constexpr (std::is_same_v<T, std::string>) {
+        w.write_string(f.name, v);
+    } else if constexpr (std::is_same_v<T, DType>) {
+        w.write_dtype(f.name, v);
+    } else if constexpr (std::is_same_v<T, TensorShape>) {
+        w.write_shape(f.name, v);
+    } else if constexpr (IsOptional<T>::value) {
+        if (v) write_value(w, f, *v);
+    } else {
+        static_assert(IsVector<T>::value, "unsupported param field type");
+        w.write_int_list(f.name, v);
+    }
+}
+
+template <typename P> void write_fields(ParamWriter& w, const P& p) {
+    for_each_field<P>([&](auto& f) { write_value(w, f, p.*f.member); });
+}
+
+template <typename P> void read_fields(const ParamReader& r, P& p);
+
+template <typename T, typename F> void read_value(const ParamReader& r, const F& f, T& v) {
+    if constexpr (Record<T>) {
+        read_fields(r, v);
+    } else if constexpr (std::is_enum_v<T>) {
+        v = r.read_enum<T>(f.name, f.name_of);
+    } else if constexpr (std::is_same_v<T, bool>) {
+        v = r.read_bool(f.name);
+    } else if constexpr (std::is_integral_v<T>) {
+        v = r.read_int_as<T>(f.name);
+    } else if constexpr (std::is_floating_point_v<T>) {
+        v = checked_float<T>(r, f.name);
+    } else if constexpr (std::is_same_v<T, std::string>) {
+        v = r.read_string(f.name);
+    } else if constexpr (std::is_same_v<T, DType>) {
+        v = r.read_dtype(f.name);
+    } else if constexpr (std::is_same_v<T, TensorShape>) {
+        v = r.read_shape(f.name);
+    } else if constexpr (IsOptional<T>::value) {
+        if (r.has(f.name)) {
+            typename T::value_type x{};
+            read_value(r, f, x);
+            v = std::move(x);
+        } else {
+            v.reset();
+        }
+    } else {
+        static_assert(IsVector<T>::value, "unsupported param field type");
+        v = r.read_int_list<typename T::value_type>(f.name);
+    }
+}
+
+template <typename P> void read_fields(const ParamReader& r, P& p) {
+    for_each_field<P>([&](auto& f) { read_value(r, f, p.*f.member); });
+}
+
 } // namespace param_detail
 
 //! Feeds every field of `p` into `h`.
 template <typename P> void hash_param(Hasher& h, const P& p) {
-    param_detail::for_each_field<P>([&](auto& f) { param_detail::hash_value(h, p.*f.member); });
+    param_detail::hash_value(h, p);
 }
 
-//! True when every field of `a` equals that of `b`.
+//! True when every field of `a` equals that of `b` (floats by their bits).
 template <typename P> bool param_equal(const P& a, const P& b) {
-    bool eq = true;
-    param_detail::for_each_field<P>([&](auto& f) { eq = eq && a.*f.member == b.*f.member; });
-    return eq;
+    return param_detail::value_equal(a, b);
 }
 
 //! The fields of `p` for messages (see the header comment).
 template <typename P> std::string describe_param(const P& p) {
     std::string s;
-    auto add = [&](const std::string& part) { s += (s.empty() ? "" : " ") + part; };
-    param_detail::for_each_field<P>([&](auto& f) {
-        using T = std::remove_cvref_t<decltype(p.*f.member)>;
-        const T& v = p.*f.member;
-        if constexpr (std::is_enum_v<T>) {
-            add(f.name_of(v));
-        } else if constexpr (std::is_same_v<T, bool>) {
-            if (v) add(f.name);
-        } else if constexpr (param_detail::IsOptional<T>::value) {
-            if (v) add(fmt::format("{}={}", f.name, param_detail::value_text(*v)));
-        } else if constexpr (param_detail::IsVector<T>::value) {
-            if (!v.empty()) add(fmt::format("{}={}", f.name, param_detail::value_text(v)));
-        } else {
-            add(fmt::format("{}={}", f.name, param_detail::value_text(v)));
-        }
-    });
+    param_detail::describe_fields(s, p);
     return s;
 }
 
 //! Writes every field of `p` into a model.
 template <typename P> void write_param(ParamWriter& w, const P& p) {
-    param_detail::for_each_field<P>([&](auto& f) {
-        using T = std::remove_cvref_t<decltype(p.*f.member)>;
-        const T& v = p.*f.member;
-        if constexpr (std::is_enum_v<T>) {
-            w.write_string(f.name, f.name_of(v));
-        } else if constexpr (std::is_same_v<T, bool>) {
-            w.write_bool(f.name, v);
-        } else if constexpr (std::is_integral_v<T>) {
-            w.write_int(f.name, int64_t(v));
-        } else if constexpr (std::is_floating_point_v<T>) {
-            w.write_float(f.name, double(v));
-        } else if constexpr (std::is_same_v<T, std::string>) {
-            w.write_string(f.name, v);
-        } else if constexpr (std::is_same_v<T, DType>) {
-            w.write_dtype(f.name, v);
-        } else if constexpr (std::is_same_v<T, TensorShape>) {
-            w.write_shape(f.name, v);
-        } else if constexpr (param_detail::IsOptional<T>::value) {
-            if (v) w.write_float(f.name, double(*v));
-        } else {
-            static_assert(param_detail::IsVector<T>::value, "unsupported param field type");
-            w.write_int_list(f.name, v);
-        }
-    });
+    param_detail::write_fields(w, p);
 }
 
 //! Reads what write_param() wrote; an integer outside its member's type is an error naming
 //! the operator and the field.
 template <typename P> P read_param(const ParamReader& r) {
     P p;
-    param_detail::for_each_field<P>([&](auto& f) {
-        using T = std::remove_cvref_t<decltype(p.*f.member)>;
-        T& v = p.*f.member;
-        if constexpr (std::is_enum_v<T>) {
-            v = r.read_enum<T>(f.name, f.name_of);
-        } else if constexpr (std::is_same_v<T, bool>) {
-            v = r.read_bool(f.name);
-        } else if constexpr (std::is_integral_v<T>) {
-            v = r.read_int_as<T>(f.name);
-        } else if constexpr (std::is_floating_point_v<T>) {
-            v = param_detail::checked_float<T>(r, f.name);
-        } else if constexpr (std::is_same_v<T, std::string>) {
-            v = r.read_string(f.name);
-        } else if constexpr (std::is_same_v<T, DType>) {
-            v = r.read_dtype(f.name);
-        } else if constexpr (std::is_same_v<T, TensorShape>) {
-            v = r.read_shape(f.name);
-        } else if constexpr (param_detail::IsOptional<T>::value) {
-            if (r.has(f.name)) v = param_detail::checked_float<typename T::value_type>(r, f.name);
-        } else {
-            static_assert(param_detail::IsVector<T>::value, "unsupported param field type");
-            v = r.read_int_list<typename T::value_type>(f.name);
-        }
-    });
+    param_detail::read_fields(r, p);
     return p;
 }
 

@@ -87,11 +87,6 @@ SymbolVar CollectiveComm::make(SymbolVar input, ComputingGraph& graph, Collectiv
         ->output(0);
 }
 
-std::string CollectiveComm::param_string() const {
-    return fmt::format("{} key={} n={}{}", collective_mode_name(m_param.mode), m_param.key,
-                       m_param.nr_devices, m_param.is_root ? " root" : "");
-}
-
 void CollectiveComm::init_output_dtypes() {
     if (!comm::is_comm_dtype(m_param.dtype))
         BRAID_THROW(DTypeError, "{}: dtype {} cannot be communicated", describe(),
@@ -320,16 +315,7 @@ std::shared_ptr<comm::GroupClient> binding_client(const CollectiveBinding& b,
 } // namespace
 
 static void dump_collective_comm(const OperatorNode& opr, ParamWriter& w) {
-    auto& p = opr_cast<CollectiveComm>(opr).param();
-    w.write_string("key", p.key);
-    w.write_int("nr_devices", p.nr_devices);
-    w.write_bool("is_root", p.is_root);
-    w.write_int("rank", p.rank);
-    w.write_bool("local_grad", p.local_grad);
-    w.write_string("mode", collective_mode_name(p.mode));
-    w.write_dtype("dtype", p.dtype);
-    w.write_string("backend", p.backend);
-    w.write_bool("check_consistency", p.check_consistency);
+    write_param(w, opr_cast<CollectiveComm>(opr).param());
 }
 
 static SymbolVarArray load_collective_comm(const OprLoadContext& ctx) {
@@ -337,23 +323,18 @@ static SymbolVarArray load_collective_comm(const OprLoadContext& ctx) {
     const ParamReader& r = ctx.params;
     const CollectiveBinding& bind = ctx.collective;
     const std::string& what = r.context();
-    CollectiveParam p;
-    p.key = r.read_string("key");
-    p.mode = r.read_enum<CollectiveMode>("mode", collective_mode_name);
-    p.dtype = r.read_dtype("dtype");
-    p.local_grad = r.read_bool("local_grad");
-    p.check_consistency = r.read_bool("check_consistency");
-    int64_t recorded_devices = r.read_int("nr_devices");
+    auto p = read_param<CollectiveParam>(r);
+    int64_t recorded_devices = p.nr_devices;
     if (recorded_devices < 1 || recorded_devices > MAX_COLLECTIVE_DEVICES)
         BRAID_THROW(SerializationError, "{}: param \"nr_devices\" is {}; expected 1..{}", what,
                     recorded_devices, MAX_COLLECTIVE_DEVICES);
-    int64_t recorded_rank = r.read_int("rank");
+    int64_t recorded_rank = p.rank;
     if (recorded_rank < comm::UNASSIGNED_RANK || recorded_rank >= recorded_devices)
         BRAID_THROW(SerializationError,
                     "{}: param \"rank\" is {}; expected -1 (unassigned) or 0..{} for a group of {}",
                     what, recorded_rank, recorded_devices - 1, recorded_devices);
-    bool recorded_root = r.read_bool("is_root");
-    std::string recorded_backend = r.read_string("backend");
+    bool recorded_root = p.is_root;
+    std::string recorded_backend = p.backend;
     if (recorded_backend.empty()) r.throw_bad_value("backend", recorded_backend);
 
     // The binding wins over what the model records: the file was dumped from one rank's graph

@@ -11,6 +11,7 @@
 
 #include "comm/group_client.h"
 #include "graph/computing_graph.h"
+#include "graph/param_fields.h"
 #include "graph/symbol_var.h"
 
 #include <atomic>
@@ -55,6 +56,19 @@ struct CollectiveParam {
     std::shared_ptr<std::atomic<int>> disable;
     //! Exchange (mode, dtype, shape, nr_devices) with the peers before the first collective.
     bool check_consistency = true;
+    //! The stored fields (group_client and disable are set at run time, never stored).
+    static constexpr auto fields() {
+        using P = CollectiveParam;
+        return std::tuple{param_field("mode", &P::mode, collective_mode_name),
+                          param_field("key", &P::key),
+                          param_field("nr_devices", &P::nr_devices),
+                          param_field("is_root", &P::is_root),
+                          param_field("rank", &P::rank),
+                          param_field("local_grad", &P::local_grad),
+                          param_field("dtype", &P::dtype),
+                          param_field("backend", &P::backend),
+                          param_field("check_consistency", &P::check_consistency)};
+    }
 };
 
 class CollectiveComm final : public OperatorNode {
@@ -69,7 +83,7 @@ public:
 
     const char* type_name() const override { return "CollectiveComm"; }
     const CollectiveParam& param() const { return m_param; }
-    std::string param_string() const override;
+    std::string param_string() const override { return describe_param(m_param); }
     bool allow_dedup() const override { return false; }
     std::string peer_group() const override { return m_param.key; }
     void wait_queued_work() override;

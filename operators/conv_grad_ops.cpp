@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 namespace braid::opr {
@@ -45,9 +46,12 @@ size_t conv_out_size(size_t in, size_t kernel, int stride, int pad, int dilation
     return (padded - ek) / size_t(stride) + 1;
 }
 
-std::string geometry_string(const Conv2dParam& p) {
-    return fmt::format("stride={}x{},pad={}x{},dilation={}x{},groups={}", p.stride_h, p.stride_w,
-                       p.pad_h, p.pad_w, p.dilation_h, p.dilation_w, p.groups);
+//! A spatial size as the params store it (32 bits); ValueError naming the operator if larger.
+uint32_t spatial_size(size_t v, const char* name, SymbolVar input, const char* type) {
+    if (v > std::numeric_limits<uint32_t>::max())
+        BRAID_THROW(ValueError, "{} of \"{}\": {} is {}; at most {} is supported", type,
+                    input.node()->name(), name, v, std::numeric_limits<uint32_t>::max());
+    return uint32_t(v);
 }
 
 //! Everything a task needs, in elements (x side: c, h, w; dy side: o, oh, ow).
@@ -112,7 +116,7 @@ using Gemm = void (*)(bool, bool, size_t, size_t, size_t, float, const float*, s
 // ---------------------------------------------------------------- Conv2dBackwardData
 Conv2dBackwardData::Conv2dBackwardData(VarNode* w, VarNode* dy, Param param,
                                        const OperatorConfig& config)
-    : OperatorNode(config), m_param(param) {
+    : ParamOperator(param, config) {
     add_input(w);
     add_input(dy);
     add_output();
@@ -127,21 +131,9 @@ SymbolVar Conv2dBackwardData::make(SymbolVar w, SymbolVar dy, Param param,
 
 SymbolVar conv2d_backward_data(SymbolVar w, SymbolVar dy, const Conv2dParam& param, size_t in_h,
                                size_t in_w) {
-    return Conv2dBackwardData::make(w, dy, {param, in_h, in_w});
-}
-
-void Conv2dBackwardData::hash_params(Hasher& h) const {
-    h.add_pod(m_param.conv).add_pod(m_param.in_h).add_pod(m_param.in_w);
-}
-
-bool Conv2dBackwardData::params_equal(const OperatorNode& rhs) const {
-    auto& o = static_cast<const Conv2dBackwardData&>(rhs).m_param;
-    return std::memcmp(&o.conv, &m_param.conv, sizeof(Conv2dParam)) == 0 &&
-           o.in_h == m_param.in_h && o.in_w == m_param.in_w;
-}
-
-std::string Conv2dBackwardData::param_string() const {
-    return fmt::format("{},input={}x{}", geometry_string(m_param.conv), m_param.in_h, m_param.in_w);
+    return Conv2dBackwardData::make(w, dy,
+                                    {param, spatial_size(in_h, "in_h", w, "Conv2dBackwardData"),
+                                     spatial_size(in_w, "in_w", w, "Conv2dBackwardData")});
 }
 
 void Conv2dBackwardData::init_output_dtypes() {
@@ -216,7 +208,7 @@ void Conv2dBackwardData::execute(ExecCtx& ctx) {
 // ---------------------------------------------------------------- Conv2dBackwardFilter
 Conv2dBackwardFilter::Conv2dBackwardFilter(VarNode* x, VarNode* dy, Param param,
                                            const OperatorConfig& config)
-    : OperatorNode(config), m_param(param) {
+    : ParamOperator(param, config) {
     add_input(x);
     add_input(dy);
     add_output();
@@ -231,22 +223,10 @@ SymbolVar Conv2dBackwardFilter::make(SymbolVar x, SymbolVar dy, Param param,
 
 SymbolVar conv2d_backward_filter(SymbolVar x, SymbolVar dy, const Conv2dParam& param,
                                  size_t kernel_h, size_t kernel_w) {
-    return Conv2dBackwardFilter::make(x, dy, {param, kernel_h, kernel_w});
-}
-
-void Conv2dBackwardFilter::hash_params(Hasher& h) const {
-    h.add_pod(m_param.conv).add_pod(m_param.kernel_h).add_pod(m_param.kernel_w);
-}
-
-bool Conv2dBackwardFilter::params_equal(const OperatorNode& rhs) const {
-    auto& o = static_cast<const Conv2dBackwardFilter&>(rhs).m_param;
-    return std::memcmp(&o.conv, &m_param.conv, sizeof(Conv2dParam)) == 0 &&
-           o.kernel_h == m_param.kernel_h && o.kernel_w == m_param.kernel_w;
-}
-
-std::string Conv2dBackwardFilter::param_string() const {
-    return fmt::format("{},kernel={}x{}", geometry_string(m_param.conv), m_param.kernel_h,
-                       m_param.kernel_w);
+    return Conv2dBackwardFilter::make(
+        x, dy,
+        {param, spatial_size(kernel_h, "kernel_h", x, "Conv2dBackwardFilter"),
+         spatial_size(kernel_w, "kernel_w", x, "Conv2dBackwardFilter")});
 }
 
 void Conv2dBackwardFilter::init_output_dtypes() {
@@ -318,38 +298,19 @@ void Conv2dBackwardFilter::execute(ExecCtx& ctx) {
 
 namespace braid::opr {
 
-static void dump_conv2d_backward_data(const OperatorNode& opr, ParamWriter& w) {
-    auto& p = opr_cast<Conv2dBackwardData>(opr).param();
-    write_conv2d_param(w, p.conv);
-    w.write_int("in_h", int64_t(p.in_h));
-    w.write_int("in_w", int64_t(p.in_w));
-}
-
 static SymbolVarArray load_conv2d_backward_data(const OprLoadContext& ctx) {
     ctx.expect_inputs(2, 2);
-    Conv2dBackwardData::Param p;
-    p.conv = read_conv2d_param(ctx.params);
     // Spatial sizes fit 32 bits, so no size computed from them overflows; make() checks that
     // they fit the kernel and the output gradient.
-    p.in_h = ctx.params.read_int_as<uint32_t>("in_h");
-    p.in_w = ctx.params.read_int_as<uint32_t>("in_w");
-    return {Conv2dBackwardData::make(ctx.input(0), ctx.input(1), p, ctx.config)};
-}
-
-static void dump_conv2d_backward_filter(const OperatorNode& opr, ParamWriter& w) {
-    auto& p = opr_cast<Conv2dBackwardFilter>(opr).param();
-    write_conv2d_param(w, p.conv);
-    w.write_int("kernel_h", int64_t(p.kernel_h));
-    w.write_int("kernel_w", int64_t(p.kernel_w));
+    return {Conv2dBackwardData::make(
+        ctx.input(0), ctx.input(1), read_param<Conv2dBackwardData::Param>(ctx.params), ctx.config)};
 }
 
 static SymbolVarArray load_conv2d_backward_filter(const OprLoadContext& ctx) {
     ctx.expect_inputs(2, 2);
-    Conv2dBackwardFilter::Param p;
-    p.conv = read_conv2d_param(ctx.params);
-    p.kernel_h = ctx.params.read_int_as<uint32_t>("kernel_h");
-    p.kernel_w = ctx.params.read_int_as<uint32_t>("kernel_w");
-    return {Conv2dBackwardFilter::make(ctx.input(0), ctx.input(1), p, ctx.config)};
+    return {Conv2dBackwardFilter::make(ctx.input(0), ctx.input(1),
+                                       read_param<Conv2dBackwardFilter::Param>(ctx.params),
+                                       ctx.config)};
 }
 } // namespace braid::opr
 
@@ -365,9 +326,9 @@ void register_conv_grad_kernels();
 
 void register_conv_grad_ops_operators() {
     auto& reg = OperatorRegistry::instance();
-    reg.add("Conv2dBackwardData", "conv_grad_ops", dump_conv2d_backward_data,
+    reg.add("Conv2dBackwardData", "conv_grad_ops", dump_param<Conv2dBackwardData>,
             load_conv2d_backward_data);
-    reg.add("Conv2dBackwardFilter", "conv_grad_ops", dump_conv2d_backward_filter,
+    reg.add("Conv2dBackwardFilter", "conv_grad_ops", dump_param<Conv2dBackwardFilter>,
             load_conv2d_backward_filter);
 #if BRAID_WITH_CUDA
     cuda::register_conv_grad_kernels(); // operators/cuda/conv_grad.cpp

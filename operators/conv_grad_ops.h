@@ -18,14 +18,20 @@
 
 namespace braid::opr {
 
+//! The params of Conv2dBackwardData: Conv2d's geometry and the spatial size of x.
+struct Conv2dBackwardDataParam {
+    Conv2dParam conv;
+    uint32_t in_h = 0, in_w = 0;
+    static constexpr auto fields() {
+        using P = Conv2dBackwardDataParam;
+        return std::tuple{param_field("conv", &P::conv), param_field("in_h", &P::in_h),
+                          param_field("in_w", &P::in_w)};
+    }
+};
+
 //! dx [N, C, in_h, in_w] from w [O, C/groups, KH, KW] and dy [N, O, OH, OW].
-class Conv2dBackwardData final : public OperatorNode {
+class Conv2dBackwardData final : public ParamOperator<Conv2dBackwardData, Conv2dBackwardDataParam> {
 public:
-    //! Conv2d's geometry and the spatial size of x.
-    struct Param {
-        Conv2dParam conv;
-        size_t in_h = 0, in_w = 0;
-    };
     Conv2dBackwardData(VarNode* w, VarNode* dy, Param param, const OperatorConfig& config);
     //! Throws ValueError for bad params, DTypeError unless w and dy share a float dtype, and
     //! ShapeError when the shapes do not fit a convolution of an in_h x in_w input.
@@ -33,26 +39,26 @@ public:
                           const OperatorConfig& config = {});
 
     const char* type_name() const override { return "Conv2dBackwardData"; }
-    const Param& param() const { return m_param; }
-    void hash_params(Hasher& h) const override;
-    bool params_equal(const OperatorNode& rhs) const override;
-    std::string param_string() const override;
     void init_output_dtypes() override;
     bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
     void execute(ExecCtx& ctx) override;
+};
 
-private:
-    Param m_param;
+//! The params of Conv2dBackwardFilter: Conv2d's geometry and the kernel size.
+struct Conv2dBackwardFilterParam {
+    Conv2dParam conv;
+    uint32_t kernel_h = 0, kernel_w = 0;
+    static constexpr auto fields() {
+        using P = Conv2dBackwardFilterParam;
+        return std::tuple{param_field("conv", &P::conv), param_field("kernel_h", &P::kernel_h),
+                          param_field("kernel_w", &P::kernel_w)};
+    }
 };
 
 //! dw [O, C/groups, kernel_h, kernel_w] from x [N, C, H, W] and dy [N, O, OH, OW].
-class Conv2dBackwardFilter final : public OperatorNode {
+class Conv2dBackwardFilter final
+    : public ParamOperator<Conv2dBackwardFilter, Conv2dBackwardFilterParam> {
 public:
-    //! Conv2d's geometry and the kernel size.
-    struct Param {
-        Conv2dParam conv;
-        size_t kernel_h = 0, kernel_w = 0;
-    };
     Conv2dBackwardFilter(VarNode* x, VarNode* dy, Param param, const OperatorConfig& config);
     //! Throws ValueError for bad params, DTypeError unless x and dy share a float dtype, and
     //! ShapeError when the shapes do not fit a convolution with that kernel size.
@@ -60,22 +66,17 @@ public:
                           const OperatorConfig& config = {});
 
     const char* type_name() const override { return "Conv2dBackwardFilter"; }
-    const Param& param() const { return m_param; }
-    void hash_params(Hasher& h) const override;
-    bool params_equal(const OperatorNode& rhs) const override;
-    std::string param_string() const override;
     void init_output_dtypes() override;
     bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
     void execute(ExecCtx& ctx) override;
-
-private:
-    Param m_param;
 };
 
-//! The input gradient of conv2d(x, w) for an x of spatial size in_h x in_w.
+//! The input gradient of conv2d(x, w) for an x of spatial size in_h x in_w (each below 2^32,
+//! else ValueError).
 SymbolVar conv2d_backward_data(SymbolVar w, SymbolVar dy, const Conv2dParam& param, size_t in_h,
                                size_t in_w);
-//! The weight gradient of conv2d(x, w) for a kernel of kernel_h x kernel_w.
+//! The weight gradient of conv2d(x, w) for a kernel of kernel_h x kernel_w (each below 2^32,
+//! else ValueError).
 SymbolVar conv2d_backward_filter(SymbolVar x, SymbolVar dy, const Conv2dParam& param,
                                  size_t kernel_h, size_t kernel_w);
 

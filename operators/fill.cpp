@@ -44,7 +44,7 @@ void fill_tensor(Tensor& t, double value) {
 // ---------------------------------------------------------------- Fill
 Fill::Fill(VarNode* shape_var, const TensorShape& shape, double value, DType dtype,
            const OperatorConfig& config)
-    : OperatorNode(config), m_shape(shape), m_value(value), m_dtype(dtype) {
+    : ParamOperator({value, dtype, shape_var ? std::nullopt : std::optional(shape)}, config) {
     if (shape_var) add_input(shape_var);
     add_output();
 }
@@ -61,33 +61,17 @@ SymbolVar Fill::make(SymbolVar shape_var, double value, DType dtype, const Opera
         ->output(0);
 }
 
-void Fill::hash_params(Hasher& h) const {
-    for (size_t d : m_shape.dims()) h.add_pod(d);
-    h.add_pod(m_shape.ndim()).add_pod(m_value).add_pod(m_dtype.enumv());
-}
-
-bool Fill::params_equal(const OperatorNode& rhs) const {
-    auto& o = static_cast<const Fill&>(rhs);
-    // Compare the bits so that fills of NaN deduplicate and 0.0 / -0.0 stay apart.
-    return o.m_shape == m_shape && std::memcmp(&o.m_value, &m_value, sizeof(double)) == 0 &&
-           o.m_dtype == m_dtype;
-}
-
-std::string Fill::param_string() const {
-    return fmt::format("{} {}", m_value, m_dtype.name());
-}
-
 void Fill::init_output_dtypes() {
-    if (!m_dtype.valid()) BRAID_THROW(DTypeError, "{}: the dtype is invalid", describe());
+    if (!m_param.dtype.valid()) BRAID_THROW(DTypeError, "{}: the dtype is invalid", describe());
     if (!inputs().empty() && !input(0)->dtype().is_integer())
         BRAID_THROW(DTypeError, "{}: the shape var \"{}\" has dtype {}; expected an integer type",
                     describe(), input(0)->name(), input(0)->dtype().name());
-    output(0)->set_dtype(m_dtype);
+    output(0)->set_dtype(m_param.dtype);
 }
 
 bool Fill::infer_output_shapes(const InferCtx& ctx, TensorShape* out) const {
     if (ctx.nr_inputs() == 0) {
-        out[0] = m_shape;
+        out[0] = *m_param.shape;
         return true;
     }
     if (!ctx.value(0)) return false;
@@ -102,7 +86,7 @@ bool Fill::infer_output_shapes(const InferCtx& ctx, TensorShape* out) const {
 }
 
 void Fill::execute(ExecCtx& ctx) {
-    fill_tensor(ctx.output(0), m_value);
+    fill_tensor(ctx.output(0), m_param.value);
 }
 
 SymbolVar fill(ComputingGraph& graph, const TensorShape& shape, double value, DType dtype) {
@@ -181,19 +165,15 @@ SymbolVar arange(ComputingGraph& graph, double start, double stop, double step, 
 
 namespace braid::opr {
 
-static void dump_fill(const OperatorNode& opr, ParamWriter& w) {
-    auto& f = opr_cast<Fill>(opr);
-    w.write_float("value", f.value());
-    w.write_dtype("dtype", f.dtype());
-    if (f.inputs().empty()) w.write_shape("shape", f.shape()); // else the shape var's value
-}
-
 static SymbolVarArray load_fill(const OprLoadContext& ctx) {
     ctx.expect_inputs(0, 1);
-    double value = ctx.params.read_float("value");
-    DType dtype = ctx.params.read_dtype("dtype");
-    if (ctx.inputs.size() == 1) return {Fill::make(ctx.input(0), value, dtype, ctx.config)};
-    return {Fill::make(ctx.graph, ctx.params.read_shape("shape"), value, dtype, ctx.config)};
+    auto p = read_param<Fill::Param>(ctx.params);
+    if (ctx.inputs.size() == 1) return {Fill::make(ctx.input(0), p.value, p.dtype, ctx.config)};
+    if (!p.shape)
+        BRAID_THROW(SerializationError,
+                    "{}: param \"shape\" is missing (needed without a shape input)",
+                    ctx.params.context());
+    return {Fill::make(ctx.graph, *p.shape, p.value, p.dtype, ctx.config)};
 }
 
 static SymbolVarArray load_arange(const OprLoadContext& ctx) {
@@ -222,7 +202,7 @@ void register_fill_kernels();
 
 void register_fill_operators() {
     auto& reg = OperatorRegistry::instance();
-    reg.add("Fill", "fill", dump_fill, load_fill);
+    reg.add("Fill", "fill", dump_param<Fill>, load_fill);
     reg.add("Arange", "fill", dump_param<Arange>, load_arange);
     register_fill_grad();
 #if BRAID_WITH_CUDA

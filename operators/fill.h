@@ -13,9 +13,21 @@
 
 namespace braid::opr {
 
+//! The params of Fill.
+struct FillParam {
+    double value = 0;
+    DType dtype = dtype::Float32();
+    std::optional<TensorShape> shape; //!< unset when the shape is the value of input 0
+    static constexpr auto fields() {
+        return std::tuple{param_field("value", &FillParam::value),
+                          param_field("dtype", &FillParam::dtype),
+                          param_field("shape", &FillParam::shape)};
+    }
+};
+
 //! A tensor filled with one value: of a static shape (no input), or of the shape held by
 //! input 0 (a 1-D integer shape var).
-class Fill final : public OperatorNode {
+class Fill final : public ParamOperator<Fill, FillParam> {
 public:
     Fill(VarNode* shape_var, const TensorShape& shape, double value, DType dtype,
          const OperatorConfig& config);
@@ -27,23 +39,15 @@ public:
                           const OperatorConfig& config = {});
 
     const char* type_name() const override { return "Fill"; }
-    //! The static shape (used when there is no shape var input).
-    const TensorShape& shape() const { return m_shape; }
-    double value() const { return m_value; }
-    DType dtype() const { return m_dtype; }
-    void hash_params(Hasher& h) const override;
-    bool params_equal(const OperatorNode& rhs) const override;
-    std::string param_string() const override;
+    //! The static shape (empty when the shape comes from the shape var input).
+    TensorShape shape() const { return m_param.shape.value_or(TensorShape{}); }
+    double value() const { return m_param.value; }
+    DType dtype() const { return m_param.dtype; }
     void init_output_dtypes() override;
     bool shape_needs_value(size_t i) const override { return i == 0; }
     bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
     bool accepts_strided_inputs() const override { return true; }
     void execute(ExecCtx& ctx) override;
-
-private:
-    TensorShape m_shape;
-    double m_value;
-    DType m_dtype;
 };
 
 //! The params of Arange.

@@ -256,7 +256,7 @@ void Softmax::execute(ExecCtx& ctx) {
 // ---------------------------------------------------------------- LayerNorm / RMSNorm
 Normalization::Normalization(VarNode* x, VarNode* weight, VarNode* bias, Param param,
                              const OperatorConfig& config)
-    : OperatorNode(config), m_param(param) {
+    : ParamOperator(param, config) {
     m_param.has_weight = weight != nullptr;
     m_param.has_bias = bias != nullptr;
     add_input(x);
@@ -283,25 +283,6 @@ SymbolVar rms_norm(SymbolVar x, SymbolVar weight, SymbolVar bias, size_t normali
                    float eps) {
     return Normalization::make(x, weight, bias,
                                {Normalization::Kind::RMS, normalized_ndim, eps, false, false});
-}
-
-void Normalization::hash_params(Hasher& h) const {
-    h.add_pod(m_param.kind)
-        .add_pod(m_param.normalized_ndim)
-        .add_pod(m_param.eps)
-        .add_pod(m_param.has_weight)
-        .add_pod(m_param.has_bias);
-}
-
-bool Normalization::params_equal(const OperatorNode& rhs) const {
-    auto& o = static_cast<const Normalization&>(rhs).m_param;
-    return o.kind == m_param.kind && o.normalized_ndim == m_param.normalized_ndim &&
-           o.eps == m_param.eps && o.has_weight == m_param.has_weight &&
-           o.has_bias == m_param.has_bias;
-}
-
-std::string Normalization::param_string() const {
-    return fmt::format("ndim={} eps={}", m_param.normalized_ndim, m_param.eps);
 }
 
 void Normalization::init_output_dtypes() {
@@ -370,54 +351,33 @@ static SymbolVarArray load_softmax(const OprLoadContext& ctx) {
 namespace {
 
 //! LayerNorm and RMSNorm share their params; only the type (the kind) differs.
-static void dump_normalization(const OperatorNode& opr, ParamWriter& w) {
-    auto& p = opr_cast<Normalization>(opr).param();
-    w.write_int("normalized_ndim", int64_t(p.normalized_ndim));
-    w.write_float("eps", p.eps);
-    w.write_bool("has_weight", p.has_weight);
-    w.write_bool("has_bias", p.has_bias);
-}
-
 static SymbolVarArray load_normalization(const OprLoadContext& ctx, Normalization::Kind kind) {
     const auto& r = ctx.params;
-    Normalization::Param p;
+    auto p = read_param<Normalization::Param>(r);
     p.kind = kind;
-    int64_t ndim = r.read_int("normalized_ndim");
-    if (ndim < 1 || ndim > int64_t(TensorShape::MAX_NDIM))
+    if (p.normalized_ndim < 1 || p.normalized_ndim > TensorShape::MAX_NDIM)
         BRAID_THROW(SerializationError, "{}: param \"normalized_ndim\" is {}; expected 1..{}",
-                    r.context(), ndim, TensorShape::MAX_NDIM);
-    p.normalized_ndim = size_t(ndim);
-    double eps = r.read_float("eps");
-    if (!(eps >= 0 && eps <= std::numeric_limits<float>::max()))
+                    r.context(), p.normalized_ndim, TensorShape::MAX_NDIM);
+    if (!(p.eps >= 0 && p.eps <= std::numeric_limits<float>::max()))
         BRAID_THROW(SerializationError,
                     "{}: param \"eps\" is {}; expected a finite float32 value >= 0", r.context(),
-                    eps);
-    p.eps = float(eps);
-    bool has_weight = r.read_bool("has_weight"), has_bias = r.read_bool("has_bias");
-    size_t n = 1 + size_t(has_weight) + size_t(has_bias);
+                    p.eps);
+    size_t n = 1 + size_t(p.has_weight) + size_t(p.has_bias);
     ctx.expect_inputs(n, n); // x, then the weight and the bias the params say it has
-    SymbolVar weight = has_weight ? ctx.input(1) : SymbolVar{};
-    SymbolVar bias = has_bias ? ctx.input(n - 1) : SymbolVar{};
+    SymbolVar weight = p.has_weight ? ctx.input(1) : SymbolVar{};
+    SymbolVar bias = p.has_bias ? ctx.input(n - 1) : SymbolVar{};
     return {Normalization::make(ctx.input(0), weight, bias, p, ctx.config)};
-}
-
-} // namespace
-
-static void dump_layer_norm(const OperatorNode& opr, ParamWriter& w) {
-    dump_normalization(opr, w);
 }
 
 static SymbolVarArray load_layer_norm(const OprLoadContext& ctx) {
     return load_normalization(ctx, Normalization::Kind::LAYER);
 }
 
-static void dump_rms_norm(const OperatorNode& opr, ParamWriter& w) {
-    dump_normalization(opr, w);
-}
-
 static SymbolVarArray load_rms_norm(const OprLoadContext& ctx) {
     return load_normalization(ctx, Normalization::Kind::RMS);
 }
+
+} // namespace
 
 } // namespace braid::opr
 
@@ -434,8 +394,8 @@ void register_normalization_kernels();
 void register_normalization_operators() {
     auto& reg = OperatorRegistry::instance();
     reg.add("Softmax", "normalization", dump_param<Softmax>, load_softmax);
-    reg.add("LayerNorm", "normalization", dump_layer_norm, load_layer_norm);
-    reg.add("RMSNorm", "normalization", dump_rms_norm, load_rms_norm);
+    reg.add("LayerNorm", "normalization", dump_param<Normalization>, load_layer_norm);
+    reg.add("RMSNorm", "normalization", dump_param<Normalization>, load_rms_norm);
     register_normalization_grad();
 #if BRAID_WITH_CUDA
     cuda::register_normalization_kernels(); // operators/cuda/normalization.cpp

@@ -38,22 +38,31 @@ public:
     void execute(ExecCtx& ctx) override;
 };
 
+//! Layer norm (centred) or RMS norm.
+enum class NormalizationKind : uint8_t { LAYER, RMS };
+
+//! The params of LayerNorm and RMSNorm: the variant, the normalized dims and epsilon.
+struct NormalizationParam {
+    NormalizationKind kind = NormalizationKind::LAYER; //!< not a field: the type name says it
+    size_t normalized_ndim = 1;                        //!< trailing dims normalized together
+    float eps = 1e-5f;       //!< added to the variance (mean square) before the root
+    bool has_weight = false; //!< set by make() from the inputs given
+    bool has_bias = false;   //!< set by make() from the inputs given
+    static constexpr auto fields() {
+        using P = NormalizationParam;
+        return std::tuple{param_field("normalized_ndim", &P::normalized_ndim),
+                          param_field("eps", &P::eps), param_field("has_weight", &P::has_weight),
+                          param_field("has_bias", &P::has_bias)};
+    }
+};
+
 //! Layer or RMS normalization over the trailing `normalized_ndim` dims of x:
 //!   LAYER: y = (x - mean) / sqrt(var + eps) * weight + bias (var is the biased variance);
 //!   RMS:   y = x / sqrt(mean(x^2) + eps) * weight + bias.
 //! weight and bias are optional inputs with shape x.shape[-normalized_ndim:] and x's dtype.
-class Normalization final : public OperatorNode {
+class Normalization final : public ParamOperator<Normalization, NormalizationParam> {
 public:
-    //! Layer norm (centred) or RMS norm.
-    enum class Kind : uint8_t { LAYER, RMS };
-    //! The variant, the normalized dims and epsilon.
-    struct Param {
-        Kind kind = Kind::LAYER;    //!< which normalization
-        size_t normalized_ndim = 1; //!< trailing dims normalized together
-        float eps = 1e-5f;          //!< added to the variance (mean square) before the root
-        bool has_weight = false;    //!< set by make() from the inputs given
-        bool has_bias = false;      //!< set by make() from the inputs given
-    };
+    using Kind = NormalizationKind;
     Normalization(VarNode* x, VarNode* weight, VarNode* bias, Param param,
                   const OperatorConfig& config);
     //! Inserts the operator; `weight` and `bias` may be invalid (absent) SymbolVars. Throws
@@ -65,17 +74,10 @@ public:
     const char* type_name() const override {
         return m_param.kind == Kind::LAYER ? "LayerNorm" : "RMSNorm";
     }
-    const Param& param() const { return m_param; }
-    void hash_params(Hasher& h) const override;
-    bool params_equal(const OperatorNode& rhs) const override;
-    std::string param_string() const override;
     void init_output_dtypes() override;
     bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
     int inplace_input(size_t) const override { return 0; }
     void execute(ExecCtx& ctx) override;
-
-private:
-    Param m_param;
 };
 
 //! Softmax along `axis`.

@@ -103,6 +103,16 @@ SymbolVarArray minimize(SymbolVar loss, const SymbolVarArray& params, OptimizerC
     return updates;
 }
 
+const char* optimizer_kind_name(OptimizerKind kind) {
+    switch (kind) {
+    case OptimizerKind::SGD:
+        return "SGD";
+    case OptimizerKind::ADAM:
+        return "ADAM";
+    }
+    return "?";
+}
+
 void register_optimizer_grad() {
     register_non_differentiable("ParamUpdate", "parameter updates have no gradient");
 }
@@ -114,48 +124,21 @@ void register_optimizer_grad() {
 
 namespace braid::opr {
 
-namespace {
-const char* optimizer_kind_name(OptimizerConfig::Kind kind) {
-    switch (kind) {
-    case OptimizerConfig::Kind::SGD:
-        return "SGD";
-    case OptimizerConfig::Kind::ADAM:
-        return "ADAM";
-    }
-    return "?";
-}
-} // namespace
-
-static void dump_param_update(const OperatorNode& opr, ParamWriter& w) {
-    auto& c = opr_cast<ParamUpdate>(opr).config();
-    w.write_string("kind", optimizer_kind_name(c.kind));
-    w.write_float("lr", c.lr);
-    w.write_float("momentum", c.momentum);
-    w.write_float("beta1", c.beta1);
-    w.write_float("beta2", c.beta2);
-    w.write_float("eps", c.eps);
-    w.write_float("weight_decay", c.weight_decay);
+static void write_config(const OperatorNode& opr, ParamWriter& w) {
+    write_param(w, opr_cast<ParamUpdate>(opr).config());
 }
 
 static SymbolVarArray load_param_update(const OprLoadContext& ctx) {
     ctx.expect_inputs(2, std::numeric_limits<size_t>::max());
     const auto& r = ctx.params;
-    auto finite = [&](const char* name) {
-        double v = r.read_float(name);
-        if (!(std::abs(v) <= std::numeric_limits<float>::max()))
+    auto c = read_param<OptimizerConfig>(r);
+    for (auto [name, v] : {std::pair{"lr", c.lr}, std::pair{"momentum", c.momentum},
+                           std::pair{"beta1", c.beta1}, std::pair{"beta2", c.beta2},
+                           std::pair{"eps", c.eps}, std::pair{"weight_decay", c.weight_decay}})
+        if (!std::isfinite(v))
             BRAID_THROW(SerializationError,
                         "{}: param \"{}\" is {}; expected a finite float32 value", r.context(),
                         name, v);
-        return float(v);
-    };
-    OptimizerConfig c;
-    c.kind = r.read_enum<OptimizerConfig::Kind>("kind", optimizer_kind_name);
-    c.lr = finite("lr");
-    c.momentum = finite("momentum");
-    c.beta1 = finite("beta1");
-    c.beta2 = finite("beta2");
-    c.eps = finite("eps");
-    c.weight_decay = finite("weight_decay");
     if (c.kind == OptimizerConfig::Kind::ADAM) {
         for (auto [name, beta] : {std::pair{"beta1", c.beta1}, std::pair{"beta2", c.beta2}})
             if (!(beta >= 0.f && beta < 1.f))
@@ -181,7 +164,7 @@ void register_optimizer_kernels();
 
 void register_optimizer_operators() {
     auto& reg = OperatorRegistry::instance();
-    reg.add("ParamUpdate", "optimizer", dump_param_update, load_param_update);
+    reg.add("ParamUpdate", "optimizer", write_config, load_param_update);
     register_optimizer_grad();
 #if BRAID_WITH_CUDA
     cuda::register_optimizer_kernels(); // operators/cuda/optimizer.cpp

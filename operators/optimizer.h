@@ -8,18 +8,34 @@
 #pragma once
 
 #include "graph/computing_graph.h"
+#include "graph/param_fields.h"
 #include "graph/symbol_var.h"
 
 namespace braid::opr {
 
-//! Update rule and hyper-parameters.
+//! The update rule.
+enum class OptimizerKind : uint8_t { SGD, ADAM };
+//! "SGD" or "ADAM".
+const char* optimizer_kind_name(OptimizerKind kind);
+
+//! Update rule and hyper-parameters (the params of ParamUpdate).
 struct OptimizerConfig {
-    enum class Kind : uint8_t { SGD, ADAM };
+    using Kind = OptimizerKind;
     Kind kind = Kind::SGD;
     float lr = 0.01f;
     float momentum = 0.f;                            //!< SGD: v = momentum * v + g; p -= lr * v
     float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f; //!< Adam
     float weight_decay = 0.f;                        //!< added to the gradient as weight_decay * p
+    static constexpr auto fields() {
+        using P = OptimizerConfig;
+        return std::tuple{param_field("kind", &P::kind, optimizer_kind_name),
+                          param_field("lr", &P::lr),
+                          param_field("momentum", &P::momentum),
+                          param_field("beta1", &P::beta1),
+                          param_field("beta2", &P::beta2),
+                          param_field("eps", &P::eps),
+                          param_field("weight_decay", &P::weight_decay)};
+    }
 };
 
 //! param ← update(param, grad). `param` must be a SharedParam var (float32); `after` are
@@ -32,6 +48,7 @@ public:
                           OptimizerConfig config, const OperatorConfig& opr_config = {});
 
     const char* type_name() const override { return "ParamUpdate"; }
+    std::string param_string() const override { return describe_param(m_config); }
     bool allow_dedup() const override { return false; }
     ValueInference value_inference() const override { return ValueInference::NONE; }
     bool accepts_strided_inputs() const override { return true; }

@@ -61,7 +61,7 @@ TensorShape resolve_reshape(const TensorShape& in, const std::vector<long>& targ
 // ---------------------------------------------------------------- Reshape
 Reshape::Reshape(VarNode* x, VarNode* shape_var, std::vector<long> target,
                  const OperatorConfig& config)
-    : OperatorNode(config), m_target(std::move(target)) {
+    : ParamOperator({shape_var ? std::nullopt : std::optional(std::move(target))}, config) {
     add_input(x);
     if (shape_var) add_input(shape_var);
     add_output();
@@ -81,16 +81,9 @@ SymbolVar Reshape::make(SymbolVar x, SymbolVar shape_var, const OperatorConfig& 
         ->output(0);
 }
 
-void Reshape::hash_params(Hasher& h) const {
-    for (long d : m_target) h.add_pod(d);
-}
-
-bool Reshape::params_equal(const OperatorNode& rhs) const {
-    return static_cast<const Reshape&>(rhs).m_target == m_target;
-}
-
-std::string Reshape::param_string() const {
-    return inputs().size() > 1 ? std::string() : dims_to_string(m_target);
+const std::vector<long>& Reshape::target() const {
+    static const std::vector<long> none;
+    return m_param.target ? *m_param.target : none;
 }
 
 void Reshape::init_output_dtypes() {
@@ -107,7 +100,7 @@ bool Reshape::infer_output_shapes(const InferCtx& ctx, TensorShape* out) const {
         out[0] = resolve_reshape(*ctx.shape(0), shape_value_to_dims(*ctx.value(1), describe()),
                                  describe());
     } else {
-        out[0] = resolve_reshape(*ctx.shape(0), m_target, describe());
+        out[0] = resolve_reshape(*ctx.shape(0), target(), describe());
     }
     return true;
 }
@@ -117,7 +110,7 @@ void Reshape::execute(ExecCtx& ctx) {
     TensorShape shape =
         ctx.nr_inputs() > 1
             ? resolve_reshape(x.shape(), shape_value_to_dims(ctx.input(1), describe()), describe())
-            : resolve_reshape(x.shape(), m_target, describe());
+            : resolve_reshape(x.shape(), target(), describe());
     ctx.output(0) = x.contiguous().reshape(shape);
 }
 
@@ -157,7 +150,7 @@ void GetVarShape::execute(ExecCtx& ctx) {
 // ---------------------------------------------------------------- Broadcast
 Broadcast::Broadcast(VarNode* x, VarNode* shape_var, const TensorShape& target,
                      const OperatorConfig& config)
-    : OperatorNode(config), m_target(target), m_from_var(shape_var != nullptr) {
+    : ParamOperator({shape_var ? std::nullopt : std::optional(target)}, config) {
     add_input(x);
     if (shape_var) add_input(shape_var);
     add_output();
@@ -175,24 +168,14 @@ SymbolVar Broadcast::make(SymbolVar x, SymbolVar shape_var, const OperatorConfig
         ->output(0);
 }
 
-void Broadcast::hash_params(Hasher& h) const {
-    for (size_t d : m_target.dims()) h.add_pod(d);
-    h.add_pod(m_from_var);
-}
-
-bool Broadcast::params_equal(const OperatorNode& rhs) const {
-    auto& o = static_cast<const Broadcast&>(rhs);
-    return o.m_target == m_target && o.m_from_var == m_from_var;
-}
-
 void Broadcast::init_output_dtypes() {
     output(0)->set_dtype(input(0)->dtype());
 }
 
 bool Broadcast::infer_output_shapes(const InferCtx& ctx, TensorShape* out) const {
     if (!ctx.shape(0)) return false;
-    TensorShape target = m_target;
-    if (m_from_var) {
+    TensorShape target = this->target();
+    if (!m_param.target) {
         if (!ctx.value(1)) return false;
         auto dims = shape_value_to_dims(*ctx.value(1), describe());
         std::vector<size_t> d;
@@ -341,7 +324,7 @@ SymbolVar transpose(SymbolVar x, std::vector<int> perm) {
 // ---------------------------------------------------------------- AxisAddRemove
 AxisAddRemove::AxisAddRemove(VarNode* x, Kind kind, std::vector<int> axes,
                              const OperatorConfig& config)
-    : OperatorNode(config), m_kind(kind), m_axes(std::move(axes)) {
+    : ParamOperator({kind, std::move(axes)}, config) {
     add_input(x);
     add_output();
 }
@@ -353,32 +336,27 @@ SymbolVar AxisAddRemove::make(SymbolVar x, Kind kind, std::vector<int> axes,
         ->output(0);
 }
 
-void AxisAddRemove::hash_params(Hasher& h) const {
-    h.add_pod(m_kind);
-    for (int a : m_axes) h.add_pod(a);
-}
-
-bool AxisAddRemove::params_equal(const OperatorNode& rhs) const {
-    auto& o = static_cast<const AxisAddRemove&>(rhs);
-    return o.m_kind == m_kind && o.m_axes == m_axes;
-}
-
-std::string AxisAddRemove::param_string() const {
-    return std::string(m_kind == Kind::ADD ? "ADD " : "REMOVE ") +
-           dims_to_string(std::vector<long>(m_axes.begin(), m_axes.end()));
+const char* axis_add_remove_kind_name(AxisAddRemoveKind kind) {
+    switch (kind) {
+    case AxisAddRemoveKind::ADD:
+        return "ADD";
+    case AxisAddRemoveKind::REMOVE:
+        return "REMOVE";
+    }
+    return "?";
 }
 
 TensorLayout AxisAddRemove::view_layout(const TensorLayout& x) const {
     size_t nd = x.ndim();
     TensorLayout res;
     res.dtype = x.dtype;
-    if (m_kind == Kind::ADD) {
-        size_t out_nd = nd + m_axes.size();
+    if (m_param.kind == Kind::ADD) {
+        size_t out_nd = nd + m_param.axes.size();
         if (out_nd > TensorShape::MAX_NDIM)
             BRAID_THROW(ShapeError, "{}: a rank-{} input with {} new axes exceeds rank {}",
-                        describe(), nd, m_axes.size(), TensorShape::MAX_NDIM);
+                        describe(), nd, m_param.axes.size(), TensorShape::MAX_NDIM);
         std::vector<bool> is_new(out_nd, false);
-        for (int a : m_axes) {
+        for (int a : m_param.axes) {
             long v = a < 0 ? long(a) + long(out_nd) : long(a);
             if (v < 0 || v >= long(out_nd))
                 BRAID_THROW(ShapeError,
@@ -397,9 +375,9 @@ TensorLayout AxisAddRemove::view_layout(const TensorLayout& x) const {
         return res;
     }
     std::vector<bool> drop(nd, false);
-    if (m_axes.empty())
+    if (m_param.axes.empty())
         for (size_t i = 0; i < nd; ++i) drop[i] = x[i] == 1;
-    for (int a : m_axes) {
+    for (int a : m_param.axes) {
         size_t v = normalize_axis(a, nd, describe());
         if (x[v] != 1)
             BRAID_THROW(ShapeError, "{}: cannot remove axis {} of {}: its size is {}, not 1",
@@ -465,15 +443,16 @@ SymbolVar SymbolVar::symshape() const {
 
 namespace braid::opr {
 
-static void dump_reshape(const OperatorNode& opr, ParamWriter& w) {
-    auto& r = opr_cast<Reshape>(opr);
-    if (r.inputs().size() == 1) w.write_int_list("target", r.target()); // else from input 1
-}
-
 static SymbolVarArray load_reshape(const OprLoadContext& ctx) {
     ctx.expect_inputs(1, 2);
     if (ctx.inputs.size() == 2) return {Reshape::make(ctx.input(0), ctx.input(1), ctx.config)};
-    return {Reshape::make(ctx.input(0), ctx.params.read_int_list<long>("target"), ctx.config)};
+    auto p = read_param<Reshape::Param>(ctx.params);
+    if (!p.target)
+        BRAID_THROW(SerializationError,
+                    "{}: param \"target\" is missing (needed without a shape "
+                    "input)",
+                    ctx.params.context());
+    return {Reshape::make(ctx.input(0), *p.target, ctx.config)};
 }
 
 static void dump_get_var_shape(const OperatorNode&, ParamWriter&) {}
@@ -483,15 +462,16 @@ static SymbolVarArray load_get_var_shape(const OprLoadContext& ctx) {
     return {GetVarShape::make(ctx.input(0), ctx.config)};
 }
 
-static void dump_broadcast(const OperatorNode& opr, ParamWriter& w) {
-    auto& b = opr_cast<Broadcast>(opr);
-    if (b.inputs().size() == 1) w.write_shape("target", b.target()); // else from input 1
-}
-
 static SymbolVarArray load_broadcast(const OprLoadContext& ctx) {
     ctx.expect_inputs(1, 2);
     if (ctx.inputs.size() == 2) return {Broadcast::make(ctx.input(0), ctx.input(1), ctx.config)};
-    return {Broadcast::make(ctx.input(0), ctx.params.read_shape("target"), ctx.config)};
+    auto p = read_param<Broadcast::Param>(ctx.params);
+    if (!p.target)
+        BRAID_THROW(SerializationError,
+                    "{}: param \"target\" is missing (needed without a shape "
+                    "input)",
+                    ctx.params.context());
+    return {Broadcast::make(ctx.input(0), *p.target, ctx.config)};
 }
 
 static SymbolVarArray load_type_cvt(const OprLoadContext& ctx) {
@@ -515,33 +495,14 @@ static SymbolVarArray load_dimshuffle(const OprLoadContext& ctx) {
     return {Dimshuffle::make(ctx.input(0), std::move(pattern), ctx.config)};
 }
 
-namespace {
-const char* axis_add_remove_kind_name(AxisAddRemove::Kind kind) {
-    switch (kind) {
-    case AxisAddRemove::Kind::ADD:
-        return "ADD";
-    case AxisAddRemove::Kind::REMOVE:
-        return "REMOVE";
-    }
-    return "?";
-}
-} // namespace
-
-static void dump_axis_add_remove(const OperatorNode& opr, ParamWriter& w) {
-    auto& a = opr_cast<AxisAddRemove>(opr);
-    w.write_string("kind", axis_add_remove_kind_name(a.kind()));
-    w.write_int_list("axes", a.axes());
-}
-
 static SymbolVarArray load_axis_add_remove(const OprLoadContext& ctx) {
     ctx.expect_inputs(1, 1);
-    auto kind = ctx.params.read_enum<AxisAddRemove::Kind>("kind", axis_add_remove_kind_name);
-    auto axes = ctx.params.read_int_list<int>("axes");
-    if (axes.size() > TensorShape::MAX_NDIM)
+    auto p = read_param<AxisAddRemove::Param>(ctx.params);
+    if (p.axes.size() > TensorShape::MAX_NDIM)
         BRAID_THROW(SerializationError, "{}: param \"axes\" has {} entries (at most {})",
-                    ctx.params.context(), axes.size(), TensorShape::MAX_NDIM);
+                    ctx.params.context(), p.axes.size(), TensorShape::MAX_NDIM);
     // make() checks each axis against the input's (ADD: the output's) rank.
-    return {AxisAddRemove::make(ctx.input(0), kind, std::move(axes), ctx.config)};
+    return {AxisAddRemove::make(ctx.input(0), p.kind, std::move(p.axes), ctx.config)};
 }
 
 } // namespace braid::opr
@@ -558,12 +519,12 @@ void register_tensor_manip_kernels();
 
 void register_tensor_manip_operators() {
     auto& reg = OperatorRegistry::instance();
-    reg.add("Reshape", "tensor_manip", dump_reshape, load_reshape);
+    reg.add("Reshape", "tensor_manip", dump_param<Reshape>, load_reshape);
     reg.add("GetVarShape", "tensor_manip", dump_get_var_shape, load_get_var_shape);
-    reg.add("Broadcast", "tensor_manip", dump_broadcast, load_broadcast);
+    reg.add("Broadcast", "tensor_manip", dump_param<Broadcast>, load_broadcast);
     reg.add("TypeCvt", "tensor_manip", dump_param<TypeCvt>, load_type_cvt);
     reg.add("Dimshuffle", "tensor_manip", dump_param<Dimshuffle>, load_dimshuffle);
-    reg.add("AxisAddRemove", "tensor_manip", dump_axis_add_remove, load_axis_add_remove);
+    reg.add("AxisAddRemove", "tensor_manip", dump_param<AxisAddRemove>, load_axis_add_remove);
     register_tensor_manip_grad();
 #if BRAID_WITH_CUDA
     cuda::register_tensor_manip_kernels(); // operators/cuda/tensor_manip.cpp

@@ -11,11 +11,22 @@
 #include "graph/param_fields.h"
 #include "graph/symbol_var.h"
 
+#include <optional>
+
 namespace braid::opr {
+
+//! The params of Reshape.
+struct ReshapeParam {
+    //! The target dims (one may be -1); unset when the target is the value of input 1.
+    std::optional<std::vector<long>> target;
+    static constexpr auto fields() {
+        return std::tuple{param_field("target", &ReshapeParam::target)};
+    }
+};
 
 //! Reshape to a target given as params (one dim may be -1) or as the value of an int32
 //! shape var (input 1). Read-only view of the input when it is contiguous.
-class Reshape final : public OperatorNode {
+class Reshape final : public ParamOperator<Reshape, ReshapeParam> {
 public:
     Reshape(VarNode* x, VarNode* shape_var, std::vector<long> target, const OperatorConfig& config);
     static SymbolVar make(SymbolVar x, const std::vector<long>& target,
@@ -23,9 +34,6 @@ public:
     static SymbolVar make(SymbolVar x, SymbolVar shape_var, const OperatorConfig& config = {});
 
     const char* type_name() const override { return "Reshape"; }
-    void hash_params(Hasher& h) const override;
-    bool params_equal(const OperatorNode& rhs) const override;
-    std::string param_string() const override;
     void init_output_dtypes() override;
     bool shape_needs_value(size_t i) const override { return i == 1; }
     bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
@@ -33,10 +41,8 @@ public:
     bool forward_keeps_layout(size_t) const override { return true; }
     bool accepts_strided_inputs() const override { return true; }
     void execute(ExecCtx& ctx) override;
-    const std::vector<long>& target() const { return m_target; }
-
-private:
-    std::vector<long> m_target; //!< empty when the target comes from input 1
+    //! The target dims; empty when the target comes from input 1.
+    const std::vector<long>& target() const;
 };
 
 //! The shape of its input as a 1-D int32 tensor; known statically whenever the shape is.
@@ -54,8 +60,16 @@ public:
     void execute(ExecCtx& ctx) override;
 };
 
+//! The params of Broadcast.
+struct BroadcastParam {
+    std::optional<TensorShape> target; //!< unset when the target is the value of input 1
+    static constexpr auto fields() {
+        return std::tuple{param_field("target", &BroadcastParam::target)};
+    }
+};
+
 //! Numpy broadcast of the input to a target shape (params, or the value of input 1).
-class Broadcast final : public OperatorNode {
+class Broadcast final : public ParamOperator<Broadcast, BroadcastParam> {
 public:
     Broadcast(VarNode* x, VarNode* shape_var, const TensorShape& target,
               const OperatorConfig& config);
@@ -64,18 +78,13 @@ public:
     static SymbolVar make(SymbolVar x, SymbolVar shape_var, const OperatorConfig& config = {});
 
     const char* type_name() const override { return "Broadcast"; }
-    void hash_params(Hasher& h) const override;
-    bool params_equal(const OperatorNode& rhs) const override;
     void init_output_dtypes() override;
     bool shape_needs_value(size_t i) const override { return i == 1; }
     bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
     bool accepts_strided_inputs() const override { return true; }
     void execute(ExecCtx& ctx) override;
-    const TensorShape& target() const { return m_target; }
-
-private:
-    TensorShape m_target;
-    bool m_from_var;
+    //! The static target (an empty shape when it comes from input 1).
+    TensorShape target() const { return m_param.target.value_or(TensorShape{}); }
 };
 
 //! The params of TypeCvt.
@@ -131,23 +140,35 @@ private:
     bool m_is_view;
 };
 
+//! Insert unit axes or remove them.
+enum class AxisAddRemoveKind : uint8_t { ADD, REMOVE };
+//! "ADD" or "REMOVE".
+const char* axis_add_remove_kind_name(AxisAddRemoveKind kind);
+
+//! The params of AxisAddRemove.
+struct AxisAddRemoveParam {
+    AxisAddRemoveKind kind = AxisAddRemoveKind::ADD;
+    std::vector<int> axes;
+    static constexpr auto fields() {
+        using P = AxisAddRemoveParam;
+        return std::tuple{param_field("kind", &P::kind, axis_add_remove_kind_name),
+                          param_field("axes", &P::axes)};
+    }
+};
+
 //! Inserts unit axes (ADD: `axes` index the output) or removes axes of size 1 (REMOVE;
 //! `axes` index the input, empty removes every unit axis). Always a view of the input.
-class AxisAddRemove final : public OperatorNode {
+class AxisAddRemove final : public ParamOperator<AxisAddRemove, AxisAddRemoveParam> {
 public:
-    //! Insert unit axes or remove them.
-    enum class Kind : uint8_t { ADD, REMOVE };
+    using Kind = AxisAddRemoveKind;
     AxisAddRemove(VarNode* x, Kind kind, std::vector<int> axes, const OperatorConfig& config);
     //! Inserts the operator; throws ShapeError for a bad axis or removing a dim that is not 1.
     static SymbolVar make(SymbolVar x, Kind kind, std::vector<int> axes,
                           const OperatorConfig& config = {});
 
     const char* type_name() const override { return "AxisAddRemove"; }
-    Kind kind() const { return m_kind; }
-    const std::vector<int>& axes() const { return m_axes; }
-    void hash_params(Hasher& h) const override;
-    bool params_equal(const OperatorNode& rhs) const override;
-    std::string param_string() const override;
+    Kind kind() const { return m_param.kind; }
+    const std::vector<int>& axes() const { return m_param.axes; }
     bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
     OutputMem output_mem(size_t) const override { return OutputMem::READONLY_FORWARD; }
     bool accepts_strided_inputs() const override { return true; }
@@ -155,8 +176,6 @@ public:
 
 private:
     TensorLayout view_layout(const TensorLayout& x) const;
-    Kind m_kind;
-    std::vector<int> m_axes;
 };
 
 //! Dimshuffle: output dim i is input dim pattern[i], -1 inserts a unit axis.

@@ -250,7 +250,7 @@ TEST(CudaConvGrad, BackwardDataMatchesCpu) {
     BRAID_REQUIRE_CUDA();
     for (DType dt : kFloatDtypes)
         for (auto& cv : conv_cases()) {
-            opr::Conv2dBackwardData::Param p{cv.p, cv.x[2], cv.x[3]};
+            opr::Conv2dBackwardData::Param p{cv.p, uint32_t(cv.x[2]), uint32_t(cv.x[3])};
             auto c =
                 make_case(conv_name("conv2d backward data", cv, dt), {cv.w, conv_out_shape(cv)},
                           {dt, dt}, [p](const SymbolVarArray& in) {
@@ -265,7 +265,7 @@ TEST(CudaConvGrad, BackwardFilterMatchesCpu) {
     BRAID_REQUIRE_CUDA();
     for (DType dt : kFloatDtypes)
         for (auto& cv : conv_cases()) {
-            opr::Conv2dBackwardFilter::Param p{cv.p, cv.w[2], cv.w[3]};
+            opr::Conv2dBackwardFilter::Param p{cv.p, uint32_t(cv.w[2]), uint32_t(cv.w[3])};
             auto c = make_case(conv_name("conv2d backward filter", cv, dt),
                                {cv.x, conv_out_shape(cv)}, {dt, dt}, [p](const SymbolVarArray& in) {
                                    return SymbolVarArray{

@@ -72,9 +72,10 @@ void check_operator(const OprCase& c, uint32_t seed) {
     ASSERT_EQ(expected.size(), outputs.size());
     for (size_t k = 0; k < outputs.size(); ++k) {
         // Statically inferred shapes must match what the kernel produced.
-        if (outputs[k].node()->shape_known())
+        if (outputs[k].node()->shape_known()) {
             EXPECT_EQ(outputs[k].shape(), exec->output(k).shape())
                 << "output " << k << ": static shape differs from the executed one";
+        }
         expect_tensor_near(exec->output(k), expected[k], c.rtol, c.atol,
                            c.name + " output " + std::to_string(k));
     }
