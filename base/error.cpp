@@ -34,6 +34,9 @@ std::exception_ptr with_error_context(std::exception_ptr err, const std::string&
     BRAID_CONTEXT_CASE(SerializationError)
     BRAID_CONTEXT_CASE(LibraryError)
     BRAID_CONTEXT_CASE(ValueError)
+    BRAID_CONTEXT_CASE(MemoryBudgetError)
+    BRAID_CONTEXT_CASE(CancelledError)
+    BRAID_CONTEXT_CASE(DeadlineExceededError)
     BRAID_CONTEXT_CASE(InternalError)
     BRAID_CONTEXT_CASE(Error)
 #undef BRAID_CONTEXT_CASE

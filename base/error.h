@@ -73,6 +73,18 @@ public:
     using Error::Error;
 };
 
+//! A run was cancelled through its RunControl (base/run_control.h).
+class CancelledError : public Error {
+public:
+    using Error::Error;
+};
+
+//! A run passed its deadline.
+class DeadlineExceededError : public Error {
+public:
+    using Error::Error;
+};
+
 //! An internal invariant broke: a bug in braid, never a user error.
 class InternalError : public Error {
 public:

@@ -1,8 +1,10 @@
 #include "base/thread_pool.h"
+#include "base/run_control.h"
 
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <cstdlib>
 #include <exception>
 #include <mutex>
@@ -25,24 +27,34 @@ public:
         stop_workers();
         m_stop = false;
         for (size_t i = 1; i < std::max<size_t>(nthreads, 1); ++i)
-            m_workers.emplace_back([this] { worker_loop(); });
+            m_workers.emplace_back([this, i] { worker_loop(i); });
     }
 
-    void run(size_t n, size_t grain, const std::function<void(size_t, size_t)>& fn) {
-        std::unique_lock region(m_region, std::try_to_lock);
-        if (!region.owns_lock() || m_workers.empty() || n <= grain) {
-            fn(0, n);
+    void run(size_t n, size_t grain, const std::function<void(size_t, size_t)>& fn, size_t cap,
+             const RunControl* rc) {
+        size_t nthreads = std::min(threads(), cap);
+        size_t max_chunks = nthreads * 4;
+        size_t chunk = std::max(grain, (n + max_chunks - 1) / max_chunks);
+        std::unique_lock region(m_region, std::defer_lock);
+        if (nthreads > 1 && n > grain) region.try_lock();
+        if (!region.owns_lock()) {
+            if (!rc) return fn(0, n);
+            // Serially, in chunks, so that a cancelled run stops inside a long kernel too.
+            for (size_t begin = 0; begin < n; begin += chunk) {
+                rc->check();
+                fn(begin, std::min(n, begin + chunk));
+            }
             return;
         }
-        size_t max_chunks = threads() * 4;
-        size_t chunk = std::max(grain, (n + max_chunks - 1) / max_chunks);
         {
             std::lock_guard lk(m_mutex);
             m_fn = &fn;
+            m_rc = rc;
             m_n = n;
             m_chunk = chunk;
             m_next.store(0);
             m_error = nullptr;
+            m_participants = nthreads;
             m_active = m_workers.size();
             ++m_job;
         }
@@ -52,11 +64,13 @@ public:
         m_done_cv.wait(lk, [&] { return m_active == 0; });
         m_fn = nullptr;
         if (m_error) std::rethrow_exception(m_error);
+        if (rc) rc->check(); // chunks skipped for a cancelled run leave the output incomplete
     }
 
 private:
     void work() {
         for (;;) {
+            if (m_rc && m_rc->stop_requested()) return;
             size_t begin = m_next.fetch_add(m_chunk);
             if (begin >= m_n) return;
             try {
@@ -68,16 +82,19 @@ private:
         }
     }
 
-    void worker_loop() {
+    //! Worker `index` (1-based: the caller is 0) joins jobs whose thread cap covers it.
+    void worker_loop(size_t index) {
         uint64_t seen = 0;
         for (;;) {
+            bool join;
             {
                 std::unique_lock lk(m_mutex);
                 m_cv.wait(lk, [&] { return m_stop || m_job != seen; });
                 if (m_stop) return;
                 seen = m_job;
+                join = index < m_participants;
             }
-            work();
+            if (join) work();
             std::lock_guard lk(m_mutex);
             if (--m_active == 0) m_done_cv.notify_all();
         }
@@ -98,7 +115,8 @@ private:
     std::condition_variable m_cv, m_done_cv;
     std::vector<std::thread> m_workers;
     const std::function<void(size_t, size_t)>* m_fn = nullptr;
-    size_t m_n = 0, m_chunk = 1, m_active = 0;
+    const RunControl* m_rc = nullptr;
+    size_t m_n = 0, m_chunk = 1, m_active = 0, m_participants = 1;
     uint64_t m_job = 0;
     std::atomic<size_t> m_next{0};
     std::exception_ptr m_error;
@@ -118,6 +136,8 @@ ThreadPool& pool() {
     return p;
 }
 
+thread_local size_t t_thread_cap = SIZE_MAX;
+
 } // namespace
 
 size_t kernel_threads() {
@@ -130,7 +150,15 @@ void set_kernel_threads(size_t n) {
 
 void parallel_for(size_t n, size_t grain, const std::function<void(size_t, size_t)>& fn) {
     if (n == 0) return;
-    pool().run(n, std::max<size_t>(grain, 1), fn);
+    pool().run(n, std::max<size_t>(grain, 1), fn, t_thread_cap, current_run_control());
+}
+
+KernelThreadCap::KernelThreadCap(size_t cap) : m_prev(t_thread_cap) {
+    t_thread_cap = std::max<size_t>(cap, 1);
+}
+
+KernelThreadCap::~KernelThreadCap() {
+    t_thread_cap = m_prev;
 }
 
 } // namespace braid

@@ -3,7 +3,10 @@
 // parallel_for splits [0, n) into chunks run by the pool's workers and the calling thread.
 // One parallel region runs at a time; a kernel that asks while another region is active
 // (a second comp node's worker, say) runs its loop serially instead of oversubscribing the
-// cores. Thread-safe.
+// cores. Thread-safe. Idle workers sleep on a condition variable.
+//
+// A run may cap the threads its kernels use (KernelThreadCap), and a run with a RunControl
+// (base/run_control.h) stops between chunks once cancelled or past its deadline.
 #pragma once
 
 #include <cstddef>
@@ -20,5 +23,18 @@ void set_kernel_threads(size_t n);
 //! Runs fn(begin, end) over [0, n) in chunks of at least `grain` iterations, in parallel
 //! when n > grain and the pool is free. Exceptions from fn are rethrown in the caller.
 void parallel_for(size_t n, size_t grain, const std::function<void(size_t, size_t)>& fn);
+
+//! Caps the kernel threads of parallel regions this thread starts, for the scope's lifetime
+//! (1: every kernel runs on the calling thread alone).
+class KernelThreadCap {
+public:
+    explicit KernelThreadCap(size_t cap);
+    ~KernelThreadCap();
+    KernelThreadCap(const KernelThreadCap&) = delete;
+    KernelThreadCap& operator=(const KernelThreadCap&) = delete;
+
+private:
+    size_t m_prev;
+};
 
 } // namespace braid

@@ -1,4 +1,5 @@
 #include "graph/executable.h"
+#include "base/run_control.h"
 
 #include "base/error.h"
 #include "base/log.h"
@@ -325,6 +326,8 @@ bool Executable::wait_progress(NodeSeq& node, uint64_t target) {
 
 void Executable::run_node(NodeSeq& seq, uint64_t gen) {
     uint64_t base = gen << 32;
+    const RunControl* rc = m_run_control;
+    RunControlScope rc_scope(rc);
     for (size_t i = 0; i < seq.steps.size(); ++i) {
         auto& step = seq.steps[i];
         bool ok = true;
@@ -333,6 +336,7 @@ void Executable::run_node(NodeSeq& seq, uint64_t gen) {
                 if (ok && !wait_progress(*m_nodes[ni], base | count)) ok = false;
         if (!ok || m_failed.load(std::memory_order_relaxed)) break;
         try {
+            if (rc) rc->check();
             // Producers on device queues: this stream waits on the device for their markers; a
             // CPU comp node blocks until they are reached.
             for (auto* waits : {&step.waits, &step.memory_waits})
@@ -463,6 +467,10 @@ void Executable::record_error(std::exception_ptr err, OperatorNode* opr) {
     }
     try {
         std::rethrow_exception(err);
+    } catch (const CancelledError& e) {
+        logger()->debug("{}", e.what()); // asked for: not an error of the model
+    } catch (const DeadlineExceededError& e) {
+        logger()->debug("{}", e.what());
     } catch (const std::exception& e) {
         logger()->error("{}", e.what());
     } catch (...) {

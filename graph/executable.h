@@ -20,6 +20,7 @@
 namespace braid {
 
 class InputNode;
+class RunControl;
 
 //! A compiled computation. Not thread-safe: call execute()/wait()/feed() from one thread.
 //! Executables compiled from one graph do not share fed values or memory: each may be driven
@@ -73,6 +74,10 @@ public:
     using StepObserver =
         std::function<void(const OperatorNode& opr, std::chrono::steady_clock::time_point begin,
                            std::chrono::steady_clock::time_point end)>;
+    //! Runs started from now on check `rc` before every operator and inside parallel kernels,
+    //! and fail with CancelledError or DeadlineExceededError (naming the operator) once it
+    //! says stop; null (the default): never stopped. `rc` must outlive those runs.
+    void set_run_control(const RunControl* rc) { m_run_control = rc; }
     //! Installs `observer` (null: none, the default, which costs one branch per operator).
     //! Call between runs, not while one is in flight.
     void set_step_observer(StepObserver observer) { m_step_observer = std::move(observer); }
@@ -96,6 +101,7 @@ private:
     std::vector<VarNode*> m_vars; //!< every var the executable touches
     std::unordered_map<VarNode*, size_t> m_var_idx;
     std::vector<Tensor> m_tensors; //!< runtime tensor of m_vars[i]
+    const RunControl* m_run_control = nullptr;
     std::vector<std::unique_ptr<NodeSeq>> m_nodes;
     std::vector<InputNode*> m_inputs;
     std::vector<Tensor> m_fed; //!< fed tensor of m_inputs[i]; the Input steps read it

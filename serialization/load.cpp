@@ -10,6 +10,7 @@
 
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <set>
 
@@ -37,52 +38,10 @@ const char* kind_name(fbs::ParamKind k) {
     return "unknown kind";
 }
 
-//! The parameter tensors of a model being loaded: made on first use, shared afterwards.
-class TensorSource {
-public:
-    TensorSource(const serial::ModelBytes& bytes, const ModelDescription& desc,
-                 uint64_t data_offset, size_t map_min_bytes)
-        : m_bytes(bytes), m_desc(desc), m_data_offset(data_offset), m_map_min_bytes(map_min_bytes),
-          m_shared(desc.tensors.size()) {}
-
-    std::shared_ptr<Tensor> get(uint32_t idx) {
-        BRAID_ASSERT(idx < m_shared.size(), "tensor index {} checked by describe_verified", idx);
-        if (m_shared[idx]) return m_shared[idx];
-        const ModelTensor& t = m_desc.tensors[idx];
-        const uint8_t* src = m_bytes.data + m_data_offset + t.offset;
-        TensorLayout layout(t.shape, t.dtype);
-        Tensor value;
-        if (m_bytes.mapped && t.size >= m_map_min_bytes &&
-            reinterpret_cast<uintptr_t>(src) % MODEL_DATA_ALIGNMENT == 0) {
-            // In place: the storage shares ownership of the whole mapping, and its identity
-            // (block_id) is this tensor's first byte, distinct from every other tensor's.
-            std::shared_ptr<void> keep(m_bytes.keep_alive, const_cast<uint8_t*>(src));
-            value = Tensor(Storage::wrap(const_cast<uint8_t*>(src), t.size, Device::cpu(), keep), 0,
-                           layout);
-            m_mapped_bytes += t.size;
-        } else {
-            value = Tensor(t.shape, t.dtype);
-            if (t.size) std::memcpy(value.raw_ptr(), src, t.size);
-        }
-        m_shared[idx] = std::make_shared<Tensor>(std::move(value));
-        return m_shared[idx];
-    }
-
-    size_t mapped_bytes() const { return m_mapped_bytes; }
-
-private:
-    const serial::ModelBytes& m_bytes;
-    const ModelDescription& m_desc;
-    uint64_t m_data_offset;
-    size_t m_map_min_bytes;
-    std::vector<std::shared_ptr<Tensor>> m_shared;
-    size_t m_mapped_bytes = 0;
-};
-
 //! Reads one operator's params from the flatbuffer.
 class FileParamReader final : public ParamReader {
 public:
-    FileParamReader(const fbs::Operator* opr, TensorSource& tensors, std::string context)
+    FileParamReader(const fbs::Operator* opr, const ModelImage& tensors, std::string context)
         : m_opr(opr), m_tensors(tensors), m_context(std::move(context)) {
         if (opr->params())
             for (auto* p : *opr->params()) {
@@ -118,7 +77,7 @@ public:
     }
     Tensor read_tensor(std::string_view name) const override { return *read_shared_tensor(name); }
     std::shared_ptr<Tensor> read_shared_tensor(std::string_view name) const override {
-        return m_tensors.get(field(name, fbs::ParamKind::TENSOR)->tensor());
+        return m_tensors.tensor(field(name, fbs::ParamKind::TENSOR)->tensor());
     }
     uint32_t version() const override { return m_opr->version(); }
     const std::string& context() const override { return m_context; }
@@ -144,17 +103,17 @@ private:
     }
 
     const fbs::Operator* m_opr;
-    TensorSource& m_tensors;
+    const ModelImage& m_tensors;
     std::string m_context;
     std::map<std::string, const fbs::Param*> m_fields;
     mutable std::set<std::string> m_read;
 };
 
-LoadedModel build_graph(const serial::ModelBytes& bytes, const LoadOptions& options) {
+LoadedModel build_graph(const ModelImage& image, const LoadOptions& options) {
     register_all_operators();
-    const fbs::Model* model = serial::check_model(bytes, options.verify_integrity);
-    ModelDescription desc = serial::describe_verified(bytes, model);
-    const std::string& src = bytes.source;
+    const fbs::Model* model = image.root();
+    const ModelDescription& desc = image.description();
+    const std::string& src = image.source();
 
     // Load-time input shapes must name inputs and fit their recorded shapes.
     for (auto& [name, shape] : options.input_shapes) {
@@ -187,7 +146,6 @@ LoadedModel build_graph(const serial::ModelBytes& bytes, const LoadOptions& opti
     CompNode forced_cn;
     if (!options.comp_node.empty()) forced_cn = CompNode::load(options.comp_node);
 
-    TensorSource tensors(bytes, desc, model->data_offset(), options.map_min_bytes);
     std::vector<SymbolVar> vars(desc.vars.size());
     auto& registry = OperatorRegistry::instance();
     bool shapes_as_recorded = options.input_shapes.empty();
@@ -235,7 +193,7 @@ LoadedModel build_graph(const serial::ModelBytes& bytes, const LoadOptions& opti
         std::optional<FileParamReader> reader;
         SymbolVarArray outs;
         try {
-            reader.emplace(model->operators()->Get(flatbuffers::uoffset_t(i)), tensors,
+            reader.emplace(model->operators()->Get(flatbuffers::uoffset_t(i)), image,
                            fmt::format("{} \"{}\"", mo.type_name, mo.name));
             CompNode cn = forced_cn.valid() ? forced_cn : CompNode::load(mo.comp_node);
             OperatorConfig config(mo.name, cn);
@@ -323,7 +281,7 @@ LoadedModel build_graph(const serial::ModelBytes& bytes, const LoadOptions& opti
     if (res.outputs.empty()) BRAID_THROW(SerializationError, "{}: corrupt: no outputs", src);
 
     res.info = desc.info;
-    res.info.mapped_bytes = tensors.mapped_bytes();
+    res.info.mapped_bytes = image.mapped_bytes();
     return res;
 }
 
@@ -352,14 +310,112 @@ std::unique_ptr<Executable> LoadedModel::compile() const {
     return graph->compile(specs);
 }
 
+// ---------------------------------------------------------------- ModelImage
+struct ModelImage::Impl {
+    serial::ModelBytes bytes;
+    const fbs::Model* root = nullptr;
+    ModelDescription desc;
+    size_t map_min_bytes = 4096;
+    std::mutex mutex; //!< guards the tensors below
+    std::vector<std::shared_ptr<Tensor>> tensors;
+    size_t mapped_bytes = 0, weight_bytes = 0;
+};
+
+ModelImage::ModelImage(serial::ModelBytes bytes, bool verify_integrity, size_t map_min_bytes)
+    : m_impl(std::make_unique<Impl>()) {
+    m_impl->bytes = std::move(bytes);
+    m_impl->root = serial::check_model(m_impl->bytes, verify_integrity);
+    m_impl->desc = serial::describe_verified(m_impl->bytes, m_impl->root);
+    m_impl->map_min_bytes = map_min_bytes;
+    m_impl->tensors.resize(m_impl->desc.tensors.size());
+}
+
+ModelImage::~ModelImage() = default;
+
+std::shared_ptr<ModelImage> ModelImage::open(const std::string& path, bool verify_integrity,
+                                             size_t map_min_bytes) {
+    return std::shared_ptr<ModelImage>(
+        new ModelImage(serial::map_file(path), verify_integrity, map_min_bytes));
+}
+
+std::shared_ptr<ModelImage> ModelImage::from_buffer(std::span<const uint8_t> buffer, bool borrow,
+                                                    bool verify_integrity, size_t map_min_bytes) {
+    serial::ModelBytes bytes;
+    if (borrow && !buffer.empty() &&
+        reinterpret_cast<uintptr_t>(buffer.data()) % MODEL_DATA_ALIGNMENT == 0) {
+        bytes.data = buffer.data();
+        bytes.size = buffer.size();
+        bytes.mapped = true; // tensors are used in place, read-only
+        bytes.source = "<buffer>";
+    } else {
+        bytes = serial::copy_buffer(buffer);
+        bytes.mapped = borrow; // the aligned private copy serves in place
+    }
+    return std::shared_ptr<ModelImage>(
+        new ModelImage(std::move(bytes), verify_integrity, map_min_bytes));
+}
+
+const ModelDescription& ModelImage::description() const {
+    return m_impl->desc;
+}
+
+const std::string& ModelImage::source() const {
+    return m_impl->bytes.source;
+}
+
+const fbs::Model* ModelImage::root() const {
+    return m_impl->root;
+}
+
+size_t ModelImage::mapped_bytes() const {
+    std::lock_guard lk(m_impl->mutex);
+    return m_impl->mapped_bytes;
+}
+
+size_t ModelImage::weight_bytes() const {
+    std::lock_guard lk(m_impl->mutex);
+    return m_impl->weight_bytes;
+}
+
+std::shared_ptr<Tensor> ModelImage::tensor(uint32_t idx) const {
+    auto& m = *m_impl;
+    std::lock_guard lk(m.mutex);
+    BRAID_ASSERT(idx < m.tensors.size(), "tensor index {} checked by describe_verified", idx);
+    if (m.tensors[idx]) return m.tensors[idx];
+    const ModelTensor& t = m.desc.tensors[idx];
+    const uint8_t* src = m.bytes.data + m.root->data_offset() + t.offset;
+    TensorLayout layout(t.shape, t.dtype);
+    Tensor value;
+    if (m.bytes.mapped && t.size >= m.map_min_bytes &&
+        reinterpret_cast<uintptr_t>(src) % MODEL_DATA_ALIGNMENT == 0) {
+        // In place: the storage shares ownership of the whole mapping, and its identity
+        // (block_id) is this tensor's first byte, distinct from every other tensor's.
+        std::shared_ptr<void> keep(m.bytes.keep_alive, const_cast<uint8_t*>(src));
+        value = Tensor(Storage::wrap(const_cast<uint8_t*>(src), t.size, Device::cpu(), keep), 0,
+                       layout);
+        m.mapped_bytes += t.size;
+    } else {
+        value = Tensor(t.shape, t.dtype);
+        if (t.size) std::memcpy(value.raw_ptr(), src, t.size);
+    }
+    m.weight_bytes += t.size;
+    m.tensors[idx] = std::make_shared<Tensor>(std::move(value));
+    return m.tensors[idx];
+}
+
+LoadedModel load(const ModelImage& image, const LoadOptions& options) {
+    return build_graph(image, options);
+}
+
 LoadedModel load(const std::string& path, const LoadOptions& options) {
-    auto bytes = serial::map_file(path);
-    return build_graph(bytes, options);
+    auto image = ModelImage::open(path, options.verify_integrity, options.map_min_bytes);
+    return build_graph(*image, options);
 }
 
 LoadedModel load(std::span<const uint8_t> buffer, const LoadOptions& options) {
-    auto bytes = serial::copy_buffer(buffer);
-    return build_graph(bytes, options);
+    auto image =
+        ModelImage::from_buffer(buffer, false, options.verify_integrity, options.map_min_bytes);
+    return build_graph(*image, options);
 }
 
 } // namespace braid

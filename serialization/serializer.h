@@ -150,6 +150,53 @@ struct ModelDescription {
     std::vector<ModelIO> inputs, outputs;
 };
 
+namespace fbs {
+struct Model;
+}
+namespace serial {
+struct ModelBytes;
+}
+
+/*!
+ * A model's bytes, verified once, with its parameter tensors made on first use and shared by
+ * every graph loaded from it. Many graphs of one model (one per request context of a service)
+ * then cost one verification and one copy of the weights. Thread-safe.
+ */
+class ModelImage {
+public:
+    //! Maps the file at `path` (private, copy-on-write) and verifies it; throws
+    //! SerializationError like load().
+    static std::shared_ptr<ModelImage> open(const std::string& path, bool verify_integrity = true,
+                                            size_t map_min_bytes = 4096);
+    //! Verifies a model in memory. With `borrow`, a 64-byte aligned buffer is used in place
+    //! (its tensors are read, never written): keep it alive and unchanged while the image or a
+    //! graph loaded from it lives. Otherwise (or when unaligned) the bytes are copied.
+    static std::shared_ptr<ModelImage> from_buffer(std::span<const uint8_t> buffer,
+                                                   bool borrow = false,
+                                                   bool verify_integrity = true,
+                                                   size_t map_min_bytes = 4096);
+    ~ModelImage();
+    ModelImage(const ModelImage&) = delete;
+    ModelImage& operator=(const ModelImage&) = delete;
+
+    const ModelDescription& description() const;
+    //! The file's path, or "<buffer>".
+    const std::string& source() const;
+    //! Bytes of the parameter tensors made so far (all of them once a graph was loaded).
+    size_t weight_bytes() const;
+    //! Of those, the bytes used in place from the file or buffer.
+    size_t mapped_bytes() const;
+    //! Parameter tensor `idx`, made on first use and shared afterwards.
+    std::shared_ptr<Tensor> tensor(uint32_t idx) const;
+    //! The verified flatbuffers root (for the loader).
+    const fbs::Model* root() const;
+
+private:
+    ModelImage(serial::ModelBytes bytes, bool verify_integrity, size_t map_min_bytes);
+    struct Impl;
+    std::unique_ptr<Impl> m_impl;
+};
+
 //! Writes the graph computing `outputs` to the file at `path` (replaced atomically).
 //! Throws SerializationError for an operator type without a params dumper, duplicate output
 //! names, or a bad DumpOptions::input_shapes entry; Error subclasses for I/O failures.
@@ -164,6 +211,10 @@ void dump(const SymbolVarArray& outputs, std::vector<uint8_t>& buffer,
 LoadedModel load(const std::string& path, const LoadOptions& options = {});
 //! Loads a model from memory; the bytes are copied where needed and may be freed afterwards.
 LoadedModel load(std::span<const uint8_t> buffer, const LoadOptions& options = {});
+//! Builds a new graph of an image's model; its parameter tensors are the image's (shared with
+//! every other graph loaded from it). LoadOptions::verify_integrity and map_min_bytes are the
+//! image's.
+LoadedModel load(const ModelImage& image, const LoadOptions& options = {});
 
 //! Reads a model file's structure (verified like load(), no graph built).
 ModelDescription describe_model(const std::string& path);

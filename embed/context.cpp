@@ -1,0 +1,286 @@
+// Context: one request's bindings and its own Executable of the model's shared graph.
+#include "embed_internal.h"
+
+#include "base/error.h"
+#include "base/thread_pool.h"
+#include "graph/input_node.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <thread>
+
+namespace braid::embed {
+
+namespace {
+
+std::string names_of(const std::vector<TensorInfo>& infos) {
+    std::string s;
+    for (auto& t : infos) s += (s.empty() ? "" : ", ") + t.name;
+    return s.empty() ? "none" : s;
+}
+
+std::vector<int64_t> dims_of(const TensorShape& s) {
+    std::vector<int64_t> dims(s.ndim());
+    for (size_t i = 0; i < s.ndim(); ++i) dims[i] = int64_t(s[i]);
+    return dims;
+}
+
+} // namespace
+
+// ---------------------------------------------------------------- Context::Impl
+size_t Context::Impl::input_index(const std::string& name) const {
+    auto& ins = model->impl().inputs;
+    for (size_t i = 0; i < ins.size(); ++i)
+        if (ins[i].name == name) return i;
+    throw Error(
+        Code::INVALID_ARGUMENT,
+        fmt::format("the model has no input named \"{}\" (inputs: {})", name, names_of(ins)));
+}
+
+size_t Context::Impl::output_index(const std::string& name) const {
+    auto& outs = model->impl().outputs;
+    for (size_t i = 0; i < outs.size(); ++i)
+        if (outs[i].name == name) return i;
+    throw Error(
+        Code::INVALID_ARGUMENT,
+        fmt::format("the model has no output named \"{}\" (outputs: {})", name, names_of(outs)));
+}
+
+Executable& Context::Impl::executable() {
+    if (!exec) {
+        exec = model->impl().loaded.compile();
+        dirty.assign(fed.size(), true);
+    }
+    return *exec;
+}
+
+void Context::Impl::run(const RunOptions& options) {
+    Executable& e = executable();
+    auto& loaded = model->impl().loaded;
+    for (size_t i = 0; i < fed.size(); ++i) {
+        if (fed[i].empty())
+            throw Error(Code::FAILED_PRECONDITION,
+                        fmt::format("input \"{}\" is not bound; call set_input() first",
+                                    loaded.inputs[i].name));
+        if (dirty[i]) {
+            e.feed(loaded.inputs[i].var, fed[i]);
+            dirty[i] = false;
+        }
+    }
+    ran = false;
+    control.reset();
+    control.watch(options.cancel ? &options.cancel->flag() : nullptr);
+    control.set_deadline(options.deadline);
+    e.set_run_control(&control);
+    {
+        KernelThreadCap cap(options.max_threads ? options.max_threads : SIZE_MAX);
+        e.execute();
+        e.wait();
+    }
+    for (size_t i = 0; i < out_data.size(); ++i) {
+        if (!out_data[i]) continue;
+        const Tensor& t = e.output(loaded.outputs[i].var);
+        if (t.nr_bytes() != out_bytes[i])
+            throw Error(Code::INVALID_ARGUMENT,
+                        fmt::format("output \"{}\": the bound buffer has {} bytes; the output is "
+                                    "{} {} ({} bytes)",
+                                    loaded.outputs[i].name, out_bytes[i], t.dtype().name(),
+                                    t.shape().to_string(), t.nr_bytes()));
+        std::memcpy(out_data[i], t.contiguous().raw_ptr(), out_bytes[i]);
+    }
+    ran = true;
+}
+
+// ---------------------------------------------------------------- Context
+Context::Context(std::shared_ptr<Impl> impl) : m_impl(std::move(impl)) {}
+
+Context::~Context() {
+    m_impl->wait_idle();                   // asynchronous runs end first
+    std::lock_guard lk(m_impl->run_mutex); // as does a run in flight on another thread
+}
+
+void Context::set_input(const std::string& name, const void* data, DType dtype,
+                        const std::vector<int64_t>& shape) {
+    translate([&] {
+        auto& m = *m_impl;
+        std::lock_guard lk(m.run_mutex);
+        m.bind_input(m.input_index(name), data, dtype, shape.data(), shape.size());
+    });
+}
+
+void Context::Impl::bind_input(size_t i, const void* data, DType dtype, const int64_t* dims,
+                               size_t ndim) {
+    const ModelIO& io = model->impl().loaded.inputs[i];
+    if (!data)
+        throw Error(Code::INVALID_ARGUMENT, fmt::format("input \"{}\": data is null", io.name));
+    braid::DType dt = from_embed(dtype);
+    if (dt != io.dtype)
+        throw Error(Code::INVALID_ARGUMENT,
+                    fmt::format("input \"{}\": dtype {} given; the model expects {}", io.name,
+                                dt.name(), io.dtype.name()));
+    if (ndim > TensorShape::MAX_NDIM)
+        throw Error(Code::INVALID_ARGUMENT, fmt::format("input \"{}\": {} dims given; at most {}",
+                                                        io.name, ndim, TensorShape::MAX_NDIM));
+    TensorShape s;
+    s.set_ndim(ndim);
+    for (size_t d = 0; d < ndim; ++d) {
+        if (dims[d] < 0)
+            throw Error(
+                Code::INVALID_ARGUMENT,
+                fmt::format("input \"{}\": dim {} is {}; dims are >= 0", io.name, d, dims[d]));
+        s[d] = size_t(dims[d]);
+    }
+    if (!io.accepts(s))
+        throw Error(Code::INVALID_ARGUMENT,
+                    fmt::format("input \"{}\": shape {} given; the model expects {}", io.name,
+                                s.to_string(), io.shape_string()));
+    TensorLayout layout(s, dt);
+    auto bytes = s.packed_bytes(dt);
+    if (!bytes)
+        throw Error(Code::INVALID_ARGUMENT,
+                    fmt::format("input \"{}\": shape {} is too large", io.name, s.to_string()));
+    void* p = const_cast<void*>(data);
+    fed[i] = Tensor(Storage::wrap(p, *bytes, Device::cpu(), std::shared_ptr<void>(anchor, p)), 0,
+                    layout);
+    if (dirty.size() == fed.size()) dirty[i] = true;
+}
+
+void* Context::input_buffer(const std::string& name, const std::vector<int64_t>& shape) {
+    return translate([&] {
+        auto& m = *m_impl;
+        std::lock_guard lk(m.run_mutex);
+        size_t i = m.input_index(name);
+        const ModelIO& io = m.model->impl().loaded.inputs[i];
+        TensorShape s;
+        s.set_ndim(std::min(shape.size(), TensorShape::MAX_NDIM));
+        for (size_t d = 0; d < s.ndim(); ++d) s[d] = size_t(std::max<int64_t>(shape[d], 0));
+        Tensor own(s, io.dtype);
+        // The same checks as caller memory, then the binding keeps braid's tensor.
+        m.bind_input(i, own.raw_ptr(), to_embed(io.dtype), shape.data(), shape.size());
+        m.fed[i] = own;
+        return own.raw_ptr();
+    });
+}
+
+void Context::bind_output(const std::string& name, void* data, size_t bytes) {
+    translate([&] {
+        auto& m = *m_impl;
+        std::lock_guard lk(m.run_mutex);
+        size_t i = m.output_index(name);
+        if (!data && bytes)
+            throw Error(Code::INVALID_ARGUMENT,
+                        fmt::format("output \"{}\": data is null for {} bytes", name, bytes));
+        m.out_data[i] = data;
+        m.out_bytes[i] = bytes;
+    });
+}
+
+std::vector<int64_t> Context::output_shape(const std::string& name) {
+    return translate([&] { return m_impl->output_shape(m_impl->output_index(name)); });
+}
+
+std::vector<int64_t> Context::Impl::output_shape(size_t idx) {
+    std::lock_guard lk(run_mutex);
+    auto& loaded = model->impl().loaded;
+    ComputingGraph& graph = *loaded.graph;
+    std::lock_guard g(graph.inference_mutex());
+    for (size_t i = 0; i < fed.size(); ++i)
+        if (!fed[i].empty())
+            static_cast<InputNode*>(loaded.inputs[i].var.node()->owner())
+                ->set_fed_shape(fed[i].shape());
+    graph.reinfer_all();
+    VarNode* v = loaded.outputs[idx].var.node();
+    if (!v->shape_known())
+        throw Error(Code::FAILED_PRECONDITION,
+                    fmt::format("output \"{}\": the shape depends on values known only when the "
+                                "model runs",
+                                loaded.outputs[idx].name));
+    return dims_of(v->shape());
+}
+
+void Context::run(const RunOptions& options) {
+    translate([&] {
+        std::lock_guard lk(m_impl->run_mutex);
+        m_impl->run(options);
+    });
+}
+
+std::future<void> Context::run_async(const RunOptions& options) {
+    auto impl = m_impl;
+    {
+        std::lock_guard lk(impl->pending_mutex);
+        ++impl->pending; // the Context's destructor waits for this run
+    }
+    return std::async(std::launch::async, [impl, options] {
+        struct Finish {
+            Context::Impl& impl;
+            ~Finish() { impl.finish_async(); }
+        } finish{*impl};
+        translate([&] {
+            std::lock_guard lk(impl->run_mutex);
+            impl->run(options);
+        });
+    });
+}
+
+void Context::run_async(const RunOptions& options,
+                        std::function<void(Code, const std::string&)> done) {
+    auto impl = m_impl;
+    {
+        std::lock_guard lk(impl->pending_mutex);
+        ++impl->pending;
+    }
+    std::thread([impl, options, done = std::move(done)] {
+        Code code = Code::OK;
+        std::string message;
+        try {
+            translate([&] {
+                std::lock_guard lk(impl->run_mutex);
+                impl->run(options);
+            });
+        } catch (const Error& e) {
+            code = e.code();
+            message = e.what();
+        }
+        impl->finish_async(); // before `done`, which may destroy the context
+        if (done) done(code, message);
+    }).detach();
+}
+
+const Tensor& Context::Impl::output_tensor(size_t idx) const {
+    if (!ran || !exec)
+        throw Error(Code::FAILED_PRECONDITION,
+                    fmt::format("output \"{}\": no successful run on this context yet",
+                                model->impl().outputs[idx].name));
+    return exec->output(model->impl().loaded.outputs[idx].var);
+}
+
+TensorView Context::output(const std::string& name) const {
+    return translate([&] {
+        std::lock_guard lk(m_impl->run_mutex);
+        const Tensor& t = m_impl->output_tensor(m_impl->output_index(name));
+        TensorView v;
+        v.data = t.raw_ptr();
+        v.dtype = to_embed(t.dtype());
+        v.shape = dims_of(t.shape());
+        v.bytes = t.nr_bytes();
+        return v;
+    });
+}
+
+size_t Context::arena_bytes() const {
+    std::lock_guard lk(m_impl->run_mutex);
+    if (!m_impl->exec) return 0;
+    size_t total = 0;
+    for (auto& n : m_impl->exec->memory_report().nodes) total += n.arena_capacity_bytes;
+    return total;
+}
+
+void Context::trim() {
+    std::lock_guard lk(m_impl->run_mutex);
+    m_impl->exec.reset();
+    m_impl->ran = false;
+}
+
+} // namespace braid::embed

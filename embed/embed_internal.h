@@ -1,0 +1,81 @@
+// What the embedding API's files share: the state behind Model and Context, and the one place
+// where braid's exceptions become embed::Error codes.
+#pragma once
+
+#include "braid/embed.h"
+
+#include "base/run_control.h"
+#include "graph/executable.h"
+#include "serialization/serializer.h"
+
+#include <condition_variable>
+#include <mutex>
+
+namespace braid::embed {
+
+struct Model::Impl {
+    std::shared_ptr<ModelImage> image;
+    LoadedModel loaded; //!< one graph, shared by every context (each has its own Executable)
+    std::vector<TensorInfo> inputs, outputs;
+    std::mutex pool_mutex;
+    std::vector<std::unique_ptr<Context>> pool; //!< idle contexts of acquire_context()
+};
+
+struct Context::Impl {
+    std::shared_ptr<Model> model; //!< keeps the model alive
+    std::mutex run_mutex;         //!< held by a run, and by the destructor (waits for it)
+    std::unique_ptr<Executable> exec;
+    std::vector<Tensor> fed;     //!< per model input: the bound tensor (caller or own memory)
+    std::vector<void*> out_data; //!< per model output: caller memory each run copies into
+    std::vector<size_t> out_bytes;
+    std::shared_ptr<int> anchor = std::make_shared<int>(0); //!< owner of wrapped caller memory
+    RunControl control;
+    bool ran = false;
+    //! Asynchronous runs started and not yet finished: destroying or pooling the context
+    //! waits for them (they use the model through `model`).
+    std::mutex pending_mutex;
+    std::condition_variable pending_cv;
+    int pending = 0;
+
+    //! Waits until no asynchronous run is pending.
+    void wait_idle() {
+        std::unique_lock lk(pending_mutex);
+        pending_cv.wait(lk, [&] { return pending == 0; });
+    }
+    //! Marks an asynchronous run finished.
+    void finish_async() {
+        std::lock_guard lk(pending_mutex);
+        if (--pending == 0) pending_cv.notify_all();
+    }
+
+    std::vector<bool> dirty; //!< per model input: bound anew since the last feed
+
+    size_t input_index(const std::string& name) const;
+    size_t output_index(const std::string& name) const;
+    //! The executable, compiled on first use (and after trim()).
+    Executable& executable();
+    //! Checks and binds caller memory to input `i` (zero copy).
+    void bind_input(size_t i, const void* data, DType dtype, const int64_t* dims, size_t ndim);
+    std::vector<int64_t> output_shape(size_t idx);
+    //! Output `idx` of the last successful run.
+    const Tensor& output_tensor(size_t idx) const;
+    //! One run on this thread; the caller holds run_mutex.
+    void run(const RunOptions& options);
+};
+
+//! braid's exception in flight as an embed::Error (code and message); call in a catch block.
+Error current_error();
+
+//! Runs `fn`, turning every exception into an embed::Error.
+template <typename Fn> auto translate(Fn&& fn) -> decltype(fn()) {
+    try {
+        return fn();
+    } catch (...) {
+        throw current_error();
+    }
+}
+
+DType to_embed(braid::DType dtype);
+braid::DType from_embed(DType dtype);
+
+} // namespace braid::embed

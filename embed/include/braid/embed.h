@@ -1,0 +1,194 @@
+// braid's embedding API (C++): load a model once, run it from many threads.
+//
+//     auto model = braid::embed::Model::load("mlp.braid");
+//     auto ctx = model->create_context();             // one per in-flight request
+//     ctx->set_input("x", x.data(), braid::embed::DType::FLOAT32, {4, 784});
+//     ctx->run();                                      // on this thread
+//     auto y = ctx->output("y");                       // y.data, y.shape
+//
+// Threading: a Model is immutable and shared by its contexts; any number of contexts run at
+// the same time, each from one thread at a time. Runs execute on the calling thread; kernels
+// share one process-wide pool of sleeping workers (RunOptions::max_threads caps a run).
+// Lifetime: a context keeps its model alive; destroying a context waits for its run.
+// Errors: every failure throws braid::embed::Error with a Code and a message naming the input,
+// output, file or operator and the values seen versus expected.
+// See docs/embedding.md. This header needs only the C++20 standard library.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <future>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace braid::embed {
+
+//! Version of this library ("MAJOR.MINOR.PATCH"); see docs/embedding.md for the ABI policy.
+const char* version();
+
+//! What went wrong; the same values as the C API's braid_code.
+enum class Code : int {
+    OK = 0,
+    INVALID_ARGUMENT = 1,    //!< a wrong name, dtype, shape, size or null argument
+    NOT_FOUND = 2,           //!< a file that does not exist or cannot be read
+    INVALID_MODEL = 3,       //!< a model file that fails verification or cannot be built
+    FAILED_PRECONDITION = 4, //!< a call out of order (e.g. an output read before a run)
+    CANCELLED = 5,           //!< the run's cancel token was set
+    DEADLINE_EXCEEDED = 6,   //!< the run passed its deadline
+    OUT_OF_MEMORY = 7,       //!< the memory budget or the system ran out
+    INTERNAL = 8,            //!< a bug in braid
+};
+
+//! The name of a code ("CANCELLED").
+const char* code_name(Code code);
+
+//! The error every call of this API throws.
+class Error : public std::runtime_error {
+public:
+    Error(Code code, const std::string& message) : std::runtime_error(message), m_code(code) {}
+    Code code() const { return m_code; }
+
+private:
+    Code m_code;
+};
+
+//! Element types; the same values as the C API's braid_dtype.
+enum class DType : int {
+    FLOAT32 = 0,
+    FLOAT16 = 1,
+    BFLOAT16 = 2,
+    INT32 = 3,
+    INT64 = 4,
+    INT8 = 5,
+    UINT8 = 6,
+    BOOL = 7
+};
+
+//! Bytes per element.
+size_t dtype_size(DType dtype);
+
+//! A model input or output: its name, dtype and shape (-1 for a dim fixed at run time).
+struct TensorInfo {
+    std::string name;
+    DType dtype = DType::FLOAT32;
+    std::vector<int64_t> shape;
+};
+
+//! An output after a run: braid's memory, valid until the context's next run or trim().
+struct TensorView {
+    const void* data = nullptr;
+    DType dtype = DType::FLOAT32;
+    std::vector<int64_t> shape;
+    size_t bytes = 0;
+};
+
+//! Set from any thread to stop the runs that use it (they end with Code::CANCELLED).
+class CancelToken {
+public:
+    void cancel() { m_flag.store(true, std::memory_order_relaxed); }
+    void reset() { m_flag.store(false, std::memory_order_relaxed); }
+    bool cancelled() const { return m_flag.load(std::memory_order_relaxed); }
+    const std::atomic<bool>& flag() const { return m_flag; }
+
+private:
+    std::atomic<bool> m_flag{false};
+};
+
+//! Options of one run.
+struct RunOptions {
+    //! Stops the run when set (checked before every operator and between chunks of parallel
+    //! kernels). Must outlive the run.
+    const CancelToken* cancel = nullptr;
+    //! The run fails with Code::DEADLINE_EXCEEDED once this passes; max(): none.
+    std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+    //! Most kernel threads this run uses (0: all of the shared pool).
+    size_t max_threads = 0;
+};
+
+//! How a model is loaded.
+struct ModelOptions {
+    //! Bytes the model's contexts may plan, as "8G" / "512M" / a number ("" : the
+    //! BRAID_MEMORY_BUDGET environment variable, else physical memory).
+    std::string memory_budget;
+};
+
+class Context;
+
+//! A loaded model: immutable, shared by every context created from it. Thread-safe.
+class Model : public std::enable_shared_from_this<Model> {
+public:
+    //! Maps the file at `path` (weights are used in place from the mapping, never copied).
+    static std::shared_ptr<Model> load(const std::string& path, const ModelOptions& options = {});
+    //! A model in memory. With `copy` false the buffer is used in place (no copy; a 64-byte
+    //! aligned buffer also serves the weights in place): keep it alive and unchanged while the
+    //! model lives. With `copy` true the bytes may be freed on return.
+    static std::shared_ptr<Model> load_buffer(const void* data, size_t size, bool copy,
+                                              const ModelOptions& options = {});
+    ~Model();
+
+    const std::vector<TensorInfo>& inputs() const;
+    const std::vector<TensorInfo>& outputs() const;
+    //! A new context (no weight copy).
+    std::unique_ptr<Context> create_context();
+    //! A context from the model's pool (created when the pool is empty); it returns to the
+    //! pool when the last reference goes.
+    std::shared_ptr<Context> acquire_context();
+    //! Bytes of the model's weights (shared by all contexts).
+    size_t weight_bytes() const;
+    //! Frees the idle contexts of the pool.
+    void trim();
+
+    struct Impl;
+    explicit Model(std::unique_ptr<Impl> impl);
+    Impl& impl() { return *m_impl; }
+
+private:
+    std::unique_ptr<Impl> m_impl;
+};
+
+//! The state of one request: bound inputs and outputs, and the memory of its runs. Use from
+//! one thread at a time; many contexts of one model run at the same time.
+class Context {
+public:
+    ~Context(); //!< waits for a run in flight
+
+    //! Binds input `name` to caller memory (zero copy): `data` holds a dense row-major tensor of
+    //! `dtype` and `shape`, and must stay unchanged until the next run returns.
+    void set_input(const std::string& name, const void* data, DType dtype,
+                   const std::vector<int64_t>& shape);
+    //! Binds input `name` to memory braid allocates for `shape`; returns it for the caller to
+    //! fill (valid until the input is bound again).
+    void* input_buffer(const std::string& name, const std::vector<int64_t>& shape);
+    //! Each run copies output `name` into caller memory of `bytes` (checked at the run).
+    void bind_output(const std::string& name, void* data, size_t bytes);
+    //! Output `name`'s shape for the bound inputs, by static inference (before running).
+    std::vector<int64_t> output_shape(const std::string& name);
+
+    //! Runs the model on the calling thread.
+    void run(const RunOptions& options = {});
+    //! Runs on another thread; the future rethrows the run's Error.
+    std::future<void> run_async(const RunOptions& options = {});
+    //! Runs on another thread and calls `done` there with Code::OK or the error.
+    void run_async(const RunOptions& options, std::function<void(Code, const std::string&)> done);
+
+    //! Output `name` of the last run.
+    TensorView output(const std::string& name) const;
+    //! Bytes of the context's own memory plan (its arena).
+    size_t arena_bytes() const;
+    //! Frees the context's arena and compiled plan; the next run rebuilds them.
+    void trim();
+
+    struct Impl;
+    explicit Context(std::shared_ptr<Impl> impl);
+    Impl& impl() { return *m_impl; }
+
+private:
+    std::shared_ptr<Impl> m_impl;
+};
+
+} // namespace braid::embed

@@ -1,0 +1,198 @@
+// Model: one verified image of the file and one graph, shared by every context.
+#include "embed_internal.h"
+
+#include "base/error.h"
+#include "memory/memory_budget.h"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace braid::embed {
+
+const char* version() {
+    return "0.1.0";
+}
+
+const char* code_name(Code code) {
+    switch (code) {
+    case Code::OK:
+        return "OK";
+    case Code::INVALID_ARGUMENT:
+        return "INVALID_ARGUMENT";
+    case Code::NOT_FOUND:
+        return "NOT_FOUND";
+    case Code::INVALID_MODEL:
+        return "INVALID_MODEL";
+    case Code::FAILED_PRECONDITION:
+        return "FAILED_PRECONDITION";
+    case Code::CANCELLED:
+        return "CANCELLED";
+    case Code::DEADLINE_EXCEEDED:
+        return "DEADLINE_EXCEEDED";
+    case Code::OUT_OF_MEMORY:
+        return "OUT_OF_MEMORY";
+    case Code::INTERNAL:
+        return "INTERNAL";
+    }
+    return "UNKNOWN";
+}
+
+Error current_error() {
+    try {
+        throw;
+    } catch (const Error& e) {
+        return e;
+    } catch (const CancelledError& e) {
+        return Error(Code::CANCELLED, e.what());
+    } catch (const DeadlineExceededError& e) {
+        return Error(Code::DEADLINE_EXCEEDED, e.what());
+    } catch (const SerializationError& e) {
+        return Error(Code::INVALID_MODEL, e.what());
+    } catch (const MemoryBudgetError& e) {
+        return Error(Code::OUT_OF_MEMORY, e.what());
+    } catch (const InternalError& e) {
+        return Error(Code::INTERNAL, e.what());
+    } catch (const braid::Error& e) {
+        return Error(Code::INVALID_ARGUMENT, e.what());
+    } catch (const std::bad_alloc&) {
+        return Error(Code::OUT_OF_MEMORY, "out of memory");
+    } catch (const std::exception& e) {
+        return Error(Code::INTERNAL, e.what());
+    } catch (...) {
+        return Error(Code::INTERNAL, "unknown exception");
+    }
+}
+
+namespace {
+
+constexpr std::pair<DType, DTypeEnum> DTYPES[] = {
+    {DType::FLOAT32, DTypeEnum::FLOAT32},   {DType::FLOAT16, DTypeEnum::FLOAT16},
+    {DType::BFLOAT16, DTypeEnum::BFLOAT16}, {DType::INT32, DTypeEnum::INT32},
+    {DType::INT64, DTypeEnum::INT64},       {DType::INT8, DTypeEnum::INT8},
+    {DType::UINT8, DTypeEnum::UINT8},       {DType::BOOL, DTypeEnum::BOOL}};
+
+TensorInfo info_of(const ModelIO& io) {
+    TensorInfo t;
+    t.name = io.name;
+    t.dtype = to_embed(io.dtype);
+    t.shape.assign(io.shape.begin(), io.shape.end());
+    return t;
+}
+
+std::shared_ptr<Model> make_model(std::shared_ptr<ModelImage> image, const ModelOptions& options) {
+    auto impl = std::make_unique<Model::Impl>();
+    impl->image = std::move(image);
+    LoadOptions lopt;
+    lopt.comp_node = "cpu:default"; // runs execute on the calling thread
+    if (!options.memory_budget.empty())
+        lopt.graph_options.memory_budget =
+            parse_byte_size(options.memory_budget, "ModelOptions::memory_budget");
+    impl->loaded = load(*impl->image, lopt);
+    for (auto& io : impl->loaded.inputs) impl->inputs.push_back(info_of(io));
+    for (auto& io : impl->loaded.outputs) impl->outputs.push_back(info_of(io));
+    return std::make_shared<Model>(std::move(impl));
+}
+
+} // namespace
+
+DType to_embed(braid::DType dtype) {
+    for (auto [e, b] : DTYPES)
+        if (b == dtype.enumv()) return e;
+    throw Error(Code::INTERNAL, "dtype " + std::string(dtype.name()) + " has no embed::DType");
+}
+
+braid::DType from_embed(DType dtype) {
+    for (auto [e, b] : DTYPES)
+        if (e == dtype) return braid::DType(b);
+    throw Error(Code::INVALID_ARGUMENT,
+                "dtype value " + std::to_string(int(dtype)) + " is not a braid dtype (0..7)");
+}
+
+size_t dtype_size(DType dtype) {
+    return translate([&] { return from_embed(dtype).size(); });
+}
+
+Model::Model(std::unique_ptr<Impl> impl) : m_impl(std::move(impl)) {}
+
+Model::~Model() = default;
+
+std::shared_ptr<Model> Model::load(const std::string& path, const ModelOptions& options) {
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0)
+        throw Error(Code::NOT_FOUND, path + ": cannot open: " + std::strerror(errno));
+    return translate([&] { return make_model(ModelImage::open(path), options); });
+}
+
+std::shared_ptr<Model> Model::load_buffer(const void* data, size_t size, bool copy,
+                                          const ModelOptions& options) {
+    if (!data && size) throw Error(Code::INVALID_ARGUMENT, "load_buffer: data is null");
+    return translate([&] {
+        std::span<const uint8_t> bytes(static_cast<const uint8_t*>(data), size);
+        return make_model(ModelImage::from_buffer(bytes, !copy), options);
+    });
+}
+
+const std::vector<TensorInfo>& Model::inputs() const {
+    return m_impl->inputs;
+}
+
+const std::vector<TensorInfo>& Model::outputs() const {
+    return m_impl->outputs;
+}
+
+size_t Model::weight_bytes() const {
+    return m_impl->image->weight_bytes();
+}
+
+std::unique_ptr<Context> Model::create_context() {
+    return translate([&] {
+        auto impl = std::make_shared<Context::Impl>();
+        impl->model = shared_from_this();
+        impl->fed.resize(m_impl->inputs.size());
+        impl->out_data.resize(m_impl->outputs.size(), nullptr);
+        impl->out_bytes.resize(m_impl->outputs.size(), 0);
+        impl->executable(); // compiled now: the first run pays nothing extra
+        return std::make_unique<Context>(std::move(impl));
+    });
+}
+
+std::shared_ptr<Context> Model::acquire_context() {
+    std::unique_ptr<Context> ctx;
+    {
+        std::lock_guard lk(m_impl->pool_mutex);
+        if (!m_impl->pool.empty()) {
+            ctx = std::move(m_impl->pool.back());
+            m_impl->pool.pop_back();
+        }
+    }
+    if (!ctx)
+        ctx = create_context();
+    else
+        ctx->impl().model = shared_from_this();
+    // Back to the pool when released, while the model lives. A pooled context drops its
+    // reference to the model, which owns the pool.
+    Context* raw = ctx.release();
+    std::weak_ptr<Model> owner = shared_from_this();
+    return std::shared_ptr<Context>(raw, [owner](Context* c) {
+        c->impl().wait_idle(); // its asynchronous runs use the model
+        if (auto model = owner.lock()) {
+            c->impl().model.reset();
+            std::lock_guard lk(model->m_impl->pool_mutex);
+            model->m_impl->pool.emplace_back(c);
+        } else {
+            delete c;
+        }
+    });
+}
+
+void Model::trim() {
+    std::vector<std::unique_ptr<Context>> idle;
+    {
+        std::lock_guard lk(m_impl->pool_mutex);
+        idle.swap(m_impl->pool);
+    }
+}
+
+} // namespace braid::embed

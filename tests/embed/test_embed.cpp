@@ -1,0 +1,300 @@
+// The embedding C++ API (embed/include/braid/embed.h): loading, binding, concurrent runs on one
+// model, errors, cancellation, deadlines and lifetimes.
+#include "braid.h"
+#include "braid/embed.h"
+#include "helpers.h"
+#include "tools/example_models.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <thread>
+
+using namespace braid;
+namespace em = braid::embed;
+using ::testing::HasSubstr;
+
+namespace {
+
+std::vector<uint8_t> model_bytes(const std::function<SymbolVarArray(ComputingGraph&)>& build,
+                                 const DumpOptions& opt = {}) {
+    auto g = ComputingGraph::make();
+    std::vector<uint8_t> bytes;
+    dump(build(*g), bytes, opt);
+    return bytes;
+}
+
+std::vector<uint8_t> mlp_bytes() {
+    DumpOptions opt;
+    opt.input_shapes["x"] = {-1, 32};
+    return model_bytes([](ComputingGraph& g) { return examples::build_mlp(g, 4, 32, 16, 3); }, opt);
+}
+
+std::vector<float> random_floats(size_t n, unsigned seed) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> d(-1.f, 1.f);
+    std::vector<float> v(n);
+    for (auto& x : v) x = d(rng);
+    return v;
+}
+
+//! A model whose run takes a while: 40 matmuls of 256 x 256, each scaled back.
+std::vector<uint8_t> slow_bytes() {
+    return model_bytes([](ComputingGraph& g) {
+        auto x = opr::Input::make(g, "x", dtype::Float32(), {256, 256});
+        auto w = opr::SharedParam::make(
+            g, std::make_shared<Tensor>(test::random_input({256, 256}, 9)), "w");
+        SymbolVar y = x;
+        for (int i = 0; i < 40; ++i) y = opr::matmul(y, w) * 0.05;
+        return SymbolVarArray{y.rename("y")};
+    });
+}
+
+em::Code code_of(const std::function<void()>& fn, std::string* message = nullptr) {
+    try {
+        fn();
+    } catch (const em::Error& e) {
+        if (message) *message = e.what();
+        return e.code();
+    }
+    return em::Code::OK;
+}
+
+std::vector<float> run_mlp(em::Context& ctx, const std::vector<float>& x, int64_t batch) {
+    ctx.set_input("x", x.data(), em::DType::FLOAT32, {batch, 32});
+    ctx.run();
+    auto out = ctx.output("logits");
+    EXPECT_EQ(out.shape, (std::vector<int64_t>{batch, 3}));
+    auto* p = static_cast<const float*>(out.data);
+    return std::vector<float>(p, p + out.bytes / sizeof(float));
+}
+
+} // namespace
+
+TEST(Embed, RunsTheModelLikeTheGraphApi) {
+    auto bytes = mlp_bytes();
+    auto x = random_floats(4 * 32, 1);
+    // The reference: the same file through load() and an Executable.
+    auto loaded = load(bytes);
+    Tensor xt(TensorShape{4, 32}, dtype::Float32());
+    std::memcpy(xt.raw_ptr(), x.data(), x.size() * 4);
+    auto exec = loaded.compile();
+    exec->feed("x", xt).run();
+    auto* ref = exec->output(0).ptr<float>();
+
+    for (bool copy : {true, false}) {
+        auto model = em::Model::load_buffer(bytes.data(), bytes.size(), copy);
+        ASSERT_EQ(model->inputs().size(), 1u);
+        EXPECT_EQ(model->inputs()[0].name, "x");
+        EXPECT_EQ(model->inputs()[0].shape, (std::vector<int64_t>{-1, 32}));
+        EXPECT_EQ(model->outputs()[0].name, "logits");
+        auto ctx = model->create_context();
+        auto y = run_mlp(*ctx, x, 4);
+        ASSERT_EQ(y.size(), 12u);
+        EXPECT_EQ(std::memcmp(y.data(), ref, 12 * 4), 0) << "copy=" << copy;
+    }
+}
+
+TEST(Embed, ContextsShareTheWeightsAndHaveTheirOwnArena) {
+    auto bytes = mlp_bytes();
+    auto model = em::Model::load_buffer(bytes.data(), bytes.size(), true);
+    size_t weights = model->weight_bytes();
+    EXPECT_EQ(weights, (32 * 16 + 16 + 16 * 3 + 3) * 4u);
+    auto a = model->create_context();
+    auto b = model->create_context();
+    EXPECT_EQ(model->weight_bytes(), weights); // no copy per context
+    auto x = random_floats(4 * 32, 2);
+    EXPECT_EQ(run_mlp(*a, x, 4), run_mlp(*b, x, 4));
+    EXPECT_GT(a->arena_bytes(), 0u);
+    a->trim();
+    EXPECT_EQ(a->arena_bytes(), 0u);
+    EXPECT_EQ(run_mlp(*a, x, 4), run_mlp(*b, x, 4)); // rebuilt after trim
+}
+
+TEST(Embed, VariableBatchAndOutputShapesBeforeRunning) {
+    auto bytes = mlp_bytes();
+    auto model = em::Model::load_buffer(bytes.data(), bytes.size(), true);
+    auto ctx = model->create_context();
+    auto x = random_floats(7 * 32, 3);
+    ctx->set_input("x", x.data(), em::DType::FLOAT32, {7, 32});
+    EXPECT_EQ(ctx->output_shape("logits"), (std::vector<int64_t>{7, 3}));
+    auto y7 = run_mlp(*ctx, x, 7);
+    // Row 0 of a batch of 7 equals the same row run alone.
+    auto y1 = run_mlp(*ctx, std::vector<float>(x.begin(), x.begin() + 32), 1);
+    EXPECT_EQ(std::memcmp(y1.data(), y7.data(), 3 * 4), 0);
+}
+
+TEST(Embed, OutputsCanBeCopiedIntoCallerMemory) {
+    auto bytes = mlp_bytes();
+    auto model = em::Model::load_buffer(bytes.data(), bytes.size(), true);
+    auto ctx = model->create_context();
+    auto x = random_floats(4 * 32, 4);
+    std::vector<float> out(12, -1.f);
+    ctx->bind_output("logits", out.data(), out.size() * 4);
+    auto y = run_mlp(*ctx, x, 4);
+    EXPECT_EQ(out, y);
+    std::vector<float> small(2);
+    ctx->bind_output("logits", small.data(), small.size() * 4);
+    std::string msg;
+    EXPECT_EQ(code_of([&] { ctx->run(); }, &msg), em::Code::INVALID_ARGUMENT);
+    EXPECT_THAT(msg, HasSubstr("output \"logits\": the bound buffer has 8 bytes"));
+    EXPECT_THAT(msg, HasSubstr("(48 bytes)"));
+}
+
+TEST(Embed, ConcurrentRunsOnOneModelMatchSerialRuns) {
+    auto bytes = mlp_bytes();
+    auto model = em::Model::load_buffer(bytes.data(), bytes.size(), true);
+    constexpr int kThreads = 4, kRuns = 50;
+    std::vector<std::vector<float>> inputs, expected;
+    {
+        auto ctx = model->create_context();
+        for (int t = 0; t < kThreads; ++t) {
+            inputs.push_back(random_floats(size_t(t + 1) * 32, 10 + t));
+            expected.push_back(run_mlp(*ctx, inputs[t], t + 1));
+        }
+    }
+    std::atomic<int> mismatches{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t)
+        threads.emplace_back([&, t] {
+            auto ctx = model->acquire_context();
+            for (int r = 0; r < kRuns; ++r)
+                if (run_mlp(*ctx, inputs[t], t + 1) != expected[t]) ++mismatches;
+        });
+    for (auto& th : threads) th.join();
+    EXPECT_EQ(mismatches.load(), 0);
+}
+
+TEST(Embed, BadInputsNameWhatIsWrong) {
+    auto bytes = mlp_bytes();
+    auto model = em::Model::load_buffer(bytes.data(), bytes.size(), true);
+    auto ctx = model->create_context();
+    std::vector<float> x(4 * 32);
+    std::vector<int32_t> xi(4 * 32);
+    std::string msg;
+    EXPECT_EQ(code_of(
+                  [&] {
+                      ctx->set_input("z", x.data(), em::DType::FLOAT32, {4, 32});
+                  },
+                  &msg),
+              em::Code::INVALID_ARGUMENT);
+    EXPECT_THAT(msg, HasSubstr("no input named \"z\" (inputs: x)"));
+    EXPECT_EQ(code_of(
+                  [&] {
+                      ctx->set_input("x", xi.data(), em::DType::INT32, {4, 32});
+                  },
+                  &msg),
+              em::Code::INVALID_ARGUMENT);
+    EXPECT_THAT(msg, HasSubstr("input \"x\": dtype int32 given; the model expects float32"));
+    EXPECT_EQ(code_of(
+                  [&] {
+                      ctx->set_input("x", x.data(), em::DType::FLOAT32, {4, 31});
+                  },
+                  &msg),
+              em::Code::INVALID_ARGUMENT);
+    EXPECT_THAT(msg, HasSubstr("shape {4,31} given; the model expects {-1,32}"));
+    EXPECT_EQ(code_of(
+                  [&] {
+                      ctx->set_input("x", nullptr, em::DType::FLOAT32, {4, 32});
+                  },
+                  &msg),
+              em::Code::INVALID_ARGUMENT);
+    EXPECT_THAT(msg, HasSubstr("input \"x\": data is null"));
+    EXPECT_EQ(code_of([&] { ctx->run(); }, &msg), em::Code::FAILED_PRECONDITION);
+    EXPECT_THAT(msg, HasSubstr("input \"x\" is not bound"));
+    EXPECT_EQ(code_of([&] { ctx->output("logits"); }, &msg), em::Code::FAILED_PRECONDITION);
+    EXPECT_EQ(code_of([&] { ctx->output("nope"); }, &msg), em::Code::INVALID_ARGUMENT);
+    EXPECT_THAT(msg, HasSubstr("no output named \"nope\" (outputs: logits)"));
+    // The context and the model still work.
+    EXPECT_EQ(run_mlp(*ctx, random_floats(4 * 32, 5), 4).size(), 12u);
+
+    EXPECT_EQ(code_of([&] { em::Model::load("/nonexistent/m.braid"); }, &msg), em::Code::NOT_FOUND);
+    EXPECT_THAT(msg, HasSubstr("/nonexistent/m.braid"));
+    auto bad = bytes;
+    bad[bad.size() / 2] ^= 0xff;
+    EXPECT_EQ(code_of([&] { em::Model::load_buffer(bad.data(), bad.size(), true); }, &msg),
+              em::Code::INVALID_MODEL);
+    EXPECT_THAT(msg, HasSubstr("<buffer>"));
+}
+
+TEST(Embed, CancelAndDeadlineStopARunWithTheirOwnCodes) {
+    auto bytes = slow_bytes();
+    auto model = em::Model::load_buffer(bytes.data(), bytes.size(), true);
+    auto ctx = model->create_context();
+    auto x = random_floats(256 * 256, 6);
+    ctx->set_input("x", x.data(), em::DType::FLOAT32, {256, 256});
+    auto t0 = std::chrono::steady_clock::now();
+    ctx->run();
+    auto full = std::chrono::steady_clock::now() - t0;
+
+    em::CancelToken token;
+    em::RunOptions opt;
+    opt.cancel = &token;
+    token.cancel();
+    std::string msg;
+    EXPECT_EQ(code_of([&] { ctx->run(opt); }, &msg), em::Code::CANCELLED);
+    EXPECT_THAT(msg, HasSubstr("cancelled"));
+    EXPECT_THAT(msg, HasSubstr("on cpu:default")); // names the operator it stopped at
+    token.reset();
+
+    em::RunOptions late;
+    late.deadline = std::chrono::steady_clock::now() + full / 4;
+    EXPECT_EQ(code_of([&] { ctx->run(late); }, &msg), em::Code::DEADLINE_EXCEEDED);
+    EXPECT_THAT(msg, HasSubstr("deadline"));
+
+    // Cancelled from another thread while running.
+    auto fut = ctx->run_async(opt);
+    std::this_thread::sleep_for(full / 4);
+    token.cancel();
+    EXPECT_EQ(code_of([&] { fut.get(); }), em::Code::CANCELLED);
+    token.reset();
+    ctx->run(opt); // the context still works
+    EXPECT_EQ(ctx->output("y").shape, (std::vector<int64_t>{256, 256}));
+}
+
+TEST(Embed, DestroyingAContextOrModelDuringARunIsSafe) {
+    auto bytes = slow_bytes();
+    auto model = em::Model::load_buffer(bytes.data(), bytes.size(), true);
+    auto x = random_floats(256 * 256, 7);
+    std::future<void> fut;
+    {
+        auto ctx = model->create_context();
+        ctx->set_input("x", x.data(), em::DType::FLOAT32, {256, 256});
+        fut = ctx->run_async();
+        model.reset(); // the context keeps the model alive
+    }                  // the context waits for, or outlives with, its run
+    fut.get();
+
+    std::promise<em::Code> done;
+    {
+        auto m2 = em::Model::load_buffer(bytes.data(), bytes.size(), true);
+        auto ctx = m2->acquire_context();
+        ctx->set_input("x", x.data(), em::DType::FLOAT32, {256, 256});
+        ctx->run_async({}, [&](em::Code code, const std::string&) { done.set_value(code); });
+    }
+    EXPECT_EQ(done.get_future().get(), em::Code::OK);
+}
+
+TEST(Embed, PooledContextsAreReused) {
+    auto bytes = mlp_bytes();
+    auto model = em::Model::load_buffer(bytes.data(), bytes.size(), true);
+    em::Context* first;
+    {
+        auto ctx = model->acquire_context();
+        first = ctx.get();
+    }
+    {
+        auto ctx = model->acquire_context();
+        EXPECT_EQ(ctx.get(), first);
+    }
+    model->trim();
+    std::weak_ptr<em::Model> weak = model;
+    {
+        auto ctx = model->acquire_context();
+        model.reset();
+        EXPECT_FALSE(weak.expired()); // the context keeps its model
+    }
+    EXPECT_TRUE(weak.expired()); // a pooled context does not
+}
