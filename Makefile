@@ -54,9 +54,9 @@ check-asan: bootstrap
 	@cmake --build $(ASAN_DIR) -j$(JOBS)
 	cd $(ASAN_DIR) && $(SANITIZER_ENV) ctest --output-on-failure -j$(JOBS) -LE 'slow|fuzz'
 
-# ThreadSanitizer on the suites whose tests run threads at once: graph execution and comm
-# (CONCURRENCY_TESTS, a ctest name filter).
-CONCURRENCY_TESTS ?= ^(graph|comm)\.
+# ThreadSanitizer on the suites whose tests run threads at once: graph execution, comm and
+# the embedding API with its 8-thread stress test (CONCURRENCY_TESTS, a ctest name filter).
+CONCURRENCY_TESTS ?= ^(graph|comm|embed)\.
 check-tsan: bootstrap
 	@cmake -S . -B $(TSAN_DIR) $(SANITIZER_FLAGS) -DBRAID_SANITIZE=thread $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(TSAN_DIR) -j$(JOBS)

@@ -1,5 +1,7 @@
 // Several executables compiled from one graph: each holds its own fed inputs, shapes and
 // memory, so they run independently, in turn or from different threads at once.
+#include "base/run_control.h"
+#include "base/thread_pool.h"
 #include "braid.h"
 
 #include <gtest/gtest.h>
@@ -148,4 +150,49 @@ TEST(Executables, AKernelErrorReachesWaitNamingOperatorAndCompNode) {
         EXPECT_EQ(std::string(e.what()),
                   "Elemwise(FLOOR_DIV) \"q\" on cpu1: integer division by zero");
     }
+}
+
+TEST(RunControl, ParallelKernelsStopBetweenChunksOnceCancelled) {
+    RunControl rc;
+    RunControlScope scope(&rc);
+    std::atomic<size_t> done{0};
+    // Serially (one thread) and in parallel: chunks after the cancel are skipped.
+    for (size_t cap : {size_t(1), size_t(0)}) {
+        KernelThreadCap limit(cap ? cap : SIZE_MAX);
+        rc.reset();
+        done = 0;
+        EXPECT_THROW(parallel_for(1000, 1,
+                                  [&](size_t b, size_t e) {
+                                      done += e - b;
+                                      if (done >= 100) rc.cancel();
+                                  }),
+                     CancelledError);
+        EXPECT_LT(done.load(), 1000u) << "cap " << cap;
+    }
+    rc.reset();
+    rc.set_deadline(RunControl::Clock::now() - std::chrono::milliseconds(1));
+    EXPECT_THROW(parallel_for(1000, 1, [](size_t, size_t) {}), DeadlineExceededError);
+}
+
+TEST(RunControl, ACancelledRunFailsNamingTheOperatorAndTheNextRunWorks) {
+    auto g = ComputingGraph::make();
+    auto x = opr::Input::make(*g, "x", dtype::Float32(), {4});
+    auto y = opr::relu(x) + 1.0;
+    auto exec = g->compile({y});
+    Tensor xt(TensorShape{4}, dtype::Float32());
+    for (int i = 0; i < 4; ++i) xt.ptr<float>()[i] = float(i);
+    exec->feed("x", xt);
+    RunControl rc;
+    exec->set_run_control(&rc);
+    rc.cancel();
+    try {
+        exec->run();
+        FAIL() << "expected CancelledError";
+    } catch (const CancelledError& e) {
+        EXPECT_NE(std::string(e.what()).find("\"x\""), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("cancelled"), std::string::npos) << e.what();
+    }
+    rc.reset();
+    exec->run();
+    EXPECT_EQ(exec->output(0).ptr<float>()[3], 4.f);
 }
