@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include <cstring>
 #include <mutex>
 #include <new>
 #include <unordered_map>
@@ -26,6 +27,8 @@ struct braid_context {
 struct braid_cancel_token {
     braid::embed::CancelToken token;
 };
+
+static_assert(sizeof(braid_dtype) == sizeof(int), "braid_dtype is read as an int");
 
 namespace {
 
@@ -264,9 +267,13 @@ braid_status* braid_context_set_input(braid_context* ctx, const char* name, brai
         auto c = live(ctx, Registry::CONTEXT, "braid_context_set_input");
         require(name, "name", "braid_context_set_input");
         if (!shape && ndim) require(shape, "shape", "braid_context_set_input");
+        // A C caller may pass any int: read it as one (a C++ load of an enum value outside
+        // braid_dtype's range is undefined), then check it.
+        int raw;
+        std::memcpy(&raw, &dtype, sizeof raw);
         auto& impl = c->ctx->impl();
         std::lock_guard lk(impl.run_mutex);
-        impl.bind_input(impl.input_index(name), data, DType(dtype), shape, ndim);
+        impl.bind_input(impl.input_index(name), data, DType(raw), shape, ndim);
     });
 }
 
