@@ -30,8 +30,7 @@ public:
             m_workers.emplace_back([this, i] { worker_loop(i); });
     }
 
-    void run(size_t n, size_t grain, const std::function<void(size_t, size_t)>& fn, size_t cap,
-             const RunControl* rc) {
+    void run(size_t n, size_t grain, const RangeFn& fn, size_t cap, const RunControl* rc) {
         size_t nthreads = std::min(threads(), cap);
         size_t max_chunks = nthreads * 4;
         size_t chunk = std::max(grain, (n + max_chunks - 1) / max_chunks);
@@ -114,7 +113,7 @@ private:
     std::mutex m_mutex;
     std::condition_variable m_cv, m_done_cv;
     std::vector<std::thread> m_workers;
-    const std::function<void(size_t, size_t)>* m_fn = nullptr;
+    const RangeFn* m_fn = nullptr;
     const RunControl* m_rc = nullptr;
     size_t m_n = 0, m_chunk = 1, m_active = 0, m_participants = 1;
     uint64_t m_job = 0;
@@ -141,14 +140,14 @@ thread_local size_t t_thread_cap = SIZE_MAX;
 } // namespace
 
 size_t kernel_threads() {
-    return pool().threads();
+    return std::min(pool().threads(), t_thread_cap);
 }
 
 void set_kernel_threads(size_t n) {
     pool().resize(n);
 }
 
-void parallel_for(size_t n, size_t grain, const std::function<void(size_t, size_t)>& fn) {
+void parallel_for(size_t n, size_t grain, RangeFn fn) {
     if (n == 0) return;
     pool().run(n, std::max<size_t>(grain, 1), fn, t_thread_cap, current_run_control());
 }

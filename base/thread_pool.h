@@ -10,19 +10,38 @@
 #pragma once
 
 #include <cstddef>
-#include <functional>
+#include <type_traits>
+#include <utility>
 
 namespace braid {
 
-//! Number of threads kernels may use (workers + caller). From BRAID_NUM_THREADS, default
-//! the number of hardware threads.
+//! A callable fn(begin, end) passed by reference: no copy and no allocation, whatever the
+//! lambda captures. The callable must outlive the call it is passed to.
+class RangeFn {
+public:
+    template <typename F>
+    requires(!std::is_same_v<std::remove_cvref_t<F>, RangeFn>)
+        RangeFn(F&& fn) // NOLINT: implicit, like std::function
+        : m_obj(const_cast<void*>(static_cast<const void*>(&fn))),
+          m_call([](void* obj, size_t b, size_t e) {
+              (*static_cast<std::remove_reference_t<F>*>(obj))(b, e);
+          }) {}
+    void operator()(size_t begin, size_t end) const { m_call(m_obj, begin, end); }
+
+private:
+    void* m_obj;
+    void (*m_call)(void*, size_t, size_t);
+};
+
+//! Number of threads kernels may use (workers + caller), at most this thread's
+//! KernelThreadCap. From BRAID_NUM_THREADS, default the number of hardware threads.
 size_t kernel_threads();
 //! Sets the number of kernel threads (>= 1); takes effect for later parallel regions.
 void set_kernel_threads(size_t n);
 
 //! Runs fn(begin, end) over [0, n) in chunks of at least `grain` iterations, in parallel
 //! when n > grain and the pool is free. Exceptions from fn are rethrown in the caller.
-void parallel_for(size_t n, size_t grain, const std::function<void(size_t, size_t)>& fn);
+void parallel_for(size_t n, size_t grain, RangeFn fn);
 
 //! Caps the kernel threads of parallel regions this thread starts, for the scope's lifetime
 //! (1: every kernel runs on the calling thread alone).

@@ -295,6 +295,34 @@ void throughput() {
                 std::thread::hardware_concurrency(), one, two, two / one, share_1, share_2);
 }
 
+//! Microseconds to create a context of `bytes`'s model (median of 50), and its first run's.
+void context_create(const char* name, const std::vector<uint8_t>& bytes) {
+    braid_model* m = load_buffer(bytes);
+    std::vector<double> create_us;
+    for (int i = 0; i < 50; ++i) {
+        braid_context* ctx = nullptr;
+        auto t0 = Clock::now();
+        check(braid_context_create(m, &ctx), "context_create");
+        create_us.push_back(ns_since(t0) / 1e3);
+        check(braid_context_destroy(ctx), "context_destroy");
+    }
+    std::sort(create_us.begin(), create_us.end());
+    check(braid_model_release(m), "model_release");
+    std::printf("{\"bench\":\"embed\",\"case\":\"context_create\",\"model\":\"%s\","
+                "\"create_us_p50\":%.1f,\"create_us_max\":%.1f,\"target_us\":1000}\n",
+                name, create_us[create_us.size() / 2], create_us.back());
+}
+
+void context_create() {
+    auto g1 = ComputingGraph::make({});
+    std::vector<uint8_t> mlp, block;
+    dump(examples::build_mlp(*g1), mlp);
+    auto g2 = ComputingGraph::make({});
+    dump(examples::build_transformer_block(*g2), block);
+    context_create("mlp", mlp);
+    context_create("transformer_block", block);
+}
+
 //! Milliseconds of one run of `ctx` (median of `runs`).
 double median_run_ms(braid_context* ctx, int runs) {
     std::vector<double> ms;
@@ -395,5 +423,6 @@ int main(int argc, char** argv) {
     shared_weights();
     throughput();
     cancel();
+    context_create();
     return 0;
 }

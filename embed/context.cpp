@@ -29,7 +29,7 @@ std::vector<int64_t> dims_of(const TensorShape& s) {
 } // namespace
 
 // ---------------------------------------------------------------- Context::Impl
-size_t Context::Impl::input_index(const std::string& name) const {
+size_t Context::Impl::input_index(std::string_view name) const {
     auto& ins = model->impl().inputs;
     for (size_t i = 0; i < ins.size(); ++i)
         if (ins[i].name == name) return i;
@@ -38,7 +38,7 @@ size_t Context::Impl::input_index(const std::string& name) const {
         fmt::format("the model has no input named \"{}\" (inputs: {})", name, names_of(ins)));
 }
 
-size_t Context::Impl::output_index(const std::string& name) const {
+size_t Context::Impl::output_index(std::string_view name) const {
     auto& outs = model->impl().outputs;
     for (size_t i = 0; i < outs.size(); ++i)
         if (outs[i].name == name) return i;
@@ -273,7 +273,8 @@ size_t Context::arena_bytes() const {
     std::lock_guard lk(m_impl->run_mutex);
     if (!m_impl->exec) return 0;
     size_t total = 0;
-    for (auto& n : m_impl->exec->memory_report().nodes) total += n.arena_capacity_bytes;
+    for (auto& n : m_impl->exec->memory_report().nodes)
+        total += n.arena_capacity_bytes + n.own_allocation_bytes;
     return total;
 }
 

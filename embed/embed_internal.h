@@ -10,6 +10,7 @@
 
 #include <condition_variable>
 #include <mutex>
+#include <string_view>
 
 namespace braid::embed {
 
@@ -50,8 +51,8 @@ struct Context::Impl {
 
     std::vector<bool> dirty; //!< per model input: bound anew since the last feed
 
-    size_t input_index(const std::string& name) const;
-    size_t output_index(const std::string& name) const;
+    size_t input_index(std::string_view name) const;
+    size_t output_index(std::string_view name) const;
     //! The executable, compiled on first use (and after trim()).
     Executable& executable();
     //! Checks and binds caller memory to input `i` (zero copy).

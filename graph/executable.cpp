@@ -303,16 +303,14 @@ void Executable::execute() {
     m_error = nullptr;
     m_state = State::RUNNING;
     m_running_nodes.store(uint32_t(m_nodes.size()));
-    std::vector<NodeSeq*> inline_nodes;
     for (auto& node : m_nodes) {
-        if (node->cn.is_inline()) {
-            inline_nodes.push_back(node.get());
-            continue;
-        }
+        if (node->cn.is_inline()) continue;
         NodeSeq* seq = node.get();
         node->cn.dispatch([this, seq, gen] { run_node(*seq, gen); });
     }
-    for (auto* seq : inline_nodes) run_node(*seq, gen);
+    // Inline comp nodes ("cpu:default") run here, after the others were started.
+    for (auto& node : m_nodes)
+        if (node->cn.is_inline()) run_node(*node, gen);
 }
 
 bool Executable::wait_progress(NodeSeq& node, uint64_t target) {

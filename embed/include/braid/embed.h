@@ -178,7 +178,7 @@ public:
 
     //! Output `name` of the last run.
     TensorView output(const std::string& name) const;
-    //! Bytes of the context's own memory plan (its arena).
+    //! Bytes of the context's own memory: its planned arena and the outputs it keeps.
     size_t arena_bytes() const;
     //! Frees the context's arena and compiled plan; the next run rebuilds them.
     void trim();
