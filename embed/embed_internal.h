@@ -15,7 +15,8 @@
 namespace braid::embed {
 
 struct Model::Impl {
-    std::shared_ptr<ModelImage> image;
+    std::shared_ptr<ModelImage> image; //!< null for an imported ONNX model
+    size_t onnx_weight_bytes = 0;
     LoadedModel loaded; //!< one graph, shared by every context (each has its own Executable)
     std::vector<TensorInfo> inputs, outputs;
     std::mutex pool_mutex;

@@ -3,6 +3,8 @@
 
 #include "base/error.h"
 #include "memory/memory_budget.h"
+#include "onnx_import/onnx_import.h"
+#include "operators/io.h"
 
 #include <sys/stat.h>
 
@@ -81,15 +83,23 @@ TensorInfo info_of(const ModelIO& io) {
     return t;
 }
 
-std::shared_ptr<Model> make_model(std::shared_ptr<ModelImage> image, const ModelOptions& options) {
-    auto impl = std::make_unique<Model::Impl>();
-    impl->image = std::move(image);
+LoadOptions load_options(const ModelOptions& options) {
     LoadOptions lopt;
     lopt.comp_node = "cpu:default"; // runs execute on the calling thread
     if (!options.memory_budget.empty())
         lopt.graph_options.memory_budget =
             parse_byte_size(options.memory_budget, "ModelOptions::memory_budget");
-    impl->loaded = load(*impl->image, lopt);
+    return lopt;
+}
+
+std::shared_ptr<Model> make_model(LoadedModel loaded, std::shared_ptr<ModelImage> image) {
+    auto impl = std::make_unique<Model::Impl>();
+    impl->image = std::move(image);
+    impl->loaded = std::move(loaded);
+    if (!impl->image) // an imported ONNX model: its constants are its weights
+        for (auto& opr : impl->loaded.graph->operators())
+            if (auto* c = dynamic_cast<opr::ImmutableTensor*>(opr.get()))
+                impl->onnx_weight_bytes += c->value().nr_bytes();
     for (auto& io : impl->loaded.inputs) impl->inputs.push_back(info_of(io));
     for (auto& io : impl->loaded.outputs) impl->outputs.push_back(info_of(io));
     return std::make_shared<Model>(std::move(impl));
@@ -122,7 +132,12 @@ std::shared_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
     struct stat st;
     if (::stat(path.c_str(), &st) != 0)
         throw Error(Code::NOT_FOUND, path + ": cannot open: " + std::strerror(errno));
-    return translate([&] { return make_model(ModelImage::open(path), options); });
+    return translate([&] {
+        if (onnx_import::is_onnx_path(path))
+            return make_model(onnx_import::load_model(path, load_options(options)), nullptr);
+        auto image = ModelImage::open(path);
+        return make_model(braid::load(*image, load_options(options)), image);
+    });
 }
 
 std::shared_ptr<Model> Model::load_buffer(const void* data, size_t size, bool copy,
@@ -130,7 +145,8 @@ std::shared_ptr<Model> Model::load_buffer(const void* data, size_t size, bool co
     if (!data && size) throw Error(Code::INVALID_ARGUMENT, "load_buffer: data is null");
     return translate([&] {
         std::span<const uint8_t> bytes(static_cast<const uint8_t*>(data), size);
-        return make_model(ModelImage::from_buffer(bytes, !copy), options);
+        auto image = ModelImage::from_buffer(bytes, !copy);
+        return make_model(braid::load(*image, load_options(options)), image);
     });
 }
 
@@ -143,7 +159,7 @@ const std::vector<TensorInfo>& Model::outputs() const {
 }
 
 size_t Model::weight_bytes() const {
-    return m_impl->image->weight_bytes();
+    return m_impl->image ? m_impl->image->weight_bytes() : m_impl->onnx_weight_bytes;
 }
 
 std::unique_ptr<Context> Model::create_context() {

@@ -13,6 +13,7 @@ PACKAGES=(
   libopenblas-dev
   libopenmpi-dev openmpi-bin
   libcli11-dev libasio-dev
+  libonnx-dev libonnx-testdata libprotobuf-dev
   clang clang-format libclang-rt-dev
 )
 

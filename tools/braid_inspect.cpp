@@ -5,6 +5,7 @@
 //
 // Exit status: 0 success, 2 usage error, 3 a file that is not a readable model or that this
 // build cannot load (what it holds is still printed first).
+#include "onnx_import/onnx_import.h"
 #include "tools/mem_summary.h"
 #include "tools/printable.h"
 #include "tools/run_model.h"
@@ -110,6 +111,24 @@ void print_summary(const std::string& path, const ModelDescription& d) {
     }
 }
 
+//! What an imported ONNX model became: its inputs and outputs and braid's operators.
+void print_imported(const std::string& path, const LoadedModel& m) {
+    std::printf("model: %s (ONNX, producer \"%s\")\n", path.c_str(),
+                printable(m.info.producer).c_str());
+    std::printf("inputs:\n");
+    for (auto& in : m.inputs)
+        std::printf("  %s: %s %s (default %s)\n", printable(in.name).c_str(), in.dtype.name(),
+                    in.shape_string().c_str(), in.default_shape.to_string().c_str());
+    std::printf("outputs:\n");
+    for (auto& out : m.outputs)
+        std::printf("  %s: %s %s\n", printable(out.name).c_str(), out.dtype.name(),
+                    out.shape_string().c_str());
+    std::map<std::string, size_t> counts;
+    for (auto& o : m.graph->operators()) ++counts[o->type_name()];
+    std::printf("braid operators: %zu\n", m.graph->operators().size());
+    for (auto& [type, n] : counts) std::printf("  %-16s %zu\n", type.c_str(), n);
+}
+
 //! The memory plan of the loaded model; a model over the memory budget is an error, other
 //! compile failures (a collective without its peers, say) only leave the plan unavailable.
 void print_memory(const LoadedModel& model) {
@@ -153,6 +172,18 @@ int main(int argc, char** argv) {
     if (!std::getenv("BRAID_LOG_LEVEL")) logger()->set_level(spdlog::level::critical);
     try {
         register_all_operators();
+        if (onnx_import::is_onnx_path(path)) {
+            // An ONNX file: what it becomes in braid (inputs, outputs, operators, memory).
+            auto model = onnx_import::import_file(path);
+            if (dot) {
+                std::fprintf(stderr, "braid-inspect: --dot reads braid model files; convert "
+                                     "with braid-convert first\n");
+                return EXIT_USAGE;
+            }
+            print_imported(path, model);
+            print_memory(model);
+            return EXIT_OK;
+        }
         auto desc = describe_model(path);
         if (dot)
             print_dot(desc);

@@ -3,6 +3,7 @@
 #include "base/thread_pool.h"
 #include "comm/mpi_communicator.h"
 #include "comm/mpi_rendezvous.h"
+#include "onnx_import/onnx_import.h"
 #include "serialization/npy.h"
 
 #include <algorithm>
@@ -261,7 +262,7 @@ std::vector<RankResult> run_ranks(const RunConfig& cfg, const std::string& comp_
                 std::string cn = rank_comp_node(comp_node, int(r));
                 auto t0 = Clock::now();
                 auto model = stage(EXIT_BAD_FILE, fmt::format("rank {}: ", r), [&] {
-                    return load(cfg.model_path, load_options(cfg, cn, binding));
+                    return onnx_import::load_model(cfg.model_path, load_options(cfg, cn, binding));
                 });
                 results[r] = run_rank(cfg, int(r), model, ms_since(t0), inputs, origin);
             } catch (...) {
@@ -450,8 +451,9 @@ RunResult run_model(const RunConfig& cfg) {
               [&] { return CompNode::load(rank_comp_node(comp_node, int(r))); });
 
     auto origin = Clock::now();
-    auto model = stage(EXIT_BAD_FILE, "",
-                       [&] { return load(cfg.model_path, load_options(cfg, comp_node, binding)); });
+    auto model = stage(EXIT_BAD_FILE, "", [&] {
+        return onnx_import::load_model(cfg.model_path, load_options(cfg, comp_node, binding));
+    });
     double load_ms = ms_since(origin);
     result.info = model.info;
     for (auto& opr : model.graph->operators())

@@ -3,6 +3,7 @@
 #include "braid.h"
 #include "braid/embed.h"
 #include "helpers.h"
+#include "onnx_import/onnx_import.h"
 #include "tools/example_models.h"
 
 #include <gmock/gmock.h>
@@ -297,4 +298,26 @@ TEST(Embed, PooledContextsAreReused) {
         EXPECT_FALSE(weak.expired()); // the context keeps its model
     }
     EXPECT_TRUE(weak.expired()); // a pooled context does not
+}
+
+TEST(Embed, LoadsOnnxModels) {
+    const std::string path =
+        "/usr/share/libonnx-testdata/data/pytorch-converted/test_Conv2d/model.onnx";
+    auto model = em::Model::load(path);
+    ASSERT_EQ(model->inputs().size(), 1u);
+    EXPECT_EQ(model->inputs()[0].shape, (std::vector<int64_t>{2, 3, 7, 5}));
+    EXPECT_GT(model->weight_bytes(), 0u);
+    auto ctx = model->create_context();
+    auto x = random_floats(2 * 3 * 7 * 5, 8);
+    ctx->set_input(model->inputs()[0].name, x.data(), em::DType::FLOAT32, {2, 3, 7, 5});
+    ctx->run();
+    EXPECT_EQ(ctx->output(model->outputs()[0].name).shape, (std::vector<int64_t>{2, 4, 5, 4}));
+    // The same file through the importer and an Executable gives the same values.
+    auto loaded = onnx_import::import_file(path);
+    Tensor xt(TensorShape{2, 3, 7, 5}, dtype::Float32());
+    std::memcpy(xt.raw_ptr(), x.data(), x.size() * 4);
+    auto exec = loaded.compile();
+    exec->feed(loaded.inputs[0].var, xt).run();
+    auto out = ctx->output(model->outputs()[0].name);
+    EXPECT_EQ(std::memcmp(out.data, exec->output(0).raw_ptr(), out.bytes), 0);
 }

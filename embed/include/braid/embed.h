@@ -122,7 +122,8 @@ class Context;
 //! A loaded model: immutable, shared by every context created from it. Thread-safe.
 class Model : public std::enable_shared_from_this<Model> {
 public:
-    //! Maps the file at `path` (weights are used in place from the mapping, never copied).
+    //! Maps the file at `path` (weights are used in place from the mapping, never copied). A
+    //! path ending in ".onnx" is imported as ONNX (docs/onnx.md).
     static std::shared_ptr<Model> load(const std::string& path, const ModelOptions& options = {});
     //! A model in memory. With `copy` false the buffer is used in place (no copy; a 64-byte
     //! aligned buffer also serves the weights in place): keep it alive and unchanged while the

@@ -1,0 +1,416 @@
+#include "onnx_internal.h"
+
+#include "base/error.h"
+#include "graph/computing_graph.h"
+#include "operators/io.h"
+#include "operators/registry.h"
+
+#include <onnx/checker.h>
+#include <onnx/shape_inference/implementation.h>
+#include <onnx/version_converter/convert.h>
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace braid::onnx_import {
+
+namespace {
+
+//! Opset models are upgraded to when they are older (and the ONNX converter can).
+constexpr int64_t TARGET_OPSET = 13;
+
+int64_t default_opset(const onnx::ModelProto& m) {
+    for (auto& o : m.opset_import())
+        if (o.domain().empty() || o.domain() == "ai.onnx") return o.version();
+    return 1;
+}
+
+std::string dims_text(const onnx::TypeProto_Tensor& t) {
+    std::string s = "{";
+    if (t.has_shape())
+        for (int i = 0; i < t.shape().dim_size(); ++i) {
+            auto& d = t.shape().dim(i);
+            s += (i ? "," : "") + (d.has_dim_value()
+                                       ? std::to_string(d.dim_value())
+                                       : (d.dim_param().empty() ? "?" : d.dim_param()));
+        }
+    return s + "}";
+}
+
+} // namespace
+
+// ---------------------------------------------------------------- tensors
+DType dtype_of(int32_t t, const std::string& where) {
+    switch (t) {
+    case onnx::TensorProto::FLOAT:
+        return dtype::Float32();
+    case onnx::TensorProto::FLOAT16:
+        return dtype::Float16();
+    case onnx::TensorProto::BFLOAT16:
+        return dtype::BFloat16();
+    case onnx::TensorProto::INT8:
+        return dtype::Int8();
+    case onnx::TensorProto::UINT8:
+        return dtype::Uint8();
+    case onnx::TensorProto::INT32:
+        return dtype::Int32();
+    case onnx::TensorProto::INT64:
+        return dtype::Int64();
+    case onnx::TensorProto::BOOL:
+        return dtype::Bool();
+    default:
+        break;
+    }
+    const char* name = onnx::TensorProto_DataType_IsValid(t)
+                           ? onnx::TensorProto_DataType_Name(onnx::TensorProto_DataType(t)).c_str()
+                           : "invalid";
+    throw UnsupportedOnnxError(
+        fmt::format("{}: dtype {} ({}) is not supported (float32, float16, bfloat16, int8, "
+                    "uint8, int32, int64, bool)",
+                    where, name, t));
+}
+
+Tensor tensor_of(const onnx::TensorProto& t, const std::string& dir, const std::string& where) {
+    std::string what = fmt::format("{}: tensor \"{}\"", where, t.name());
+    DType dt = dtype_of(t.data_type(), what);
+    std::vector<size_t> dims;
+    for (int64_t d : t.dims()) {
+        if (d < 0) BRAID_THROW(SerializationError, "{}: negative dim {}", what, d);
+        dims.push_back(size_t(d));
+    }
+    TensorShape shape(dims);
+    size_t n = shape.total_nr_elems(), bytes = shape.nr_bytes(dt);
+    Tensor res(shape, dt);
+    auto* dst = static_cast<uint8_t*>(res.raw_ptr());
+    auto expect = [&](size_t have, const char* field) {
+        if (have != n)
+            BRAID_THROW(SerializationError, "{}: {} holds {} values; the shape {} needs {}", what,
+                        field, have, shape.to_string(), n);
+    };
+    if (t.data_location() == onnx::TensorProto::EXTERNAL) {
+        std::string file;
+        size_t offset = 0, length = bytes;
+        for (auto& kv : t.external_data()) {
+            if (kv.key() == "location") file = kv.value();
+            if (kv.key() == "offset") offset = std::stoull(kv.value());
+            if (kv.key() == "length") length = std::stoull(kv.value());
+        }
+        if (file.empty() || file.find("..") != std::string::npos || file[0] == '/')
+            BRAID_THROW(SerializationError,
+                        "{}: external data location \"{}\" is not a file "
+                        "next to the model",
+                        what, file);
+        if (length != bytes)
+            BRAID_THROW(SerializationError, "{}: external data has {} bytes; the shape needs {}",
+                        what, length, bytes);
+        std::ifstream f(dir + "/" + file, std::ios::binary);
+        f.seekg(std::streamoff(offset));
+        if (!f || !f.read(reinterpret_cast<char*>(dst), std::streamsize(bytes)))
+            BRAID_THROW(SerializationError, "{}: cannot read {} bytes at offset {} of \"{}\"", what,
+                        bytes, offset, file);
+        return res;
+    }
+    if (t.has_raw_data()) {
+        if (t.raw_data().size() != bytes)
+            BRAID_THROW(SerializationError, "{}: raw_data has {} bytes; the shape {} needs {}",
+                        what, t.raw_data().size(), shape.to_string(), bytes);
+        if (bytes) std::memcpy(dst, t.raw_data().data(), bytes);
+        return res;
+    }
+    switch (t.data_type()) {
+    case onnx::TensorProto::FLOAT:
+        expect(size_t(t.float_data_size()), "float_data");
+        if (n) std::memcpy(dst, t.float_data().data(), bytes);
+        break;
+    case onnx::TensorProto::INT64:
+        expect(size_t(t.int64_data_size()), "int64_data");
+        if (n) std::memcpy(dst, t.int64_data().data(), bytes);
+        break;
+    case onnx::TensorProto::INT32:
+        expect(size_t(t.int32_data_size()), "int32_data");
+        if (n) std::memcpy(dst, t.int32_data().data(), bytes);
+        break;
+    default: {
+        // int8, uint8, bool, float16, bfloat16: one value per int32_data entry.
+        expect(size_t(t.int32_data_size()), "int32_data");
+        size_t esize = dt.size();
+        for (size_t i = 0; i < n; ++i) {
+            int32_t v = t.int32_data(int(i));
+            std::memcpy(dst + i * esize, &v, esize); // little-endian low bytes
+        }
+    }
+    }
+    return res;
+}
+
+// ---------------------------------------------------------------- NodeCtx
+ComputingGraph& NodeCtx::graph() const {
+    return *m_imp.graph;
+}
+
+std::string NodeCtx::where() const {
+    return fmt::format("{}: node \"{}\" ({}, opset {})", m_imp.source, m_node.name(),
+                       m_node.op_type(), m_opset);
+}
+
+SymbolVar NodeCtx::in(size_t i) const {
+    if (!has_input(i)) invalid(fmt::format("input {} is missing", i));
+    const std::string& name = m_node.input(int(i));
+    auto it = m_imp.values.find(name);
+    if (it != m_imp.values.end()) return it->second;
+    if (m_imp.constants.count(name)) return m_imp.constant_var(name);
+    invalid(fmt::format("input \"{}\" is neither a graph input, an initializer nor the output "
+                        "of an earlier node",
+                        name));
+}
+
+const Tensor* NodeCtx::constant(size_t i) const {
+    if (!has_input(i)) return nullptr;
+    auto it = m_imp.constants.find(m_node.input(int(i)));
+    return it == m_imp.constants.end() ? nullptr : &it->second;
+}
+
+std::vector<int64_t> NodeCtx::ints_input(size_t i) const {
+    const Tensor* t = constant(i);
+    if (!t)
+        unsupported(fmt::format("input {} (\"{}\") must be a constant (an initializer or a "
+                                "Constant node)",
+                                i, has_input(i) ? m_node.input(int(i)) : ""));
+    std::vector<int64_t> v(t->shape().total_nr_elems());
+    for (size_t k = 0; k < v.size(); ++k) {
+        if (t->dtype() == dtype::Int64())
+            v[k] = t->ptr<int64_t>()[k];
+        else if (t->dtype() == dtype::Int32())
+            v[k] = t->ptr<int32_t>()[k];
+        else
+            invalid(fmt::format("input {} has dtype {}; expected int32 or int64", i,
+                                t->dtype().name()));
+    }
+    return v;
+}
+
+const onnx::AttributeProto* NodeCtx::attr(const std::string& name) const {
+    for (auto& a : m_node.attribute())
+        if (a.name() == name) return &a;
+    return nullptr;
+}
+
+int64_t NodeCtx::attr_int(const std::string& name, int64_t def) const {
+    auto* a = attr(name);
+    return a ? a->i() : def;
+}
+
+float NodeCtx::attr_float(const std::string& name, float def) const {
+    auto* a = attr(name);
+    return a ? a->f() : def;
+}
+
+std::string NodeCtx::attr_string(const std::string& name, const std::string& def) const {
+    auto* a = attr(name);
+    return a ? a->s() : def;
+}
+
+std::vector<int64_t> NodeCtx::attr_ints(const std::string& name) const {
+    auto* a = attr(name);
+    return a ? std::vector<int64_t>(a->ints().begin(), a->ints().end()) : std::vector<int64_t>{};
+}
+
+void NodeCtx::unsupported(const std::string& what) const {
+    throw UnsupportedOnnxError(fmt::format("{}: {}", where(), what));
+}
+
+void NodeCtx::invalid(const std::string& what) const {
+    throw SerializationError(fmt::format("{}: {}", where(), what));
+}
+
+SymbolVar NodeCtx::known_output(size_t i, Tensor value) const {
+    const std::string& name = m_node.output(int(i));
+    m_imp.constants[name] = std::move(value);
+    return m_imp.constant_var(name);
+}
+
+SymbolVar Importer::constant_var(const std::string& name) {
+    auto it = values.find(name);
+    if (it != values.end()) return it->second;
+    auto v = opr::ImmutableTensor::make(*graph, constants.at(name));
+    values[name] = v;
+    return v;
+}
+
+// ---------------------------------------------------------------- import
+namespace {
+
+LoadedModel import_model(onnx::ModelProto& model, const ImportOptions& options,
+                         const std::string& source, const std::string& dir) {
+    register_all_operators();
+    try {
+        onnx::checker::check_model(model);
+    } catch (const std::exception& e) {
+        BRAID_THROW(SerializationError, "{}: not a valid ONNX model: {}", source, e.what());
+    }
+    for (auto& o : model.opset_import())
+        if (!o.domain().empty() && o.domain() != "ai.onnx")
+            throw UnsupportedOnnxError(
+                fmt::format("{}: operator set domain \"{}\" (version {}) is not supported", source,
+                            o.domain(), o.version()));
+    int64_t opset = default_opset(model);
+    if (opset < TARGET_OPSET) {
+        try {
+            model = onnx::version_conversion::ConvertVersion(model, int(TARGET_OPSET));
+            opset = TARGET_OPSET;
+        } catch (const std::exception&) {
+            // The converter has no adapter for some op: keep the model's own opset; the
+            // converters handle the older forms they know.
+        }
+    }
+    try {
+        onnx::shape_inference::InferShapes(model);
+    } catch (const std::exception& e) {
+        BRAID_THROW(SerializationError, "{}: ONNX shape inference failed: {}", source, e.what());
+    }
+
+    const auto& g = model.graph();
+    LoadedModel res;
+    GraphOptions gopt = options.graph_options;
+    if (!options.comp_node.empty()) gopt.default_comp_node = options.comp_node;
+    res.graph = ComputingGraph::make(gopt);
+    Importer imp;
+    imp.graph = res.graph.get();
+    imp.dir = dir;
+    imp.source = source;
+    for (auto& t : g.initializer())
+        imp.constants[t.name()] = tensor_of(t, dir, source + ": initializer");
+
+    for (auto& in : g.input()) {
+        if (imp.constants.count(in.name())) continue; // an initializer listed as an input
+        std::string what = fmt::format("{}: input \"{}\"", source, in.name());
+        if (!in.type().has_tensor_type())
+            throw UnsupportedOnnxError(what + ": only tensor inputs are supported");
+        auto& tt = in.type().tensor_type();
+        ModelIO io;
+        io.name = in.name();
+        io.dtype = dtype_of(tt.elem_type(), what);
+        std::vector<size_t> dims;
+        if (tt.has_shape())
+            for (auto& d : tt.shape().dim()) {
+                long v = d.has_dim_value() ? long(d.dim_value()) : -1;
+                io.shape.push_back(v);
+                dims.push_back(v < 0 ? 1 : size_t(v));
+            }
+        io.default_shape = TensorShape(dims);
+        auto given = options.input_shapes.find(io.name);
+        if (given != options.input_shapes.end()) {
+            if (!io.accepts(given->second))
+                BRAID_THROW(ShapeError, "{}: shape {} does not fit the model's {}", what,
+                            given->second.to_string(), dims_text(tt));
+            io.default_shape = given->second;
+        }
+        io.var = opr::Input::make(*res.graph, io.name, io.dtype, io.default_shape);
+        imp.values[io.name] = io.var;
+        res.inputs.push_back(io);
+    }
+
+    for (auto& node : g.node()) {
+        NodeCtx ctx(imp, node, opset);
+        if (!node.domain().empty() && node.domain() != "ai.onnx")
+            ctx.unsupported(fmt::format("domain \"{}\" is not supported", node.domain()));
+        if (node.op_type() == "Constant") {
+            // A known value: later nodes may read it as an attribute-like input.
+            const onnx::AttributeProto* a = ctx.attr("value");
+            if (!a || !a->has_t())
+                ctx.unsupported("only Constant with a tensor \"value\" is supported");
+            imp.constants[node.output(0)] = tensor_of(a->t(), dir, ctx.where());
+            continue;
+        }
+        const Converter* conv = find_converter(node.op_type());
+        if (!conv) ctx.unsupported("this op is not supported");
+        SymbolVarArray outs;
+        try {
+            outs = (*conv)(ctx);
+        } catch (const SerializationError&) {
+            throw;
+        } catch (const Error& e) {
+            // Shape and dtype errors of braid's operators: name the ONNX node too.
+            BRAID_THROW(SerializationError, "{}: {}", ctx.where(), e.what());
+        }
+        for (size_t i = 0; i < outs.size() && i < size_t(node.output_size()); ++i)
+            if (!node.output(int(i)).empty()) imp.values[node.output(int(i))] = outs[i];
+    }
+
+    for (auto& out : g.output()) {
+        std::string what = fmt::format("{}: output \"{}\"", source, out.name());
+        SymbolVar v;
+        auto it = imp.values.find(out.name());
+        if (it != imp.values.end())
+            v = it->second;
+        else if (imp.constants.count(out.name()))
+            v = imp.constant_var(out.name());
+        else
+            BRAID_THROW(SerializationError, "{}: no node computes it", what);
+        ModelIO io;
+        io.name = out.name();
+        io.dtype = v.dtype();
+        if (v.node()->shape_known()) {
+            io.default_shape = v.shape();
+            for (size_t d : v.shape().dims()) io.shape.push_back(long(d));
+        }
+        io.var = v;
+        res.outputs.push_back(io);
+    }
+    if (res.outputs.empty())
+        BRAID_THROW(SerializationError, "{}: the model has no outputs", source);
+    res.info.producer = model.producer_name();
+    res.info.nr_operators = res.graph->operators().size();
+    return res;
+}
+
+} // namespace
+
+LoadedModel import_bytes(std::span<const uint8_t> bytes, const ImportOptions& options,
+                         const std::string& source) {
+    onnx::ModelProto model;
+    if (bytes.size() > size_t(INT32_MAX) || !model.ParseFromArray(bytes.data(), int(bytes.size())))
+        BRAID_THROW(SerializationError, "{}: not an ONNX model (protobuf parse failed, {} bytes)",
+                    source, bytes.size());
+    return import_model(model, options, source, ".");
+}
+
+LoadedModel import_file(const std::string& path, const ImportOptions& options) {
+    std::ifstream f(path, std::ios::binary);
+    if (!f) BRAID_THROW(SerializationError, "{}: cannot open: {}", path, std::strerror(errno));
+    std::stringstream ss;
+    ss << f.rdbuf();
+    std::string bytes = ss.str();
+    onnx::ModelProto model;
+    if (bytes.empty() || !model.ParseFromString(bytes))
+        BRAID_THROW(SerializationError, "{}: not an ONNX model (protobuf parse failed, {} bytes)",
+                    path, bytes.size());
+    auto slash = path.rfind('/');
+    return import_model(model, options, path,
+                        slash == std::string::npos ? "." : path.substr(0, slash));
+}
+
+LoadedModel load_model(const std::string& path, const LoadOptions& options) {
+    if (!is_onnx_path(path)) return load(path, options);
+    ImportOptions io;
+    io.graph_options = options.graph_options;
+    io.comp_node = options.comp_node;
+    io.input_shapes = options.input_shapes;
+    return import_file(path, io);
+}
+
+bool is_onnx_path(const std::string& path) {
+    return path.size() >= 5 && path.compare(path.size() - 5, 5, ".onnx") == 0;
+}
+
+std::vector<std::string> supported_ops() {
+    auto names = converter_names();
+    names.push_back("Constant");
+    std::sort(names.begin(), names.end());
+    return names;
+}
+
+} // namespace braid::onnx_import

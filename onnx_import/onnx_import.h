@@ -1,0 +1,55 @@
+// Importing ONNX models: an ONNX file (or its bytes) becomes a braid graph with named inputs
+// and outputs, the same LoadedModel that serialization/ gives for braid's own files.
+//
+//     auto model = braid::onnx_import::import_file("resnet.onnx");
+//     auto exec = model.compile();
+//
+// Parsing, checking, shape inference and the upgrade of old opsets are the ONNX library's
+// (onnx::checker, onnx::version_conversion). Models below opset 13 are upgraded to 13 where
+// the ONNX converter can; each ONNX node then becomes one braid operator or a composition of
+// them (onnx_import/ops.cpp; docs/onnx.md lists them). Initializers become constants,
+// symbolic dims ("N", "batch") dims fixed when the model runs.
+//
+// Errors are SerializationErrors naming the file and, for a node, its name, op type and
+// opset; an op or dtype braid does not support is an UnsupportedOnnxError.
+#pragma once
+
+#include "serialization/serializer.h"
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+namespace braid::onnx_import {
+
+//! An ONNX op, attribute or dtype that braid does not support (yet).
+class UnsupportedOnnxError : public SerializationError {
+public:
+    using SerializationError::SerializationError;
+};
+
+//! How a model is imported.
+struct ImportOptions {
+    //! Options of the new graph.
+    GraphOptions graph_options;
+    //! Every operator runs on this comp node (default: the graph's default).
+    std::string comp_node;
+    //! Concrete shapes for inputs, by name (symbolic dims otherwise become 1 until fed).
+    std::map<std::string, TensorShape> input_shapes;
+};
+
+//! Imports the ONNX model file at `path` (external data files are read from its folder).
+LoadedModel import_file(const std::string& path, const ImportOptions& options = {});
+//! Imports an ONNX model from memory; `source` names it in messages.
+LoadedModel import_bytes(std::span<const uint8_t> bytes, const ImportOptions& options = {},
+                         const std::string& source = "<buffer>");
+//! Whether `path` names an ONNX file (by its extension, ".onnx").
+bool is_onnx_path(const std::string& path);
+//! A model file of either format: ONNX (by its ".onnx" extension) through import_file(), with
+//! the options that apply to it (graph options, comp node, input shapes), else braid's own
+//! format through load().
+LoadedModel load_model(const std::string& path, const LoadOptions& options = {});
+//! The ONNX ops the importer maps, sorted.
+std::vector<std::string> supported_ops();
+
+} // namespace braid::onnx_import

@@ -1,0 +1,87 @@
+// What the importer's files share: the state of one import and the context a node's
+// converter sees.
+#pragma once
+
+#include "onnx_import/onnx_import.h"
+
+#include "graph/symbol_var.h"
+
+#include <onnx/onnx_pb.h>
+
+#include <functional>
+#include <map>
+#include <optional>
+
+namespace braid::onnx_import {
+
+//! The braid dtype of an ONNX TensorProto data type; UnsupportedOnnxError naming `where`.
+DType dtype_of(int32_t onnx_type, const std::string& where);
+//! A TensorProto's value as a host tensor (raw_data, typed fields or external data in `dir`).
+Tensor tensor_of(const onnx::TensorProto& t, const std::string& dir, const std::string& where);
+
+class Importer;
+
+//! One node being converted: its inputs, known constant values and attributes.
+class NodeCtx {
+public:
+    NodeCtx(Importer& imp, const onnx::NodeProto& node, int64_t opset)
+        : m_imp(imp), m_node(node), m_opset(opset) {}
+
+    const onnx::NodeProto& node() const { return m_node; }
+    int64_t opset() const { return m_opset; }
+    ComputingGraph& graph() const;
+    //! "model.onnx: node "n1" (Conv, opset 13)", for messages.
+    std::string where() const;
+
+    size_t nr_inputs() const { return size_t(m_node.input_size()); }
+    //! Whether input i is given (optional inputs may be absent or named "").
+    bool has_input(size_t i) const { return i < nr_inputs() && !m_node.input(int(i)).empty(); }
+    SymbolVar in(size_t i) const;
+    //! The value of input i when it is known at import time (an initializer or a constant).
+    const Tensor* constant(size_t i) const;
+    //! Input i's value as integers; it must be known at import time.
+    std::vector<int64_t> ints_input(size_t i) const;
+
+    bool has_attr(const std::string& name) const { return attr(name) != nullptr; }
+    int64_t attr_int(const std::string& name, int64_t def) const;
+    float attr_float(const std::string& name, float def) const;
+    std::string attr_string(const std::string& name, const std::string& def) const;
+    std::vector<int64_t> attr_ints(const std::string& name) const;
+    const onnx::AttributeProto* attr(const std::string& name) const;
+
+    //! Records output `i`'s value as known at import time (later nodes may read it as a
+    //! constant input) and returns its var.
+    SymbolVar known_output(size_t i, Tensor value) const;
+
+    //! Throws UnsupportedOnnxError naming the node and `what`.
+    [[noreturn]] void unsupported(const std::string& what) const;
+    //! Throws SerializationError naming the node and `what`.
+    [[noreturn]] void invalid(const std::string& what) const;
+
+private:
+    Importer& m_imp;
+    const onnx::NodeProto& m_node;
+    int64_t m_opset;
+};
+
+//! Converts one node to the braid vars of its outputs (in order; a missing optional output
+//! may be left out at the end).
+using Converter = std::function<SymbolVarArray(const NodeCtx&)>;
+//! The converter of `op_type`, or null.
+const Converter* find_converter(const std::string& op_type);
+//! Every op type with a converter, sorted.
+std::vector<std::string> converter_names();
+
+//! The state of one import.
+class Importer {
+public:
+    ComputingGraph* graph = nullptr;
+    std::string source; //!< the file's path, or "<buffer>", for messages
+    std::string dir;    //!< folder of external data files
+    std::map<std::string, SymbolVar> values;
+    std::map<std::string, Tensor> constants;
+    //! Makes (or finds) the constant var of a known value.
+    SymbolVar constant_var(const std::string& name);
+};
+
+} // namespace braid::onnx_import

@@ -1,0 +1,276 @@
+// Runs the ONNX backend test data (Debian's libonnx-testdata) through the importer and
+// classifies every case: pass, wrong (a result outside rtol 1e-3 / atol 1e-7), unsupported
+// (naming the op and opset), error, or crash / timeout (each case runs in a child process).
+//
+//   onnx_conformance <data dir> <json out> [<floor file>] [--filter SUBSTRING]
+//
+// Writes {"suites": {"node": {"total": N, "pass": N, ...}, ...}, "cases": {"node/test_abs":
+// "pass", ...}, "reasons": {...}}. With a floor file ("suite pass-count" lines) it exits 1 when a
+// suite passes fewer cases than its floor (the ratchet), never for unsupported cases.
+#include "braid.h"
+#include "onnx_import/onnx_internal.h"
+
+#include <onnx/onnx_pb.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <sstream>
+
+namespace fs = std::filesystem;
+using namespace braid;
+
+namespace {
+
+enum Verdict { PASS = 0, WRONG = 10, UNSUPPORTED = 11, ERROR = 12 };
+
+std::string read_all(const fs::path& p) {
+    std::ifstream f(p, std::ios::binary);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+}
+
+Tensor read_tensor(const fs::path& p, std::string* name) {
+    onnx::TensorProto t;
+    if (!t.ParseFromString(read_all(p)))
+        throw onnx_import::UnsupportedOnnxError(p.filename().string() +
+                                                ": not a tensor (sequence or map data)");
+    if (name) *name = t.name();
+    return onnx_import::tensor_of(t, p.parent_path().string(), p.filename().string());
+}
+
+std::vector<float> as_floats(const Tensor& t) {
+    std::vector<float> v(t.shape().total_nr_elems());
+    convert_elements(t.dtype(), t.contiguous().raw_ptr(), dtype::Float32(), v.data(), v.size());
+    return v;
+}
+
+//! Empty when equal within tolerance, else what differs.
+std::string compare(const Tensor& got, const Tensor& want, const std::string& name) {
+    if (got.dtype() != want.dtype())
+        return fmt::format("output \"{}\": dtype {} vs expected {}", name, got.dtype().name(),
+                           want.dtype().name());
+    if (got.shape() != want.shape())
+        return fmt::format("output \"{}\": shape {} vs expected {}", name, got.shape().to_string(),
+                           want.shape().to_string());
+    if (got.dtype().is_float()) {
+        auto a = as_floats(got), b = as_floats(want);
+        for (size_t i = 0; i < a.size(); ++i) {
+            if (std::isnan(a[i]) && std::isnan(b[i])) continue;
+            if (std::isinf(b[i]) && a[i] == b[i]) continue;
+            if (!(std::fabs(a[i] - b[i]) <= 1e-7 + 1e-3 * std::fabs(b[i])))
+                return fmt::format("output \"{}\"[{}]: {} vs expected {}", name, i, a[i], b[i]);
+        }
+        return {};
+    }
+    Tensor g = got.contiguous(), w = want.contiguous();
+    if (std::memcmp(g.raw_ptr(), w.raw_ptr(), g.nr_bytes()) != 0)
+        return fmt::format("output \"{}\": values differ", name);
+    return {};
+}
+
+//! Whether the executable reads input `io` (an input no output depends on is not fed).
+bool used(const Executable& exec, const ModelIO& io) {
+    for (auto& [cn, oprs] : exec.sequences())
+        for (auto* opr : oprs)
+            if (opr->output(0) == io.var.node()) return true;
+    return false;
+}
+
+//! Runs one case; returns its verdict, with the reason in `why`.
+Verdict run_case(const fs::path& dir, std::string& why) {
+    try {
+        auto model = onnx_import::import_file((dir / "model.onnx").string());
+        std::vector<fs::path> sets;
+        for (auto& e : fs::directory_iterator(dir))
+            if (e.is_directory() && e.path().filename().string().rfind("test_data_set_", 0) == 0)
+                sets.push_back(e.path());
+        std::sort(sets.begin(), sets.end());
+        auto exec = model.compile();
+        for (auto& set : sets) {
+            for (size_t i = 0; i < model.inputs.size(); ++i) {
+                fs::path p = set / fmt::format("input_{}.pb", i);
+                if (!fs::exists(p)) continue;
+                std::string name;
+                Tensor t = read_tensor(p, &name);
+                const ModelIO& io = name.empty() ? model.inputs[i] : model.input(name);
+                if (!io.var.node()->owner()->outputs().empty() && !used(*exec, io)) continue;
+                exec->feed(io.var, t);
+            }
+            exec->run();
+            for (size_t i = 0; i < model.outputs.size(); ++i) {
+                fs::path p = set / fmt::format("output_{}.pb", i);
+                if (!fs::exists(p)) continue;
+                Tensor want = read_tensor(p, nullptr);
+                why = compare(exec->output(i), want, model.outputs[i].name);
+                if (!why.empty()) return WRONG;
+            }
+        }
+        return PASS;
+    } catch (const onnx_import::UnsupportedOnnxError& e) {
+        why = e.what();
+        return UNSUPPORTED;
+    } catch (const std::exception& e) {
+        why = e.what();
+        return ERROR;
+    }
+}
+
+//! Runs the case in a child process (a crash or a hang is a verdict, not the end of the run).
+std::string run_isolated(const fs::path& dir, std::string& why) {
+    int fds[2];
+    if (pipe(fds) != 0) return "error";
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        alarm(60);
+        std::string w;
+        Verdict v = run_case(dir, w);
+        w = w.substr(0, 400);
+        if (write(fds[1], w.data(), w.size()) < 0) {
+        }
+        _exit(int(v));
+    }
+    close(fds[1]);
+    char buf[512];
+    ssize_t n;
+    why.clear();
+    while ((n = read(fds[0], buf, sizeof buf)) > 0) why.append(buf, size_t(n));
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (WIFSIGNALED(status)) {
+        why = strsignal(WTERMSIG(status));
+        return WTERMSIG(status) == SIGALRM ? "timeout" : "crash";
+    }
+    switch (WEXITSTATUS(status)) {
+    case PASS:
+        return "pass";
+    case WRONG:
+        return "wrong";
+    case UNSUPPORTED:
+        return "unsupported";
+    default:
+        return "error";
+    }
+}
+
+std::string json_str(const std::string& s) {
+    std::string r = "\"";
+    for (char c : s) {
+        if (c == '"' || c == '\\')
+            r += '\\', r += c;
+        else if (c == '\n')
+            r += "\\n";
+        else if (static_cast<unsigned char>(c) < 0x20)
+            r += ' ';
+        else
+            r += c;
+    }
+    return r + "\"";
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    if (argc < 3) {
+        std::cerr << "usage: onnx_conformance <data dir> <json out> [<floor file>] [--filter S]\n";
+        return 2;
+    }
+    fs::path data = argv[1];
+    std::string out = argv[2], floor_file, filter;
+    for (int i = 3; i < argc; ++i) {
+        if (std::string(argv[i]) == "--filter" && i + 1 < argc)
+            filter = argv[++i];
+        else
+            floor_file = argv[i];
+    }
+    setenv("BRAID_LOG_LEVEL", "off", 0);
+    std::map<std::string, std::map<std::string, int>> suites;
+    std::map<std::string, std::string> cases, reasons;
+    for (const char* suite : {"node", "pytorch-converted", "pytorch-operator", "simple"}) {
+        if (!fs::exists(data / suite)) continue;
+        std::vector<fs::path> dirs;
+        for (auto& e : fs::directory_iterator(data / suite))
+            if (fs::exists(e.path() / "model.onnx")) dirs.push_back(e.path());
+        std::sort(dirs.begin(), dirs.end());
+        for (auto& d : dirs) {
+            std::string key = std::string(suite) + "/" + d.filename().string();
+            if (!filter.empty() && key.find(filter) == std::string::npos) continue;
+            std::string why, verdict = run_isolated(d, why);
+            cases[key] = verdict;
+            if (!why.empty()) reasons[key] = why;
+            suites[suite]["total"]++;
+            suites[suite][verdict]++;
+        }
+    }
+    std::ofstream js(out);
+    js << "{\"suites\": {";
+    bool first = true;
+    for (auto& [suite, counts] : suites) {
+        js << (first ? "" : ", ") << json_str(suite) << ": {";
+        first = false;
+        bool f2 = true;
+        for (const char* k :
+             {"total", "pass", "wrong", "unsupported", "error", "crash", "timeout"}) {
+            js << (f2 ? "" : ", ") << "\"" << k << "\": " << counts[k];
+            f2 = false;
+        }
+        js << "}";
+    }
+    js << "}, \"cases\": {";
+    first = true;
+    for (auto& [k, v] : cases) {
+        js << (first ? "" : ", ") << json_str(k) << ": " << json_str(v);
+        first = false;
+    }
+    js << "}, \"reasons\": {";
+    first = true;
+    for (auto& [k, v] : reasons) {
+        js << (first ? "" : ", ") << json_str(k) << ": " << json_str(v);
+        first = false;
+    }
+    js << "}}\n";
+
+    int status = 0, total = 0, pass = 0, crashes = 0;
+    for (auto& [suite, counts] : suites) {
+        std::printf("%-18s %4d cases: %4d pass, %4d wrong, %4d unsupported, %4d error, %d crash, "
+                    "%d timeout\n",
+                    suite.c_str(), counts["total"], counts["pass"], counts["wrong"],
+                    counts["unsupported"], counts["error"], counts["crash"], counts["timeout"]);
+        total += counts["total"], pass += counts["pass"];
+        crashes += counts["crash"] + counts["timeout"];
+    }
+    std::printf("all %d cases: %d pass (%.1f%%), %d crashes or timeouts\n", total, pass,
+                total ? 100.0 * pass / total : 0.0, crashes);
+    if (!floor_file.empty()) {
+        std::ifstream f(floor_file);
+        std::string suite;
+        int floor_pass;
+        while (f >> suite >> floor_pass) {
+            if (suite[0] == '#') {
+                std::getline(f, suite);
+                continue;
+            }
+            int got = suites.count(suite) ? suites[suite]["pass"] : 0;
+            if (got < floor_pass) {
+                std::printf("FAIL: %s passes %d cases, below its floor of %d (%s)\n", suite.c_str(),
+                            got, floor_pass, floor_file.c_str());
+                status = 1;
+            }
+        }
+    }
+    if (crashes) {
+        std::printf("FAIL: %d cases crashed or timed out\n", crashes);
+        status = 1;
+    }
+    return status;
+}

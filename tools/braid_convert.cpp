@@ -1,0 +1,64 @@
+// braid-convert: writes a model file in braid's own format, e.g. from ONNX, so that services
+// load it without importing it again.
+//
+//   braid-convert model.onnx -o model.braid [--input-shape x=-1,3,224,224]
+//
+// Exit status: 0 success, 2 usage error, 3 a model that cannot be read or converted.
+#include "braid.h"
+#include "onnx_import/onnx_import.h"
+#include "tools/printable.h"
+
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cstdio>
+
+using namespace braid;
+using braid::tools::printable;
+
+int main(int argc, char** argv) {
+    CLI::App app{"Converts a model (ONNX or braid) to braid's model format"};
+    std::string in, out;
+    std::vector<std::string> open_dims;
+    app.add_option("model", in, "the model file (.onnx, or .braid)")->required();
+    app.add_option("-o,--output", out, "the braid model file to write")->required();
+    app.add_option("--input-shape", open_dims,
+                   "NAME=D0,D1,... the shape recorded for an input, -1 for a dim fixed at run "
+                   "time (default: the model's own, its symbolic dims as -1)");
+    CLI11_PARSE(app, argc, argv);
+    try {
+        auto model = onnx_import::load_model(in);
+        DumpOptions opt;
+        opt.producer = "braid-convert";
+        opt.metadata.push_back({"source", in.substr(in.rfind('/') + 1)});
+        for (auto& io : model.inputs) opt.input_shapes[io.name] = io.shape;
+        for (auto& spec : open_dims) {
+            auto eq = spec.find('=');
+            if (eq == std::string::npos) {
+                std::fprintf(stderr, "braid-convert: --input-shape \"%s\": expected NAME=D0,D1\n",
+                             printable(spec).c_str());
+                return 2;
+            }
+            std::vector<long> dims;
+            std::string rest = spec.substr(eq + 1);
+            for (size_t pos = 0; pos <= rest.size();) {
+                size_t comma = std::min(rest.find(',', pos), rest.size());
+                dims.push_back(std::stol(rest.substr(pos, comma - pos)));
+                pos = comma + 1;
+            }
+            opt.input_shapes[spec.substr(0, eq)] = dims;
+        }
+        SymbolVarArray outputs;
+        for (auto& io : model.outputs) outputs.push_back(io.var.rename(io.name));
+        dump(outputs, out, opt);
+        std::printf("%s: %zu inputs, %zu outputs, %zu operators -> %s\n", in.c_str(),
+                    model.inputs.size(), model.outputs.size(), model.graph->operators().size(),
+                    out.c_str());
+        return 0;
+    } catch (const std::exception& e) {
+        std::string msg = e.what();
+        std::replace(msg.begin(), msg.end(), '\n', ' ');
+        std::fprintf(stderr, "braid-convert: error: %s\n", printable(msg).c_str());
+        return 3;
+    }
+}
