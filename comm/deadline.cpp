@@ -1,6 +1,7 @@
 #include "comm/deadline.h"
 
 #include "base/log.h"
+#include "base/run_control.h"
 
 #include <cmath>
 #include <cstdlib>
@@ -29,6 +30,16 @@ Duration default_timeout() {
                        "using the default of 300 s",
                        env);
     return DEFAULT_TIMEOUT;
+}
+
+Deadline Deadline::after(Duration span) {
+    auto at = Clock::now() + span;
+    if (const RunControl* rc = current_run_control(); rc && rc->deadline() < at) {
+        at = rc->deadline();
+        span = std::chrono::duration_cast<Duration>(at - Clock::now());
+        if (span.count() < 0) span = Duration::zero();
+    }
+    return Deadline(at, span);
 }
 
 Duration Deadline::remaining() const {

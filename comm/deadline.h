@@ -32,8 +32,10 @@ inline Duration resolve_timeout(Timeout timeout) {
 //! A point in time after which a blocking call gives up. A small value type.
 class Deadline {
 public:
-    //! The deadline `span` from now.
-    static Deadline after(Duration span) { return Deadline(Clock::now() + span, span); }
+    //! The deadline `span` from now, or the deadline of the run this thread executes when
+    //! that comes first (base/run_control.h): a collective inside a run with a deadline gives
+    //! up with the run.
+    static Deadline after(Duration span);
     //! The deadline for `timeout` (or the default) from now.
     static Deadline from(Timeout timeout) { return after(resolve_timeout(timeout)); }
 

@@ -456,6 +456,15 @@ void Executable::run_step(Step& step) {
 }
 
 void Executable::record_error(std::exception_ptr err, OperatorNode* opr) {
+    // A run asked to stop fails for that reason, also where a wait inside a kernel (a
+    // collective's) gave up at the run's deadline with an error of its own.
+    if (m_run_control && m_run_control->stop_requested()) {
+        try {
+            m_run_control->check();
+        } catch (...) {
+            err = std::current_exception();
+        }
+    }
     // Every error leaving a kernel names its operator and comp node here, in one place.
     err = with_error_context(
         err, fmt::format("{} on {}", opr->describe(), opr->comp_node().locator()), opr->describe());

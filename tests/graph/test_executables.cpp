@@ -196,3 +196,21 @@ TEST(RunControl, ACancelledRunFailsNamingTheOperatorAndTheNextRunWorks) {
     exec->run();
     EXPECT_EQ(exec->output(0).ptr<float>()[3], 4.f);
 }
+
+TEST(RunControl, ACollectiveWaitingForAbsentPeersEndsAtTheRunsDeadline) {
+    // Rank 0 of 2; rank 1 never comes. Without the run's deadline the wait would last the
+    // comm timeout (300 s by default).
+    auto g = ComputingGraph::make();
+    auto x = opr::Input::make(*g, "x", dtype::Float32(), {4});
+    opr::Group group{"deadline", 2, 0, std::make_shared<comm::InProcessGroupClient>(), "local"};
+    auto y = opr::all_reduce_sum(x, group);
+    auto exec = g->compile({y});
+    Tensor xt(TensorShape{4}, dtype::Float32());
+    exec->feed("x", xt);
+    RunControl rc;
+    rc.set_deadline(RunControl::Clock::now() + std::chrono::milliseconds(200));
+    exec->set_run_control(&rc);
+    auto t0 = std::chrono::steady_clock::now();
+    EXPECT_THROW(exec->run(), DeadlineExceededError);
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20));
+}
