@@ -530,6 +530,75 @@ Converter reduce_composed(SymbolVar (*pre)(SymbolVar),
     };
 }
 
+SymbolVarArray pad_op(const NodeCtx& c) {
+    SymbolVar x = c.in(0);
+    size_t rank = rank_of(c, x);
+    std::string mode = c.attr_string("mode", "constant");
+    if (mode != "constant") c.unsupported("mode \"" + mode + "\" (only constant)");
+    auto pads = c.has_attr("pads") ? c.attr_ints("pads") : c.ints_input(1);
+    std::vector<int64_t> axes;
+    if (c.has_input(3))
+        axes = c.ints_input(3);
+    else
+        for (size_t i = 0; i < rank; ++i) axes.push_back(int64_t(i));
+    if (pads.size() != 2 * axes.size())
+        c.invalid(fmt::format("{} pads for {} axes", pads.size(), axes.size()));
+    double value = c.attr_float("value", 0.f);
+    if (const Tensor* v = c.constant(2); v && v->shape().total_nr_elems() == 1) {
+        float f;
+        convert_elements(v->dtype(), v->raw_ptr(), dtype::Float32(), &f, 1);
+        value = f;
+    } else if (c.has_input(2) && !c.constant(2)) {
+        c.unsupported("a constant_value that is not a constant");
+    }
+    std::vector<size_t> shape = x.shape().dims();
+    std::vector<AxisIndex> items;
+    for (size_t i = 0; i < axes.size(); ++i) {
+        int a = norm_axis(c, axes[i], rank);
+        int64_t before = pads[i], after = pads[i + axes.size()];
+        if (before < 0 || after < 0) c.unsupported("negative pads (cropping)");
+        if (before == 0 && after == 0) continue;
+        items.push_back(
+            AxisIndex::slice(a, long(before), long(before + int64_t(shape[size_t(a)]))));
+        shape[size_t(a)] += size_t(before + after);
+    }
+    if (items.empty()) return one(x);
+    SymbolVar base = fill(c.graph(), TensorShape(shape), value, x.dtype());
+    return one(set_subtensor(base, x, items));
+}
+
+SymbolVarArray trilu(const NodeCtx& c) {
+    SymbolVar x = c.in(0);
+    size_t rank = rank_of(c, x);
+    if (rank < 2) c.invalid("the input needs at least 2 dims");
+    size_t n = x.shape()[rank - 2], m = x.shape()[rank - 1];
+    // Column minus row index for every position; kept where it is >= k (upper) or <= k.
+    SymbolVar rows = arange(c.graph(), 0, double(n)).reshape({long(n), 1});
+    SymbolVar cols = arange(c.graph(), 0, double(m)).reshape({1, long(m)});
+    SymbolVar d = cols - rows;
+    // k: a constant, or a scalar input known only at run time.
+    SymbolVar k = !c.has_input(1) ? scalar_like(d, 0)
+                  : c.constant(1) ? scalar_like(d, double(c.ints_input(1).at(0)))
+                                  : TypeCvt::make(c.in(1), dtype::Float32());
+    SymbolVar keep = c.attr_int("upper", 1) ? less_equal(k, d) : less_equal(d, k);
+    return one(where(keep, x, zeros_like(x)));
+}
+
+SymbolVarArray hardmax(const NodeCtx& c) {
+    SymbolVar x = c.in(0);
+    size_t rank = rank_of(c, x);
+    int axis = norm_axis(c, c.attr_int("axis", c.opset() >= 13 ? -1 : 1), rank);
+    if (c.opset() < 13 && axis != int(rank) - 1)
+        c.unsupported("axis other than the last before opset 13 (2-D flattening)");
+    size_t dim = x.shape()[size_t(axis)];
+    std::vector<long> shape(rank, 1);
+    shape[size_t(axis)] = long(dim);
+    SymbolVar idx = arange(c.graph(), 0, double(dim), 1, dtype::Int32()).reshape(shape);
+    SymbolVar best = argmax(x, axis, true);
+    if (best.dtype() != dtype::Int32()) best = TypeCvt::make(best, dtype::Int32());
+    return one(TypeCvt::make(equal(idx, best), x.dtype()));
+}
+
 const std::map<std::string, Converter>& table() {
     static const std::map<std::string, Converter> t = {
         {"Abs", unary<abs>()},
@@ -608,6 +677,9 @@ const std::map<std::string, Converter>& table() {
         {"ConstantOfShape", constant_of_shape},
         {"Shape", shape_op},
         {"Size", size_op},
+        {"Pad", pad_op},
+        {"Trilu", trilu},
+        {"Hardmax", hardmax},
         {"PRelu", prelu},
         {"Mod", mod_op},
         {"CastLike", cast_like},
