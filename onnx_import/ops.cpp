@@ -252,10 +252,32 @@ SymbolVar index_of(SymbolVar idx, size_t dim) {
     return where(less(idx, scalar_like(idx, 0)), idx + double(dim), idx);
 }
 
+//! ONNX Gather (numpy take): out = x[:axis] + indices' shape + x[axis + 1:]. The axis is moved
+//! to the front and the rest flattened, rows are taken with Embedding, and the dims are put
+//! back in order.
 SymbolVarArray gather_op(const NodeCtx& c) {
-    SymbolVar x = c.in(0);
-    int axis = norm_axis(c, c.attr_int("axis", 0), rank_of(c, x));
-    return one(gather(x, index_of(c.in(1), x.shape()[size_t(axis)]), axis));
+    SymbolVar x = c.in(0), idx = c.in(1);
+    size_t rank = rank_of(c, x), k = rank_of(c, idx);
+    int axis = norm_axis(c, c.attr_int("axis", 0), rank);
+    const TensorShape xs = x.shape();
+    SymbolVar ids = index_of(k == 0 ? idx.reshape({1}) : idx, xs[size_t(axis)]);
+    size_t kk = std::max<size_t>(k, 1);
+    std::vector<int> perm{axis};
+    std::vector<long> rest;
+    for (size_t d = 0; d < rank; ++d)
+        if (int(d) != axis) perm.push_back(int(d)), rest.push_back(long(xs[d]));
+    SymbolVar table = transpose(x, perm).reshape({long(xs[size_t(axis)]), -1});
+    SymbolVar rows = embedding(table, ids); // ids' shape + [product of rest]
+    std::vector<long> shape;
+    for (size_t d = 0; d < kk; ++d) shape.push_back(long(ids.shape()[d]));
+    shape.insert(shape.end(), rest.begin(), rest.end());
+    SymbolVar y = rows.reshape(shape); // [ids..., before..., after...]
+    std::vector<int> back;
+    for (int d = 0; d < axis; ++d) back.push_back(int(kk) + d);
+    for (size_t d = 0; d < kk; ++d) back.push_back(int(d));
+    for (size_t d = size_t(axis) + 1; d < rank; ++d) back.push_back(int(kk + d - 1));
+    y = transpose(y, back);
+    return one(k == 0 ? squeeze(y, {axis}) : y);
 }
 
 SymbolVarArray cast_op(const NodeCtx& c) {
@@ -599,6 +621,13 @@ SymbolVarArray hardmax(const NodeCtx& c) {
     return one(TypeCvt::make(equal(idx, best), x.dtype()));
 }
 
+//! GatherElements is braid's Gather (numpy take_along_axis).
+SymbolVarArray gather_elements(const NodeCtx& c) {
+    SymbolVar x = c.in(0);
+    int axis = norm_axis(c, c.attr_int("axis", 0), rank_of(c, x));
+    return one(gather(x, index_of(c.in(1), x.shape()[size_t(axis)]), axis));
+}
+
 const std::map<std::string, Converter>& table() {
     static const std::map<std::string, Converter> t = {
         {"Abs", unary<abs>()},
@@ -678,6 +707,7 @@ const std::map<std::string, Converter>& table() {
         {"Shape", shape_op},
         {"Size", size_op},
         {"Pad", pad_op},
+        {"GatherElements", gather_elements},
         {"Trilu", trilu},
         {"Hardmax", hardmax},
         {"PRelu", prelu},
