@@ -319,9 +319,7 @@ braid_status* braid_context_run(braid_context* ctx, const braid_run_options* opt
                                std::chrono::microseconds(options->timeout_us);
             opt.max_threads = options->max_threads;
         }
-        auto& impl = c->ctx->impl();
-        std::lock_guard lk(impl.run_mutex);
-        impl.run(opt);
+        c->ctx->impl().run(opt);
     });
 }
 

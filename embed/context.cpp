@@ -56,6 +56,7 @@ Executable& Context::Impl::executable() {
 }
 
 void Context::Impl::run(const RunOptions& options) {
+    std::lock_guard lk(run_mutex);
     Executable& e = executable();
     auto& loaded = model->impl().loaded;
     for (size_t i = 0; i < fed.size(); ++i) {
@@ -200,45 +201,30 @@ std::vector<int64_t> Context::Impl::output_shape(size_t idx) {
 }
 
 void Context::run(const RunOptions& options) {
-    translate([&] {
-        std::lock_guard lk(m_impl->run_mutex);
-        m_impl->run(options);
-    });
+    translate([&] { m_impl->run(options); });
 }
 
 std::future<void> Context::run_async(const RunOptions& options) {
     auto impl = m_impl;
-    {
-        std::lock_guard lk(impl->pending_mutex);
-        ++impl->pending; // the Context's destructor waits for this run
-    }
+    impl->begin_async();
     return std::async(std::launch::async, [impl, options] {
         struct Finish {
             Context::Impl& impl;
             ~Finish() { impl.finish_async(); }
         } finish{*impl};
-        translate([&] {
-            std::lock_guard lk(impl->run_mutex);
-            impl->run(options);
-        });
+        translate([&] { impl->run(options); });
     });
 }
 
 void Context::run_async(const RunOptions& options,
                         std::function<void(Code, const std::string&)> done) {
     auto impl = m_impl;
-    {
-        std::lock_guard lk(impl->pending_mutex);
-        ++impl->pending;
-    }
+    impl->begin_async();
     std::thread([impl, options, done = std::move(done)] {
         Code code = Code::OK;
         std::string message;
         try {
-            translate([&] {
-                std::lock_guard lk(impl->run_mutex);
-                impl->run(options);
-            });
+            translate([&] { impl->run(options); });
         } catch (const Error& e) {
             code = e.code();
             message = e.what();

@@ -61,8 +61,13 @@ struct Context::Impl {
     std::vector<int64_t> output_shape(size_t idx);
     //! Output `idx` of the last successful run.
     const Tensor& output_tensor(size_t idx) const;
-    //! One run on this thread; the caller holds run_mutex.
+    //! One run on this thread, under run_mutex.
     void run(const RunOptions& options);
+    //! Counts an asynchronous run as pending (the Context's destructor waits for it).
+    void begin_async() {
+        std::lock_guard lk(pending_mutex);
+        ++pending;
+    }
 };
 
 //! braid's exception in flight as an embed::Error (code and message); call in a catch block.

@@ -443,16 +443,20 @@ SymbolVar SymbolVar::symshape() const {
 
 namespace braid::opr {
 
+//! The static target of a Reshape or Broadcast loaded without a shape input.
+template <typename Param> auto static_target(const OprLoadContext& ctx) {
+    auto p = read_param<Param>(ctx.params);
+    if (!p.target)
+        BRAID_THROW(SerializationError,
+                    "{}: param \"target\" is missing (needed without a shape input)",
+                    ctx.params.context());
+    return *p.target;
+}
+
 static SymbolVarArray load_reshape(const OprLoadContext& ctx) {
     ctx.expect_inputs(1, 2);
     if (ctx.inputs.size() == 2) return {Reshape::make(ctx.input(0), ctx.input(1), ctx.config)};
-    auto p = read_param<Reshape::Param>(ctx.params);
-    if (!p.target)
-        BRAID_THROW(SerializationError,
-                    "{}: param \"target\" is missing (needed without a shape "
-                    "input)",
-                    ctx.params.context());
-    return {Reshape::make(ctx.input(0), *p.target, ctx.config)};
+    return {Reshape::make(ctx.input(0), static_target<Reshape::Param>(ctx), ctx.config)};
 }
 
 static void dump_get_var_shape(const OperatorNode&, ParamWriter&) {}
@@ -465,13 +469,7 @@ static SymbolVarArray load_get_var_shape(const OprLoadContext& ctx) {
 static SymbolVarArray load_broadcast(const OprLoadContext& ctx) {
     ctx.expect_inputs(1, 2);
     if (ctx.inputs.size() == 2) return {Broadcast::make(ctx.input(0), ctx.input(1), ctx.config)};
-    auto p = read_param<Broadcast::Param>(ctx.params);
-    if (!p.target)
-        BRAID_THROW(SerializationError,
-                    "{}: param \"target\" is missing (needed without a shape "
-                    "input)",
-                    ctx.params.context());
-    return {Broadcast::make(ctx.input(0), *p.target, ctx.config)};
+    return {Broadcast::make(ctx.input(0), static_target<Broadcast::Param>(ctx), ctx.config)};
 }
 
 static SymbolVarArray load_type_cvt(const OprLoadContext& ctx) {
