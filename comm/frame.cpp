@@ -26,11 +26,25 @@ uint32_t parse_frame_header(const uint8_t* header, std::string& error, uint32_t 
     return length;
 }
 
+namespace {
+
+//! Whether the 8-byte elements of `vec` (may be null) are 8-byte aligned: the flatbuffers
+//! verifier checks only the 4-byte length prefix, and reading a misaligned one is undefined.
+template <typename T> bool aligned(const flatbuffers::Vector<T>* vec) {
+    return !vec || !vec->size() || reinterpret_cast<uintptr_t>(vec->data()) % alignof(T) == 0;
+}
+
+} // namespace
+
 const fb::Frame* verify_frame(const uint8_t* payload, size_t size) {
     // Small depth and table limits: legitimate frames are two tables deep.
     flatbuffers::Verifier verifier(payload, size, /*max_depth=*/16, /*max_tables=*/64);
     if (!fb::VerifyFrameBuffer(verifier)) return nullptr;
-    return fb::GetFrame(payload);
+    const fb::Frame* frame = fb::GetFrame(payload);
+    // The only lists of 8-byte values: shape dims.
+    if (auto* req = frame->body_as_SetShapeRequest(); req && !aligned(req->dims())) return nullptr;
+    if (auto* rep = frame->body_as_ShapeReply(); rep && !aligned(rep->dims())) return nullptr;
+    return frame;
 }
 
 std::vector<uint8_t> finish_frame(flatbuffers::FlatBufferBuilder& builder,
