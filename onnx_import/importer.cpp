@@ -10,9 +10,14 @@
 #include <onnx/version_converter/convert.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
+#include <charconv>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 namespace braid::onnx_import {
@@ -83,59 +88,88 @@ Tensor tensor_of(const onnx::TensorProto& t, const std::string& dir, const std::
     }
     TensorShape shape(dims);
     size_t n = shape.total_nr_elems(), bytes = shape.nr_bytes(dt);
-    Tensor res(shape, dt);
-    auto* dst = static_cast<uint8_t*>(res.raw_ptr());
     auto expect = [&](size_t have, const char* field) {
         if (have != n)
             BRAID_THROW(SerializationError, "{}: {} holds {} values; the shape {} needs {}", what,
                         field, have, shape.to_string(), n);
     };
+    // Check that the data is all there before allocating for the shape the file claims.
+    struct {
+        std::string path;
+        size_t offset = 0;
+    } external;
     if (t.data_location() == onnx::TensorProto::EXTERNAL) {
         std::string file;
-        size_t offset = 0, length = bytes;
+        size_t length = bytes;
+        auto number = [&](const std::string& key, const std::string& text) {
+            size_t v = 0;
+            auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+            if (ec != std::errc() || end != text.data() + text.size())
+                BRAID_THROW(SerializationError, "{}: external data {} \"{}\" is not a number", what,
+                            key, text);
+            return v;
+        };
         for (auto& kv : t.external_data()) {
             if (kv.key() == "location") file = kv.value();
-            if (kv.key() == "offset") offset = std::stoull(kv.value());
-            if (kv.key() == "length") length = std::stoull(kv.value());
+            if (kv.key() == "offset") external.offset = number("offset", kv.value());
+            if (kv.key() == "length") length = number("length", kv.value());
         }
         if (file.empty() || file.find("..") != std::string::npos || file[0] == '/')
             BRAID_THROW(SerializationError,
-                        "{}: external data location \"{}\" is not a file "
-                        "next to the model",
-                        what, file);
+                        "{}: external data location \"{}\" is not a file next to the model", what,
+                        file);
         if (length != bytes)
             BRAID_THROW(SerializationError, "{}: external data has {} bytes; the shape needs {}",
                         what, length, bytes);
-        std::ifstream f(dir + "/" + file, std::ios::binary);
-        f.seekg(std::streamoff(offset));
-        if (!f || !f.read(reinterpret_cast<char*>(dst), std::streamsize(bytes)))
-            BRAID_THROW(SerializationError, "{}: cannot read {} bytes at offset {} of \"{}\"", what,
-                        bytes, offset, file);
-        return res;
-    }
-    if (t.has_raw_data()) {
+        external.path = dir + "/" + file;
+        std::error_code ec;
+        size_t size = std::filesystem::file_size(external.path, ec);
+        if (ec || external.offset > size || size - external.offset < bytes)
+            BRAID_THROW(SerializationError,
+                        "{}: external data file \"{}\" has no {} bytes at offset {}{}", what, file,
+                        bytes, external.offset, ec ? " (" + ec.message() + ")" : "");
+    } else if (t.has_raw_data()) {
         if (t.raw_data().size() != bytes)
             BRAID_THROW(SerializationError, "{}: raw_data has {} bytes; the shape {} needs {}",
                         what, t.raw_data().size(), shape.to_string(), bytes);
+    } else {
+        switch (t.data_type()) {
+        case onnx::TensorProto::FLOAT:
+            expect(size_t(t.float_data_size()), "float_data");
+            break;
+        case onnx::TensorProto::INT64:
+            expect(size_t(t.int64_data_size()), "int64_data");
+            break;
+        default:
+            expect(size_t(t.int32_data_size()), "int32_data");
+        }
+    }
+    Tensor res(shape, dt);
+    auto* dst = static_cast<uint8_t*>(res.raw_ptr());
+    if (t.data_location() == onnx::TensorProto::EXTERNAL) {
+        std::ifstream f(external.path, std::ios::binary);
+        f.seekg(std::streamoff(external.offset));
+        if (!f || !f.read(reinterpret_cast<char*>(dst), std::streamsize(bytes)))
+            BRAID_THROW(SerializationError, "{}: cannot read {} bytes at offset {} of \"{}\"", what,
+                        bytes, external.offset, external.path);
+        return res;
+    }
+    if (t.has_raw_data()) {
         if (bytes) std::memcpy(dst, t.raw_data().data(), bytes);
         return res;
     }
     switch (t.data_type()) {
     case onnx::TensorProto::FLOAT:
-        expect(size_t(t.float_data_size()), "float_data");
         if (n) std::memcpy(dst, t.float_data().data(), bytes);
         break;
     case onnx::TensorProto::INT64:
-        expect(size_t(t.int64_data_size()), "int64_data");
         if (n) std::memcpy(dst, t.int64_data().data(), bytes);
         break;
     case onnx::TensorProto::INT32:
-        expect(size_t(t.int32_data_size()), "int32_data");
         if (n) std::memcpy(dst, t.int32_data().data(), bytes);
         break;
     default: {
         // int8, uint8, bool, float16, bfloat16: one value per int32_data entry.
-        expect(size_t(t.int32_data_size()), "int32_data");
         size_t esize = dt.size();
         for (size_t i = 0; i < n; ++i) {
             int32_t v = t.int32_data(int(i));
@@ -168,25 +202,62 @@ SymbolVar NodeCtx::in(size_t i) const {
 }
 
 const Tensor* NodeCtx::constant(size_t i) const {
-    if (!has_input(i)) return nullptr;
-    auto it = m_imp.constants.find(m_node.input(int(i)));
-    return it == m_imp.constants.end() ? nullptr : &it->second;
+    std::vector<std::string> inputs;
+    return constant(i, inputs);
 }
 
-std::vector<int64_t> NodeCtx::ints_input(size_t i) const {
-    const Tensor* t = constant(i);
+const Tensor* NodeCtx::constant(size_t i, std::vector<std::string>& inputs) const {
+    if (!has_input(i)) return nullptr;
+    const std::string& name = m_node.input(int(i));
+    auto it = m_imp.constants.find(name);
+    if (it != m_imp.constants.end()) return &it->second;
+    auto v = m_imp.values.find(name);
+    if (v == m_imp.values.end()) return nullptr;
+    std::optional<Tensor> value = m_imp.fold(v->second, inputs);
+    if (!value) return nullptr;
+    return &(m_imp.constants[name] = std::move(*value));
+}
+
+const Tensor& NodeCtx::constant_input(size_t i) const {
+    std::vector<std::string> inputs;
+    const Tensor* t = constant(i, inputs);
+    if (!t && !inputs.empty())
+        throw ShapeInputError(
+            fmt::format("{}: input {} (\"{}\") is a shape argument computed from the graph "
+                        "input(s) {} at run time; braid needs its value when the model is "
+                        "imported: bind {} (ImportOptions::input_values, --bind NAME=V,...)",
+                        where(), i, m_node.input(int(i)), fmt::join(inputs, ", "),
+                        inputs.size() == 1 ? "it" : "them"),
+            inputs);
     if (!t)
         unsupported(fmt::format("input {} (\"{}\") must be a constant (an initializer or a "
                                 "Constant node)",
                                 i, has_input(i) ? m_node.input(int(i)) : ""));
+    return *t;
+}
+
+std::vector<float> NodeCtx::floats_input(size_t i) const {
+    const Tensor& t = constant_input(i);
+    std::vector<float> v(t.shape().total_nr_elems());
+    convert_elements(t.dtype(), t.contiguous().raw_ptr(), dtype::Float32(), v.data(), v.size());
+    return v;
+}
+
+std::vector<int64_t> NodeCtx::ints_input(size_t i) const {
+    const Tensor* t = &constant_input(i);
     std::vector<int64_t> v(t->shape().total_nr_elems());
     for (size_t k = 0; k < v.size(); ++k) {
         if (t->dtype() == dtype::Int64())
             v[k] = t->ptr<int64_t>()[k];
         else if (t->dtype() == dtype::Int32())
             v[k] = t->ptr<int32_t>()[k];
-        else
-            invalid(fmt::format("input {} has dtype {}; expected int32 or int64", i,
+        else if (t->dtype().is_float()) {
+            float f;
+            convert_elements(t->dtype(), t->raw_ptr() + k * t->dtype().size(), dtype::Float32(), &f,
+                             1);
+            v[k] = int64_t(f);
+        } else
+            invalid(fmt::format("input {} has dtype {}; expected int32, int64 or a float", i,
                                 t->dtype().name()));
     }
     return v;
@@ -240,8 +311,51 @@ SymbolVar Importer::constant_var(const std::string& name) {
     return v;
 }
 
+std::optional<Tensor> Importer::fold(SymbolVar var, std::vector<std::string>& inputs) {
+    if (const Tensor* sv = var.node()->static_value()) return *sv;
+    // Depends on constants only? Walk the operators it is computed from.
+    std::vector<OperatorNode*> stack{var.node()->owner()};
+    std::set<OperatorNode*> seen;
+    while (!stack.empty()) {
+        OperatorNode* opr = stack.back();
+        stack.pop_back();
+        if (!seen.insert(opr).second) continue;
+        if (auto* in = dynamic_cast<InputNode*>(opr)) {
+            if (std::find(inputs.begin(), inputs.end(), in->input_name()) == inputs.end())
+                inputs.push_back(in->input_name());
+            continue;
+        }
+        for (VarNode* v : opr->inputs()) stack.push_back(v->owner());
+    }
+    if (!inputs.empty() || !var.node()->shape_known()) return std::nullopt;
+    auto exec = graph->compile({var});
+    exec->run();
+    return exec->output(0).copy();
+}
+
 // ---------------------------------------------------------------- import
 namespace {
+
+//! The value of a Constant node: a tensor, or one of the scalar and list attributes.
+Tensor constant_value(const NodeCtx& ctx, const std::string& dir) {
+    if (auto* a = ctx.attr("value")) return tensor_of(a->t(), dir, ctx.where());
+    auto list = [](DType dt, auto values, bool scalar) {
+        Tensor t(scalar ? TensorShape{} : TensorShape{size_t(values.size())}, dt);
+        using T = std::conditional_t<std::is_same_v<std::decay_t<decltype(values[0])>, float>,
+                                     float, int64_t>;
+        for (size_t i = 0; i < values.size(); ++i) t.ptr<T>()[i] = values[i];
+        return t;
+    };
+    if (auto* a = ctx.attr("value_float")) return list(dtype::Float32(), std::vector{a->f()}, true);
+    if (auto* a = ctx.attr("value_int")) return list(dtype::Int64(), std::vector{a->i()}, true);
+    if (auto* a = ctx.attr("value_floats"))
+        return list(dtype::Float32(), std::vector<float>(a->floats().begin(), a->floats().end()),
+                    false);
+    if (auto* a = ctx.attr("value_ints"))
+        return list(dtype::Int64(), std::vector<int64_t>(a->ints().begin(), a->ints().end()),
+                    false);
+    ctx.unsupported("a Constant without a tensor, float, int, floats or ints value");
+}
 
 LoadedModel import_model(onnx::ModelProto& model, const ImportOptions& options,
                          const std::string& source, const std::string& dir) {
@@ -284,6 +398,14 @@ LoadedModel import_model(onnx::ModelProto& model, const ImportOptions& options,
     for (auto& t : g.initializer())
         imp.constants[t.name()] = tensor_of(t, dir, source + ": initializer");
 
+    for (auto& [name, value] : options.input_values) {
+        bool found = false;
+        for (auto& in : g.input()) found = found || in.name() == name;
+        if (!found)
+            BRAID_THROW(SerializationError, "{}: a value is bound to \"{}\", which is not an input",
+                        source, name);
+        imp.constants[name] = value;
+    }
     for (auto& in : g.input()) {
         if (imp.constants.count(in.name())) continue; // an initializer listed as an input
         std::string what = fmt::format("{}: input \"{}\"", source, in.name());
@@ -319,10 +441,7 @@ LoadedModel import_model(onnx::ModelProto& model, const ImportOptions& options,
             ctx.unsupported(fmt::format("domain \"{}\" is not supported", node.domain()));
         if (node.op_type() == "Constant") {
             // A known value: later nodes may read it as an attribute-like input.
-            const onnx::AttributeProto* a = ctx.attr("value");
-            if (!a || !a->has_t())
-                ctx.unsupported("only Constant with a tensor \"value\" is supported");
-            imp.constants[node.output(0)] = tensor_of(a->t(), dir, ctx.where());
+            imp.constants[node.output(0)] = constant_value(ctx, dir);
             continue;
         }
         const Converter* conv = find_converter(node.op_type());

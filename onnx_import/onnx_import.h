@@ -28,6 +28,21 @@ public:
     using SerializationError::SerializationError;
 };
 
+//! A graph input that an op reads as a shape, axes, sizes or scales argument (a *shape input*).
+//! braid infers shapes before it runs, so such an input's value must be known when the model is
+//! imported: bind it with ImportOptions::input_values (`--bind NAME=V,...` on the command line).
+//! The bound input is then a constant, no longer an input of the graph.
+class ShapeInputError : public UnsupportedOnnxError {
+public:
+    ShapeInputError(const std::string& msg, std::vector<std::string> inputs)
+        : UnsupportedOnnxError(msg), m_inputs(std::move(inputs)) {}
+    //! The graph inputs whose values are needed.
+    const std::vector<std::string>& inputs() const { return m_inputs; }
+
+private:
+    std::vector<std::string> m_inputs;
+};
+
 //! How a model is imported.
 struct ImportOptions {
     //! Options of the new graph.
@@ -36,6 +51,9 @@ struct ImportOptions {
     std::string comp_node;
     //! Concrete shapes for inputs, by name (symbolic dims otherwise become 1 until fed).
     std::map<std::string, TensorShape> input_shapes;
+    //! Values bound to inputs at import (shape inputs, see ShapeInputError); a bound input
+    //! becomes a constant of the graph and is not listed among the model's inputs.
+    std::map<std::string, Tensor> input_values;
 };
 
 //! Imports the ONNX model file at `path` (external data files are read from its folder).

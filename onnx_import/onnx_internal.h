@@ -39,8 +39,15 @@ public:
     SymbolVar in(size_t i) const;
     //! The value of input i when it is known at import time (an initializer or a constant).
     const Tensor* constant(size_t i) const;
-    //! Input i's value as integers; it must be known at import time.
+    //! The same; when the value depends on graph inputs, their names are added to `inputs`.
+    const Tensor* constant(size_t i, std::vector<std::string>& inputs) const;
+    //! Input i's value, which must be known at import time: otherwise a ShapeInputError when
+    //! it is computed from graph inputs, else an UnsupportedOnnxError.
+    const Tensor& constant_input(size_t i) const;
+    //! Input i's value as integers (floats are truncated); known at import time.
     std::vector<int64_t> ints_input(size_t i) const;
+    //! Input i's value as floats; known at import time.
+    std::vector<float> floats_input(size_t i) const;
 
     bool has_attr(const std::string& name) const { return attr(name) != nullptr; }
     int64_t attr_int(const std::string& name, int64_t def) const;
@@ -82,6 +89,10 @@ public:
     std::map<std::string, Tensor> constants;
     //! Makes (or finds) the constant var of a known value.
     SymbolVar constant_var(const std::string& name);
+    //! The value of `var` when it can be known at import: inferred statically by braid, or
+    //! computed now because it depends on constants only (constant folding). Null when it
+    //! depends on graph inputs; their names are added to `inputs`.
+    std::optional<Tensor> fold(SymbolVar var, std::vector<std::string>& inputs);
 };
 
 } // namespace braid::onnx_import

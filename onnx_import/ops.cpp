@@ -1,14 +1,16 @@
 // ONNX op → braid operators, one converter per op type. Ops that are compositions in ONNX's
 // own definition (Gemm, Softplus, HardSigmoid, ...) are built from braid operators here;
 // inputs that braid takes as params (shapes, axes, pads) must be constants.
-#include "onnx_internal.h"
+#include "op_util.h"
 
 #include "operators/batch_norm.h"
 #include "operators/concat_split.h"
 #include "operators/conv.h"
+#include "operators/cumsum.h"
 #include "operators/elemwise.h"
 #include "operators/fill.h"
 #include "operators/indexing.h"
+#include "operators/io.h"
 #include "operators/matmul.h"
 #include "operators/normalization.h"
 #include "operators/pooling.h"
@@ -22,8 +24,6 @@
 #include <cmath>
 
 namespace braid::onnx_import {
-
-namespace {
 
 using namespace braid::opr;
 
@@ -39,8 +39,83 @@ size_t rank_of(const NodeCtx& c, const SymbolVar& v) {
     return v.shape().ndim();
 }
 
-SymbolVarArray one(SymbolVar v) {
-    return {v};
+SymbolVar int32_constant(ComputingGraph& g, const std::vector<int64_t>& values,
+                         const TensorShape& shape) {
+    Tensor t(shape, dtype::Int32());
+    for (size_t i = 0; i < values.size(); ++i) t.ptr<int32_t>()[i] = int32_t(values[i]);
+    return ImmutableTensor::make(g, t);
+}
+
+SymbolVar take(SymbolVar x, int axis, SymbolVar ids) {
+    // The axis moves to the front and the rest is flattened: rows are taken with Embedding,
+    // and the dims are put back in order.
+    const TensorShape xs = x.shape();
+    size_t rank = xs.ndim(), k = ids.shape().ndim();
+    if (k == 0) ids = ids.reshape({1});
+    size_t kk = std::max<size_t>(k, 1);
+    std::vector<int> perm{axis};
+    std::vector<long> rest;
+    for (size_t d = 0; d < rank; ++d)
+        if (int(d) != axis) perm.push_back(int(d)), rest.push_back(long(xs[d]));
+    SymbolVar table = transpose(x, perm).reshape({long(xs[size_t(axis)]), -1});
+    SymbolVar rows = embedding(table, ids); // ids' shape + [product of rest]
+    std::vector<long> shape;
+    for (size_t d = 0; d < kk; ++d) shape.push_back(long(ids.shape()[d]));
+    shape.insert(shape.end(), rest.begin(), rest.end());
+    SymbolVar y = rows.reshape(shape); // [ids..., before..., after...]
+    std::vector<int> back;
+    for (int d = 0; d < axis; ++d) back.push_back(int(kk) + d);
+    for (size_t d = 0; d < kk; ++d) back.push_back(int(d));
+    for (size_t d = size_t(axis) + 1; d < rank; ++d) back.push_back(int(kk + d - 1));
+    y = transpose(y, back);
+    return k == 0 ? squeeze(y, {axis}) : y;
+}
+
+SymbolVar take(SymbolVar x, int axis, const std::vector<int64_t>& ids) {
+    return take(x, axis, int32_constant(*x.node()->graph(), ids, TensorShape{ids.size()}));
+}
+
+SymbolVar flip(SymbolVar x, int axis) {
+    return subtensor(x, {AxisIndex::slice(axis, std::nullopt, std::nullopt, -1)});
+}
+
+SymbolVar pad_axis(SymbolVar x, int axis, int64_t before, int64_t after, double value) {
+    size_t dim = x.shape()[size_t(axis)];
+    if (before < 0 || after < 0) {
+        x = subtensor(x, {AxisIndex::slice(axis, long(std::max<int64_t>(-before, 0)),
+                                           long(int64_t(dim) - std::max<int64_t>(-after, 0)))});
+        return pad_axis(x, axis, std::max<int64_t>(before, 0), std::max<int64_t>(after, 0), value);
+    }
+    if (before == 0 && after == 0) return x;
+    std::vector<size_t> shape = x.shape().dims();
+    shape[size_t(axis)] += size_t(before + after);
+    SymbolVar base = fill(*x.node()->graph(), TensorShape(shape), value, x.dtype());
+    return set_subtensor(base, x,
+                         {AxisIndex::slice(axis, long(before), long(before + int64_t(dim)))});
+}
+
+bool is_small_int(DType dt) {
+    return dt == dtype::Int8() || dt == dtype::Uint8();
+}
+
+namespace {
+
+//! a (op) b, for 8-bit ints computed in int32 and cast back (wrapping as ONNX does).
+SymbolVar arith(SymbolVar (*fn)(SymbolVar, SymbolVar), SymbolVar a, SymbolVar b) {
+    DType dt = a.dtype();
+    if (!is_small_int(dt)) return fn(a, b);
+    auto wide = [](SymbolVar v) { return TypeCvt::make(v, dtype::Int32()); };
+    return TypeCvt::make(fn(wide(a), wide(b)), dt);
+}
+
+//! Integer division truncates toward zero (C, and ONNX's reference); braid's floor_div rounds
+//! down, so negative quotients with a remainder move up by one.
+SymbolVar int_div(SymbolVar a, SymbolVar b) {
+    if (a.dtype().is_float()) return true_div(a, b);
+    SymbolVar q = floor_div(a, b), zero = scalar_like(a, 0);
+    SymbolVar inexact = not_equal(mod(a, b), zero);
+    SymbolVar negative = logical_xor(less(a, zero), less(b, zero));
+    return where(logical_and(inexact, negative), q + 1.0, q);
 }
 
 template <SymbolVar (*Fn)(SymbolVar)> Converter unary() {
@@ -55,7 +130,7 @@ template <SymbolVar (*Fn)(SymbolVar, SymbolVar)> Converter binary() {
 Converter variadic(SymbolVar (*fn)(SymbolVar, SymbolVar), bool mean) {
     return [fn, mean](const NodeCtx& c) {
         SymbolVar acc = c.in(0);
-        for (size_t i = 1; i < c.nr_inputs(); ++i) acc = fn(acc, c.in(i));
+        for (size_t i = 1; i < c.nr_inputs(); ++i) acc = arith(fn, acc, c.in(i));
         if (mean) acc = acc / double(c.nr_inputs());
         return one(acc);
     };
@@ -82,77 +157,6 @@ Converter reduce(SymbolVar (*fn)(SymbolVar, std::vector<int>, bool)) {
             for (size_t i = 0; i < rank; ++i) axes.push_back(int(i));
         }
         return one(fn(x, axes, keep));
-    };
-}
-
-//! 1-D spatial params as their 2-D form over a unit height: {a} -> {def, a}, pads {a, b} ->
-//! {0, a, 0, b}.
-std::vector<int64_t> as_2d(std::vector<int64_t> v, int64_t def, bool pads) {
-    if (v.empty()) return v;
-    if (pads) return {0, v[0], 0, v[1]};
-    return {def, v[0]};
-}
-
-SymbolVarArray conv(const NodeCtx& c) {
-    SymbolVar x = c.in(0), w = c.in(1);
-    size_t rank = rank_of(c, x);
-    if (rank != 4 && rank != 3)
-        c.unsupported(fmt::format("{}-D convolutions (only 1-D and 2-D)", rank - 2));
-    bool one_d = rank == 3;
-    if (one_d) x = expand_dims(x, {2}), w = expand_dims(w, {2});
-    if (c.attr_string("auto_pad", "NOTSET") != "NOTSET" &&
-        c.attr_string("auto_pad", "NOTSET") != "VALID")
-        c.unsupported("auto_pad " + c.attr_string("auto_pad", ""));
-    auto pads = c.attr_ints("pads"), strides = c.attr_ints("strides"),
-         dil = c.attr_ints("dilations");
-    if (one_d)
-        pads = as_2d(pads, 0, true), strides = as_2d(strides, 1, false), dil = as_2d(dil, 1, false);
-    if (pads.size() == 4 && (pads[0] != pads[2] || pads[1] != pads[3]))
-        c.unsupported("asymmetric pads");
-    Conv2dParam p;
-    if (pads.size() == 4) p.pad_h = int(pads[0]), p.pad_w = int(pads[1]);
-    if (strides.size() == 2) p.stride_h = int(strides[0]), p.stride_w = int(strides[1]);
-    if (dil.size() == 2) p.dilation_h = int(dil[0]), p.dilation_w = int(dil[1]);
-    p.groups = int(c.attr_int("group", 1));
-    SymbolVar y = Conv2d::make(x, w, p);
-    if (c.has_input(2)) {
-        SymbolVar b = c.in(2);
-        y = y + b.reshape({1, -1, 1, 1});
-    }
-    return one(one_d ? squeeze(y, {2}) : y);
-}
-
-Converter pool(PoolMode mode) {
-    return [mode](const NodeCtx& c) {
-        SymbolVar x = c.in(0);
-        size_t rank = rank_of(c, x);
-        if (rank != 4 && rank != 3)
-            c.unsupported(fmt::format("{}-D pooling (only 1-D and 2-D)", rank - 2));
-        bool one_d = rank == 3;
-        if (one_d) x = expand_dims(x, {2});
-        if (c.attr_string("auto_pad", "NOTSET") != "NOTSET")
-            c.unsupported("auto_pad " + c.attr_string("auto_pad", ""));
-        if (c.attr_int("ceil_mode", 0)) c.unsupported("ceil_mode 1");
-        if (c.node().output_size() > 1 && !c.node().output(1).empty())
-            c.unsupported("the Indices output");
-        auto k = c.attr_ints("kernel_shape"), pads = c.attr_ints("pads"),
-             strides = c.attr_ints("strides"), dil = c.attr_ints("dilations");
-        if (one_d)
-            k = as_2d(k, 1, false), pads = as_2d(pads, 0, true), strides = as_2d(strides, 1, false);
-        if (k.size() != 2) c.invalid("kernel_shape must have one value per spatial dim");
-        if (pads.size() == 4 && (pads[0] != pads[2] || pads[1] != pads[3]))
-            c.unsupported("asymmetric pads");
-        for (int64_t d : dil)
-            if (d != 1) c.unsupported("dilations other than 1");
-        PoolingParam p;
-        p.mode = mode;
-        p.window_h = int(k[0]), p.window_w = int(k[1]);
-        p.stride_h = strides.size() == 2 ? int(strides[0]) : 1;
-        p.stride_w = strides.size() == 2 ? int(strides[1]) : 1;
-        if (pads.size() == 4) p.pad_h = int(pads[0]), p.pad_w = int(pads[1]);
-        p.count_include_pad = c.attr_int("count_include_pad", 0) != 0;
-        SymbolVar y = Pooling::make(x, p);
-        return one(one_d ? squeeze(y, {2}) : y);
     };
 }
 
@@ -252,32 +256,12 @@ SymbolVar index_of(SymbolVar idx, size_t dim) {
     return where(less(idx, scalar_like(idx, 0)), idx + double(dim), idx);
 }
 
-//! ONNX Gather (numpy take): out = x[:axis] + indices' shape + x[axis + 1:]. The axis is moved
-//! to the front and the rest flattened, rows are taken with Embedding, and the dims are put
-//! back in order.
+//! ONNX Gather is numpy take.
 SymbolVarArray gather_op(const NodeCtx& c) {
     SymbolVar x = c.in(0), idx = c.in(1);
-    size_t rank = rank_of(c, x), k = rank_of(c, idx);
-    int axis = norm_axis(c, c.attr_int("axis", 0), rank);
-    const TensorShape xs = x.shape();
-    SymbolVar ids = index_of(k == 0 ? idx.reshape({1}) : idx, xs[size_t(axis)]);
-    size_t kk = std::max<size_t>(k, 1);
-    std::vector<int> perm{axis};
-    std::vector<long> rest;
-    for (size_t d = 0; d < rank; ++d)
-        if (int(d) != axis) perm.push_back(int(d)), rest.push_back(long(xs[d]));
-    SymbolVar table = transpose(x, perm).reshape({long(xs[size_t(axis)]), -1});
-    SymbolVar rows = embedding(table, ids); // ids' shape + [product of rest]
-    std::vector<long> shape;
-    for (size_t d = 0; d < kk; ++d) shape.push_back(long(ids.shape()[d]));
-    shape.insert(shape.end(), rest.begin(), rest.end());
-    SymbolVar y = rows.reshape(shape); // [ids..., before..., after...]
-    std::vector<int> back;
-    for (int d = 0; d < axis; ++d) back.push_back(int(kk) + d);
-    for (size_t d = 0; d < kk; ++d) back.push_back(int(d));
-    for (size_t d = size_t(axis) + 1; d < rank; ++d) back.push_back(int(kk + d - 1));
-    y = transpose(y, back);
-    return one(k == 0 ? squeeze(y, {axis}) : y);
+    int axis = norm_axis(c, c.attr_int("axis", 0), rank_of(c, x));
+    rank_of(c, idx);
+    return one(take(x, axis, index_of(idx, x.shape()[size_t(axis)])));
 }
 
 SymbolVarArray cast_op(const NodeCtx& c) {
@@ -290,24 +274,21 @@ SymbolVarArray clip_op(const NodeCtx& c) {
     if (c.has_attr("min") || c.has_attr("max"))
         return one(clip(x, c.attr_float("min", -INFINITY), c.attr_float("max", INFINITY)));
     SymbolVar y = x;
-    if (c.has_input(1)) y = maximum(y, c.in(1));
-    if (c.has_input(2)) y = minimum(y, c.in(2));
+    if (c.has_input(1)) y = arith(maximum, y, c.in(1));
+    if (c.has_input(2)) y = arith(minimum, y, c.in(2));
     return one(y);
 }
 
 SymbolVarArray arg_op(const NodeCtx& c, bool max) {
     SymbolVar x = c.in(0);
-    if (c.attr_int("select_last_index", 0)) c.unsupported("select_last_index 1");
     int axis = norm_axis(c, c.attr_int("axis", 0), rank_of(c, x));
-    bool keep = c.attr_int("keepdims", 1) != 0;
-    SymbolVar y = max ? argmax(x, axis, keep) : argmin(x, axis, keep);
-    return one(y.dtype() == dtype::Int64() ? y : TypeCvt::make(y, dtype::Int64()));
-}
-
-SymbolVarArray batchnorm_op(const NodeCtx& c) {
-    if (c.node().output_size() > 1) c.unsupported("training mode (more than one output)");
-    return one(
-        batch_norm(c.in(0), c.in(1), c.in(2), c.in(3), c.in(4), c.attr_float("epsilon", 1e-5f)));
+    bool keep = c.attr_int("keepdims", 1) != 0, last = c.attr_int("select_last_index", 0) != 0;
+    // The last of equal extremes is the first one of the reversed input.
+    SymbolVar v = last ? flip(x, axis) : x;
+    SymbolVar y = max ? argmax(v, axis, keep) : argmin(v, axis, keep);
+    if (y.dtype() != dtype::Int64()) y = TypeCvt::make(y, dtype::Int64());
+    if (last) y = scalar_like(y, double(x.shape()[size_t(axis)] - 1)) - y;
+    return one(y);
 }
 
 SymbolVarArray leaky_relu(const NodeCtx& c) {
@@ -464,13 +445,30 @@ SymbolVarArray dropout_op(const NodeCtx& c) {
 }
 
 SymbolVarArray prelu(const NodeCtx& c) {
-    SymbolVar x = c.in(0);
-    return one(where(less(x, scalar_like(x, 0)), x * c.in(1), x));
+    SymbolVar x = c.in(0), slope = c.in(1);
+    size_t rank = rank_of(c, x);
+    // A 1-D slope of one value per channel (as old exporters wrote it) lines up with dim 1.
+    if (rank > 2 && rank_of(c, slope) == 1 && slope.shape()[0] == x.shape()[1] &&
+        x.shape()[rank - 1] != slope.shape()[0]) {
+        std::vector<long> s(rank - 1, 1);
+        s[0] = long(slope.shape()[0]);
+        slope = slope.reshape(s);
+    }
+    return one(where(less(x, scalar_like(x, 0)), x * slope, x));
 }
 
 SymbolVarArray mod_op(const NodeCtx& c) {
-    if (c.attr_int("fmod", 0)) c.unsupported("fmod 1");
-    return one(mod(c.in(0), c.in(1)));
+    SymbolVar a = c.in(0), b = c.in(1);
+    if (!c.attr_int("fmod", 0)) return one(arith(mod, a, b));
+    // fmod: the remainder takes the dividend's sign (C's fmod); braid's mod takes the divisor's.
+    auto fmod = [](SymbolVar a, SymbolVar b) {
+        SymbolVar r = mod(a, b), zero = scalar_like(a, 0);
+        SymbolVar fix = logical_and(not_equal(r, zero), logical_xor(less(r, zero), less(a, zero)));
+        return where(fix, r - b, r);
+    };
+    if (!is_small_int(a.dtype())) return one(fmod(a, b));
+    auto wide = [](SymbolVar v) { return TypeCvt::make(v, dtype::Int32()); };
+    return one(TypeCvt::make(fmod(wide(a), wide(b)), a.dtype()));
 }
 
 SymbolVarArray cast_like(const NodeCtx& c) {
@@ -552,11 +550,33 @@ Converter reduce_composed(SymbolVar (*pre)(SymbolVar),
     };
 }
 
+//! Positions of x along an axis of size `dim` for each output position of a pad by `before` and
+//! `after` in mode "edge" (clamped) or "reflect" (mirrored without repeating the edge).
+std::vector<int64_t> pad_positions(const NodeCtx& c, const std::string& mode, int64_t dim,
+                                   int64_t before, int64_t after) {
+    std::vector<int64_t> idx;
+    if (mode == "reflect" && dim == 1) return std::vector<int64_t>(size_t(dim + before + after), 0);
+    for (int64_t o = -before; o < dim + after; ++o) {
+        int64_t i = o;
+        if (mode == "edge") {
+            i = std::clamp<int64_t>(o, 0, dim - 1);
+        } else {
+            int64_t period = 2 * (dim - 1);
+            i = ((o % period) + period) % period;
+            if (i >= dim) i = period - i;
+        }
+        idx.push_back(i);
+    }
+    if (dim == 0) c.invalid("cannot pad an empty dim in mode " + mode);
+    return idx;
+}
+
 SymbolVarArray pad_op(const NodeCtx& c) {
     SymbolVar x = c.in(0);
     size_t rank = rank_of(c, x);
     std::string mode = c.attr_string("mode", "constant");
-    if (mode != "constant") c.unsupported("mode \"" + mode + "\" (only constant)");
+    if (mode != "constant" && mode != "edge" && mode != "reflect")
+        c.unsupported("mode \"" + mode + "\"");
     auto pads = c.has_attr("pads") ? c.attr_ints("pads") : c.ints_input(1);
     std::vector<int64_t> axes;
     if (c.has_input(3))
@@ -566,27 +586,26 @@ SymbolVarArray pad_op(const NodeCtx& c) {
     if (pads.size() != 2 * axes.size())
         c.invalid(fmt::format("{} pads for {} axes", pads.size(), axes.size()));
     double value = c.attr_float("value", 0.f);
-    if (const Tensor* v = c.constant(2); v && v->shape().total_nr_elems() == 1) {
-        float f;
-        convert_elements(v->dtype(), v->raw_ptr(), dtype::Float32(), &f, 1);
-        value = f;
-    } else if (c.has_input(2) && !c.constant(2)) {
-        c.unsupported("a constant_value that is not a constant");
+    if (c.has_input(2)) {
+        std::vector<float> v = c.floats_input(2);
+        if (v.size() != 1) c.invalid("constant_value must hold one value");
+        value = v[0];
     }
-    std::vector<size_t> shape = x.shape().dims();
-    std::vector<AxisIndex> items;
     for (size_t i = 0; i < axes.size(); ++i) {
         int a = norm_axis(c, axes[i], rank);
         int64_t before = pads[i], after = pads[i + axes.size()];
-        if (before < 0 || after < 0) c.unsupported("negative pads (cropping)");
-        if (before == 0 && after == 0) continue;
-        items.push_back(
-            AxisIndex::slice(a, long(before), long(before + int64_t(shape[size_t(a)]))));
-        shape[size_t(a)] += size_t(before + after);
+        if (mode == "constant" || (before <= 0 && after <= 0)) {
+            x = pad_axis(x, a, before, after, value);
+            continue;
+        }
+        // Negative pads crop first; the positive ones then index into what is left.
+        x = pad_axis(x, a, std::min<int64_t>(before, 0), std::min<int64_t>(after, 0), 0);
+        int64_t dim = int64_t(x.shape()[size_t(a)]);
+        x = take(
+            x, a,
+            pad_positions(c, mode, dim, std::max<int64_t>(before, 0), std::max<int64_t>(after, 0)));
     }
-    if (items.empty()) return one(x);
-    SymbolVar base = fill(c.graph(), TensorShape(shape), value, x.dtype());
-    return one(set_subtensor(base, x, items));
+    return one(x);
 }
 
 SymbolVarArray trilu(const NodeCtx& c) {
@@ -628,97 +647,302 @@ SymbolVarArray gather_elements(const NodeCtx& c) {
     return one(gather(x, index_of(c.in(1), x.shape()[size_t(axis)]), axis));
 }
 
-const std::map<std::string, Converter>& table() {
-    static const std::map<std::string, Converter> t = {
-        {"Abs", unary<abs>()},
-        {"Neg", unary<neg>()},
-        {"Relu", unary<relu>()},
-        {"Exp", unary<exp>()},
-        {"Log", unary<log>()},
-        {"Sqrt", unary<sqrt>()},
-        {"Sigmoid", unary<sigmoid>()},
-        {"Tanh", unary<tanh>()},
-        {"Sin", unary<sin>()},
-        {"Cos", unary<cos>()},
-        {"Floor", unary<floor>()},
-        {"Ceil", unary<ceil>()},
-        {"Round", unary<round>()},
-        {"Erf", unary<erf>()},
-        {"Sign", unary<sign>()},
-        {"Not", unary<logical_not>()},
-        {"Reciprocal", reciprocal},
-        {"Identity", identity},
-        {"Dropout", dropout_op},
-        {"Softplus", softplus},
-        {"Softsign", softsign},
-        {"LeakyRelu", leaky_relu},
-        {"Elu", elu},
-        {"Selu", selu},
-        {"HardSigmoid", hard_sigmoid},
-        {"Add", binary<add>()},
-        {"Sub", binary<sub>()},
-        {"Mul", binary<mul>()},
-        {"Div", binary<true_div>()},
-        {"Pow", pow_op},
-        {"Equal", binary<equal>()},
-        {"Less", binary<less>()},
-        {"LessOrEqual", binary<less_equal>()},
-        {"Greater", greater},
-        {"GreaterOrEqual", greater_equal},
-        {"And", binary<logical_and>()},
-        {"Or", binary<logical_or>()},
-        {"Xor", binary<logical_xor>()},
-        {"Where", where_op},
-        {"Max", variadic(maximum, false)},
-        {"Min", variadic(minimum, false)},
-        {"Sum", variadic(add, false)},
-        {"Mean", variadic(add, true)},
-        {"Clip", clip_op},
-        {"MatMul", matmul_nd},
-        {"Gemm", gemm},
-        {"Conv", conv},
-        {"MaxPool", pool(PoolMode::MAX)},
-        {"AveragePool", pool(PoolMode::AVERAGE)},
-        {"GlobalAveragePool", global_avg_pool},
-        {"GlobalMaxPool", global_max_pool},
-        {"BatchNormalization", batchnorm_op},
-        {"LayerNormalization", layer_norm_op},
-        {"Reshape", reshape},
-        {"Flatten", flatten},
-        {"Transpose", transpose_op},
-        {"Squeeze", squeeze_op},
-        {"Unsqueeze", unsqueeze_op},
-        {"Concat", concat_op},
-        {"Softmax", softmax_op(false)},
-        {"LogSoftmax", softmax_op(true)},
-        {"Gather", gather_op},
-        {"Cast", cast_op},
-        {"ReduceSum", reduce(reduce_sum)},
-        {"ReduceMean", reduce(reduce_mean)},
-        {"ReduceMax", reduce(reduce_max)},
-        {"ReduceMin", reduce(reduce_min)},
-        {"ReduceProd", reduce(reduce_prod)},
-        {"ReduceSumSquare", reduce(reduce_sum_sqr)},
-        {"ArgMax", [](const NodeCtx& c) { return arg_op(c, true); }},
-        {"ArgMin", [](const NodeCtx& c) { return arg_op(c, false); }},
-        {"Expand", expand_op},
-        {"Slice", slice_op},
-        {"ConstantOfShape", constant_of_shape},
-        {"Shape", shape_op},
-        {"Size", size_op},
-        {"Pad", pad_op},
-        {"GatherElements", gather_elements},
-        {"Trilu", trilu},
-        {"Hardmax", hardmax},
-        {"PRelu", prelu},
-        {"Mod", mod_op},
-        {"CastLike", cast_like},
-        {"Split", split_op},
-        {"ReduceL1", reduce_composed(abs, reduce_sum, nullptr)},
-        {"ReduceL2", reduce_composed(nullptr, reduce_sum_sqr, sqrt)},
-        {"ReduceLogSum", reduce_composed(nullptr, reduce_sum, log)},
-        {"ReduceLogSumExp", reduce_composed(exp, reduce_sum, log)},
+template <SymbolVar (*Fn)(SymbolVar, SymbolVar)> Converter arith_binary() {
+    return [](const NodeCtx& c) { return one(arith(Fn, c.in(0), c.in(1))); };
+}
+
+SymbolVarArray thresholded_relu(const NodeCtx& c) {
+    SymbolVar x = c.in(0);
+    double alpha = c.attr_float("alpha", 1.f);
+    return one(where(less(scalar_like(x, alpha), x), x, zeros_like(x)));
+}
+
+SymbolVarArray shrink(const NodeCtx& c) {
+    SymbolVar x = c.in(0);
+    double lambd = c.attr_float("lambd", 0.5f), bias = c.attr_float("bias", 0.f);
+    SymbolVar y = where(less(x, scalar_like(x, -lambd)), x + bias,
+                        where(less(scalar_like(x, lambd), x), x - bias, zeros_like(x)));
+    return one(y);
+}
+
+SymbolVarArray hard_swish(const NodeCtx& c) {
+    SymbolVar x = c.in(0);
+    return one(x * clip(x * (1.0 / 6.0) + 0.5, 0.0, 1.0));
+}
+
+SymbolVarArray celu(const NodeCtx& c) {
+    SymbolVar x = c.in(0);
+    double alpha = c.attr_float("alpha", 1.f);
+    return one(relu(x) + minimum(zeros_like(x), expm1(x * (1.0 / alpha)) * alpha));
+}
+
+SymbolVar tan_of(SymbolVar x) {
+    return sin(x) / cos(x);
+}
+SymbolVar sinh_of(SymbolVar x) {
+    return (exp(x) - exp(neg(x))) * 0.5;
+}
+SymbolVar cosh_of(SymbolVar x) {
+    return (exp(x) + exp(neg(x))) * 0.5;
+}
+//! sign(x) log(|x| + sqrt(x^2 + 1)): odd, and exact in sign for large negative x.
+SymbolVar asinh_of(SymbolVar x) {
+    SymbolVar a = abs(x);
+    return sign(x) * log(a + sqrt(square(a) + 1.0));
+}
+SymbolVar acosh_of(SymbolVar x) {
+    return log(x + sqrt(square(x) - 1.0));
+}
+SymbolVar atanh_of(SymbolVar x) {
+    return (log1p(x) - log1p(neg(x))) * 0.5;
+}
+
+SymbolVarArray is_nan(const NodeCtx& c) {
+    SymbolVar x = c.in(0);
+    return one(not_equal(x, x));
+}
+
+SymbolVarArray is_inf(const NodeCtx& c) {
+    SymbolVar x = c.in(0);
+    bool pos = c.attr_int("detect_positive", 1) != 0, neg_ = c.attr_int("detect_negative", 1) != 0;
+    SymbolVar inf = scalar_like(x, INFINITY);
+    if (pos && neg_) return one(equal(abs(x), inf));
+    if (pos) return one(equal(x, inf));
+    if (neg_) return one(equal(x, neg(inf)));
+    return one(TypeCvt::make(zeros_like(x), dtype::Bool()));
+}
+
+SymbolVarArray eye_like(const NodeCtx& c) {
+    SymbolVar x = c.in(0);
+    if (rank_of(c, x) != 2) c.invalid("the input must be 2-D");
+    DType dt =
+        c.has_attr("dtype") ? dtype_of(int32_t(c.attr_int("dtype", 1)), c.where()) : x.dtype();
+    int64_t k = c.attr_int("k", 0);
+    size_t n = x.shape()[0], m = x.shape()[1];
+    std::vector<float> v(n * m, 0.f);
+    for (size_t i = 0; i < n; ++i)
+        if (int64_t(i) + k >= 0 && int64_t(i) + k < int64_t(m))
+            v[i * m + size_t(int64_t(i) + k)] = 1;
+    Tensor t(TensorShape{n, m}, dt);
+    convert_elements(dtype::Float32(), v.data(), dt, t.raw_ptr(), v.size());
+    return one(c.known_output(0, t));
+}
+
+//! x repeated `repeats[i]` times along each axis: positions i % dim along each repeated axis.
+SymbolVarArray tile(const NodeCtx& c) {
+    SymbolVar x = c.in(0);
+    size_t rank = rank_of(c, x);
+    auto reps = c.ints_input(1);
+    if (reps.size() != rank) c.invalid(fmt::format("{} repeats for rank {}", reps.size(), rank));
+    for (size_t i = 0; i < rank; ++i) {
+        if (reps[i] < 0) c.invalid(fmt::format("negative repeat {}", reps[i]));
+        if (reps[i] == 1) continue;
+        int64_t dim = int64_t(x.shape()[i]);
+        std::vector<int64_t> idx;
+        for (int64_t k = 0; k < reps[i] * dim; ++k) idx.push_back(k % dim);
+        x = take(x, int(i), idx);
+    }
+    return one(x);
+}
+
+SymbolVarArray range_op(const NodeCtx& c) {
+    const Tensor *s = c.constant(0), *l = c.constant(1), *d = c.constant(2);
+    if (!s || !l || !d) c.ints_input(s ? (l ? 2 : 1) : 0); // throws naming the runtime input
+    auto value = [](const Tensor* t) {
+        if (t->dtype() == dtype::Int64()) return double(t->ptr<int64_t>()[0]);
+        if (t->dtype() == dtype::Int32()) return double(t->ptr<int32_t>()[0]);
+        float f;
+        convert_elements(t->dtype(), t->raw_ptr(), dtype::Float32(), &f, 1);
+        return double(f);
     };
+    double start = value(s), limit = value(l), delta = value(d);
+    if (delta == 0) c.invalid("delta is 0");
+    int64_t n = std::max<int64_t>(int64_t(std::ceil((limit - start) / delta)), 0);
+    std::vector<float> v(static_cast<size_t>(n));
+    Tensor t(TensorShape{size_t(n)}, s->dtype());
+    if (s->dtype().is_float()) {
+        for (int64_t i = 0; i < n; ++i) v[size_t(i)] = float(start + double(i) * delta);
+        convert_elements(dtype::Float32(), v.data(), s->dtype(), t.raw_ptr(), v.size());
+    } else {
+        for (int64_t i = 0; i < n; ++i) {
+            int64_t e = int64_t(start) + i * int64_t(delta);
+            if (s->dtype() == dtype::Int64())
+                t.ptr<int64_t>()[i] = e;
+            else
+                t.ptr<int32_t>()[i] = int32_t(e);
+        }
+    }
+    return one(c.known_output(0, t));
+}
+
+SymbolVarArray one_hot(const NodeCtx& c) {
+    SymbolVar idx = c.in(0), values = c.in(2);
+    auto depth_v = c.ints_input(1);
+    int64_t depth = depth_v.at(0);
+    if (depth <= 0) c.invalid(fmt::format("depth {} is not positive", depth));
+    size_t rank = rank_of(c, idx) + 1;
+    int axis = norm_axis(c, c.attr_int("axis", -1), rank);
+    SymbolVar i32 = idx.dtype().is_float() ? TypeCvt::make(floor(idx), dtype::Int32())
+                                           : TypeCvt::make(idx, dtype::Int32());
+    i32 = where(less(i32, scalar_like(i32, 0)), i32 + double(depth), i32);
+    std::vector<long> shape(rank, 1);
+    shape[size_t(axis)] = long(depth);
+    SymbolVar pos = arange(c.graph(), 0, double(depth), 1, dtype::Int32()).reshape(shape);
+    SymbolVar hot = equal(expand_dims(i32, {axis}), pos);
+    SymbolVar off = subtensor(values, {AxisIndex::index(0, 0)});
+    SymbolVar on = subtensor(values, {AxisIndex::index(0, 1)});
+    return one(where(hot, Broadcast::make(on, hot.shape()), Broadcast::make(off, hot.shape())));
+}
+
+SymbolVarArray cumsum_op(const NodeCtx& c) {
+    SymbolVar x = c.in(0);
+    int axis = norm_axis(c, c.ints_input(1).at(0), rank_of(c, x));
+    bool reverse = c.attr_int("reverse", 0) != 0, exclusive = c.attr_int("exclusive", 0) != 0;
+    SymbolVar v = reverse ? flip(x, axis) : x;
+    SymbolVar y = cumsum(v, axis);
+    if (exclusive) y = y - v;
+    return one(reverse ? flip(y, axis) : y);
+}
+
+SymbolVarArray depth_to_space(const NodeCtx& c) {
+    SymbolVar x = c.in(0);
+    if (rank_of(c, x) != 4) c.invalid("the input must be 4-D");
+    long b = c.attr_int("blocksize", 0);
+    if (b <= 0) c.invalid("blocksize must be positive");
+    auto s = x.shape();
+    long n = long(s[0]), ch = long(s[1]), h = long(s[2]), w = long(s[3]);
+    if (ch % (b * b)) c.invalid(fmt::format("{} channels do not divide by blocksize^2", ch));
+    long oc = ch / (b * b);
+    SymbolVar y;
+    if (c.attr_string("mode", "DCR") == "DCR")
+        y = transpose(x.reshape({n, b, b, oc, h, w}), {0, 3, 4, 1, 5, 2});
+    else
+        y = transpose(x.reshape({n, oc, b, b, h, w}), {0, 1, 4, 2, 5, 3});
+    return one(y.reshape({n, oc, h * b, w * b}));
+}
+
+SymbolVarArray space_to_depth(const NodeCtx& c) {
+    SymbolVar x = c.in(0);
+    if (rank_of(c, x) != 4) c.invalid("the input must be 4-D");
+    long b = c.attr_int("blocksize", 0);
+    if (b <= 0) c.invalid("blocksize must be positive");
+    auto s = x.shape();
+    long n = long(s[0]), ch = long(s[1]), h = long(s[2]), w = long(s[3]);
+    if (h % b || w % b) c.invalid("spatial dims do not divide by blocksize");
+    SymbolVar y = transpose(x.reshape({n, ch, h / b, b, w / b, b}), {0, 3, 5, 1, 2, 4});
+    return one(y.reshape({n, ch * b * b, h / b, w / b}));
+}
+
+const std::map<std::string, Converter>& table() {
+    static const ConverterTable t = [] {
+        ConverterTable t = {
+            {"Abs", unary<abs>()},
+            {"Neg", unary<neg>()},
+            {"Relu", unary<relu>()},
+            {"Exp", unary<exp>()},
+            {"Log", unary<log>()},
+            {"Sqrt", unary<sqrt>()},
+            {"Sigmoid", unary<sigmoid>()},
+            {"Tanh", unary<tanh>()},
+            {"Sin", unary<sin>()},
+            {"Cos", unary<cos>()},
+            {"Floor", unary<floor>()},
+            {"Ceil", unary<ceil>()},
+            {"Round", unary<round>()},
+            {"Erf", unary<erf>()},
+            {"Sign", unary<sign>()},
+            {"Not", unary<logical_not>()},
+            {"Reciprocal", reciprocal},
+            {"Identity", identity},
+            {"Dropout", dropout_op},
+            {"Softplus", softplus},
+            {"Softsign", softsign},
+            {"LeakyRelu", leaky_relu},
+            {"Elu", elu},
+            {"Selu", selu},
+            {"HardSigmoid", hard_sigmoid},
+            {"Add", arith_binary<add>()},
+            {"Sub", arith_binary<sub>()},
+            {"Mul", arith_binary<mul>()},
+            {"Div", arith_binary<int_div>()},
+            {"ThresholdedRelu", thresholded_relu},
+            {"Shrink", shrink},
+            {"HardSwish", hard_swish},
+            {"Celu", celu},
+            {"Tan", unary<tan_of>()},
+            {"Sinh", unary<sinh_of>()},
+            {"Cosh", unary<cosh_of>()},
+            {"Asinh", unary<asinh_of>()},
+            {"Acosh", unary<acosh_of>()},
+            {"Atanh", unary<atanh_of>()},
+            {"IsNaN", is_nan},
+            {"IsInf", is_inf},
+            {"EyeLike", eye_like},
+            {"Tile", tile},
+            {"Range", range_op},
+            {"OneHot", one_hot},
+            {"CumSum", cumsum_op},
+            {"DepthToSpace", depth_to_space},
+            {"SpaceToDepth", space_to_depth},
+            {"Pow", pow_op},
+            {"Equal", binary<equal>()},
+            {"Less", binary<less>()},
+            {"LessOrEqual", binary<less_equal>()},
+            {"Greater", greater},
+            {"GreaterOrEqual", greater_equal},
+            {"And", binary<logical_and>()},
+            {"Or", binary<logical_or>()},
+            {"Xor", binary<logical_xor>()},
+            {"Where", where_op},
+            {"Max", variadic(maximum, false)},
+            {"Min", variadic(minimum, false)},
+            {"Sum", variadic(add, false)},
+            {"Mean", variadic(add, true)},
+            {"Clip", clip_op},
+            {"MatMul", matmul_nd},
+            {"Gemm", gemm},
+            {"GlobalAveragePool", global_avg_pool},
+            {"GlobalMaxPool", global_max_pool},
+            {"LayerNormalization", layer_norm_op},
+            {"Reshape", reshape},
+            {"Flatten", flatten},
+            {"Transpose", transpose_op},
+            {"Squeeze", squeeze_op},
+            {"Unsqueeze", unsqueeze_op},
+            {"Concat", concat_op},
+            {"Softmax", softmax_op(false)},
+            {"LogSoftmax", softmax_op(true)},
+            {"Gather", gather_op},
+            {"Cast", cast_op},
+            {"ReduceSum", reduce(reduce_sum)},
+            {"ReduceMean", reduce(reduce_mean)},
+            {"ReduceMax", reduce(reduce_max)},
+            {"ReduceMin", reduce(reduce_min)},
+            {"ReduceProd", reduce(reduce_prod)},
+            {"ReduceSumSquare", reduce(reduce_sum_sqr)},
+            {"ArgMax", [](const NodeCtx& c) { return arg_op(c, true); }},
+            {"ArgMin", [](const NodeCtx& c) { return arg_op(c, false); }},
+            {"Expand", expand_op},
+            {"Slice", slice_op},
+            {"ConstantOfShape", constant_of_shape},
+            {"Shape", shape_op},
+            {"Size", size_op},
+            {"Pad", pad_op},
+            {"GatherElements", gather_elements},
+            {"Trilu", trilu},
+            {"Hardmax", hardmax},
+            {"PRelu", prelu},
+            {"Mod", mod_op},
+            {"CastLike", cast_like},
+            {"Split", split_op},
+            {"ReduceL1", reduce_composed(abs, reduce_sum, nullptr)},
+            {"ReduceL2", reduce_composed(nullptr, reduce_sum_sqr, sqrt)},
+            {"ReduceLogSum", reduce_composed(nullptr, reduce_sum, log)},
+            {"ReduceLogSumExp", reduce_composed(exp, reduce_sum, log)},
+        };
+        add_nn_converters(t);
+        return t;
+    }();
     return t;
 }
 

@@ -1,0 +1,42 @@
+// What the converter files share: axis checks, constant index tensors and the
+// compositions several ONNX ops are built from.
+#pragma once
+
+#include "onnx_internal.h"
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace braid::onnx_import {
+
+using ConverterTable = std::map<std::string, Converter>;
+//! Adds the converters of neural-network ops (convolution, pooling, normalization, losses,
+//! resizing: ops_nn.cpp) to `table`.
+void add_nn_converters(ConverterTable& table);
+
+//! `axis` counted from the front; negative values count from the end. Out of range: an error
+//! naming the node.
+int norm_axis(const NodeCtx& c, int64_t axis, size_t rank);
+//! The rank of v; unsupported when it is known only at run time.
+size_t rank_of(const NodeCtx& c, const SymbolVar& v);
+inline SymbolVarArray one(SymbolVar v) {
+    return {v};
+}
+//! A constant int32 tensor.
+SymbolVar int32_constant(ComputingGraph& g, const std::vector<int64_t>& values,
+                         const TensorShape& shape);
+//! numpy take: x's slices along `axis` at the int32 positions `ids` (any shape, values in
+//! range); the result has ids' dims in place of `axis`.
+SymbolVar take(SymbolVar x, int axis, SymbolVar ids);
+//! take() with positions known at import.
+SymbolVar take(SymbolVar x, int axis, const std::vector<int64_t>& ids);
+//! x reversed along `axis`.
+SymbolVar flip(SymbolVar x, int axis);
+//! x with `before` and `after` elements added along `axis` (filled with `value`), or removed
+//! where they are negative.
+SymbolVar pad_axis(SymbolVar x, int axis, int64_t before, int64_t after, double value);
+//! ints, 8- and 16-bit ones: computed in int32 and cast back (ONNX arithmetic wraps).
+bool is_small_int(DType dt);
+
+} // namespace braid::onnx_import

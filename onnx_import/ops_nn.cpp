@@ -1,0 +1,533 @@
+// ONNX neural-network ops → braid: convolution and its transpose, pooling, normalizations,
+// the two losses and Resize. Geometry braid's operators do not take directly (asymmetric or
+// automatic pads, ceil mode, output padding, interpolation) is resolved at import, where every
+// shape is known, into explicit pads, crops and constant index/weight tensors.
+#include "op_util.h"
+
+#include "operators/batch_norm.h"
+#include "operators/conv.h"
+#include "operators/conv_grad_ops.h"
+#include "operators/elemwise.h"
+#include "operators/fill.h"
+#include "operators/indexing.h"
+#include "operators/io.h"
+#include "operators/normalization.h"
+#include "operators/pooling.h"
+#include "operators/reduce.h"
+#include "operators/subtensor.h"
+#include "operators/tensor_manip.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace braid::onnx_import {
+
+using namespace braid::opr;
+
+namespace {
+
+//! The spatial geometry of a convolution or pooling window, one entry per spatial dim.
+struct Window {
+    std::vector<int64_t> kernel, strides, dilations, begin, end; //!< begin/end: pads
+};
+
+//! Reads kernel (given), strides, dilations and pads (explicit or auto_pad) for `spatial`
+//! input sizes. `ceil` adds the end padding ceil_mode needs.
+Window window_of(const NodeCtx& c, const std::vector<int64_t>& kernel,
+                 const std::vector<size_t>& spatial, bool ceil) {
+    size_t n = spatial.size();
+    Window w;
+    w.kernel = kernel;
+    w.strides = c.attr_ints("strides"), w.dilations = c.attr_ints("dilations");
+    if (w.strides.empty()) w.strides.assign(n, 1);
+    if (w.dilations.empty()) w.dilations.assign(n, 1);
+    if (kernel.size() != n || w.strides.size() != n || w.dilations.size() != n)
+        c.invalid(fmt::format("kernel_shape, strides and dilations need {} values", n));
+    auto pads = c.attr_ints("pads");
+    if (pads.empty()) pads.assign(2 * n, 0);
+    if (pads.size() != 2 * n) c.invalid(fmt::format("pads need {} values", 2 * n));
+    std::string autopad = c.attr_string("auto_pad", "NOTSET");
+    for (size_t i = 0; i < n; ++i) {
+        int64_t in = int64_t(spatial[i]), s = w.strides[i];
+        int64_t span = (kernel[i] - 1) * w.dilations[i] + 1;
+        if (s <= 0 || w.dilations[i] <= 0 || kernel[i] <= 0)
+            c.invalid("kernel_shape, strides and dilations must be positive");
+        int64_t b = pads[i], e = pads[i + n];
+        if (autopad == "SAME_UPPER" || autopad == "SAME_LOWER") {
+            int64_t out = (in + s - 1) / s;
+            int64_t total = std::max<int64_t>((out - 1) * s + span - in, 0);
+            b = autopad == "SAME_UPPER" ? total / 2 : total - total / 2;
+            e = total - b;
+        } else if (autopad == "VALID") {
+            b = e = 0;
+        } else if (autopad != "NOTSET") {
+            c.invalid("auto_pad \"" + autopad + "\"");
+        }
+        if (ceil) {
+            // The last window may hang over the end, but must start inside the input or the
+            // begin padding.
+            int64_t out = (in + b + e - span + s - 1) / s + 1;
+            if ((out - 1) * s >= in + b) --out;
+            e = std::max<int64_t>(e, (out - 1) * s + span - in - b);
+        }
+        w.begin.push_back(b), w.end.push_back(e);
+    }
+    return w;
+}
+
+//! Output size of a window over `in` elements with the window's pads.
+int64_t window_out(const Window& w, size_t i, size_t in) {
+    int64_t span = (w.kernel[i] - 1) * w.dilations[i] + 1;
+    return (int64_t(in) + w.begin[i] + w.end[i] - span) / w.strides[i] + 1;
+}
+
+bool symmetric(const Window& w) {
+    for (size_t i = 0; i < w.begin.size(); ++i)
+        if (w.begin[i] != w.end[i]) return false;
+    return true;
+}
+
+//! A 1-D input (N, C, L) seen as 2-D (N, C, 1, L), with its window given a unit height.
+void as_2d(SymbolVar& x, Window& w) {
+    x = expand_dims(x, {2});
+    for (auto* v : {&w.kernel, &w.strides, &w.dilations}) v->insert(v->begin(), 1);
+    w.begin.insert(w.begin.begin(), 0), w.end.insert(w.end.begin(), 0);
+}
+
+std::vector<size_t> spatial_of(const SymbolVar& x) {
+    auto d = x.shape().dims();
+    return std::vector<size_t>(d.begin() + 2, d.end());
+}
+
+size_t check_spatial(const NodeCtx& c, const SymbolVar& x, const char* what) {
+    size_t rank = rank_of(c, x);
+    if (rank != 3 && rank != 4)
+        c.unsupported(fmt::format("{}-D {} (only 1-D and 2-D)", int(rank) - 2, what));
+    return rank - 2;
+}
+
+//! x padded by the window's pads (with `value`), which are then zero.
+SymbolVar pad_explicitly(SymbolVar x, Window& w, double value) {
+    for (size_t i = 0; i < w.begin.size(); ++i) {
+        x = pad_axis(x, int(i) + 2, w.begin[i], w.end[i], value);
+        w.begin[i] = w.end[i] = 0;
+    }
+    return x;
+}
+
+SymbolVarArray conv(const NodeCtx& c) {
+    SymbolVar x = c.in(0), wt = c.in(1);
+    size_t nsp = check_spatial(c, x, "convolutions");
+    std::vector<int64_t> kernel = c.attr_ints("kernel_shape");
+    if (kernel.empty())
+        for (size_t i = 0; i < nsp; ++i) kernel.push_back(int64_t(wt.shape()[i + 2]));
+    Window w = window_of(c, kernel, spatial_of(x), false);
+    if (nsp == 1) as_2d(x, w), wt = expand_dims(wt, {2});
+    if (!symmetric(w)) x = pad_explicitly(x, w, 0);
+    Conv2dParam p;
+    p.pad_h = int(w.begin[0]), p.pad_w = int(w.begin[1]);
+    p.stride_h = int(w.strides[0]), p.stride_w = int(w.strides[1]);
+    p.dilation_h = int(w.dilations[0]), p.dilation_w = int(w.dilations[1]);
+    p.groups = int(c.attr_int("group", 1));
+    SymbolVar y = Conv2d::make(x, wt, p);
+    if (c.has_input(2)) y = y + c.in(2).reshape({1, -1, 1, 1});
+    return one(nsp == 1 ? squeeze(y, {2}) : y);
+}
+
+//! ConvTranspose is the data gradient of a convolution: the full output (no pads) is
+//! Conv2dBackwardData of an input sized to fit, and the pads crop it.
+SymbolVarArray conv_transpose(const NodeCtx& c) {
+    SymbolVar x = c.in(0), wt = c.in(1);
+    size_t nsp = check_spatial(c, x, "transposed convolutions");
+    std::vector<int64_t> kernel = c.attr_ints("kernel_shape");
+    if (kernel.empty())
+        for (size_t i = 0; i < nsp; ++i) kernel.push_back(int64_t(wt.shape()[i + 2]));
+    auto strides = c.attr_ints("strides"), dil = c.attr_ints("dilations"),
+         outpad = c.attr_ints("output_padding"), out_shape = c.attr_ints("output_shape"),
+         pads = c.attr_ints("pads");
+    if (strides.empty()) strides.assign(nsp, 1);
+    if (dil.empty()) dil.assign(nsp, 1);
+    if (outpad.empty()) outpad.assign(nsp, 0);
+    if (pads.empty()) pads.assign(2 * nsp, 0);
+    if (kernel.size() != nsp || strides.size() != nsp || dil.size() != nsp ||
+        outpad.size() != nsp || pads.size() != 2 * nsp ||
+        (!out_shape.empty() && out_shape.size() != nsp))
+        c.invalid(fmt::format("geometry attributes need {} values per list", nsp));
+    std::string autopad = c.attr_string("auto_pad", "NOTSET");
+    auto in = spatial_of(x);
+    std::vector<int64_t> full(nsp), begin(nsp), end(nsp);
+    for (size_t i = 0; i < nsp; ++i) {
+        if (outpad[i] < 0 || outpad[i] >= std::max(strides[i], dil[i]))
+            c.invalid(
+                fmt::format("output_padding {} must be below the stride or dilation", outpad[i]));
+        full[i] = (int64_t(in[i]) - 1) * strides[i] + (kernel[i] - 1) * dil[i] + 1 + outpad[i];
+        begin[i] = pads[i], end[i] = pads[i + nsp];
+        int64_t want = !out_shape.empty()              ? out_shape[i]
+                       : autopad.rfind("SAME", 0) == 0 ? int64_t(in[i]) * strides[i]
+                                                       : -1;
+        if (want >= 0) {
+            int64_t total = full[i] - want;
+            bool upper = autopad != "SAME_LOWER";
+            begin[i] = upper ? total / 2 : total - total / 2;
+            end[i] = total - begin[i];
+        }
+    }
+    if (nsp == 1) {
+        x = expand_dims(x, {2}), wt = expand_dims(wt, {2});
+        for (auto* v : {&kernel, &strides, &dil, &full}) v->insert(v->begin(), 1);
+    }
+    Conv2dParam p;
+    p.stride_h = int(strides[0]), p.stride_w = int(strides[1]);
+    p.dilation_h = int(dil[0]), p.dilation_w = int(dil[1]);
+    p.groups = int(c.attr_int("group", 1));
+    // The full size exceeds what the convolution reads by output_padding < stride, so the
+    // convolution of an input of that size has exactly x's spatial size.
+    SymbolVar y = Conv2dBackwardData::make(wt, x, {p, uint32_t(full[0]), uint32_t(full[1])});
+    if (nsp == 1) y = squeeze(y, {2});
+    for (size_t i = 0; i < nsp; ++i) y = pad_axis(y, int(i) + 2, -begin[i], -end[i], 0);
+    if (c.has_input(2)) {
+        std::vector<long> bshape(nsp + 2, 1);
+        bshape[1] = -1;
+        y = y + c.in(2).reshape(bshape);
+    }
+    return one(y);
+}
+
+Converter pool(PoolMode mode) {
+    return [mode](const NodeCtx& c) {
+        SymbolVar x = c.in(0);
+        size_t nsp = check_spatial(c, x, "pooling");
+        if (c.node().output_size() > 1 && !c.node().output(1).empty())
+            c.unsupported("the Indices output");
+        auto spatial = spatial_of(x);
+        Window w = window_of(c, c.attr_ints("kernel_shape"), spatial, c.attr_int("ceil_mode", 0));
+        for (int64_t d : w.dilations)
+            if (d != 1) c.unsupported("dilations other than 1");
+        bool include_pad = c.attr_int("count_include_pad", 0) != 0;
+        // The area averaged over: the input, plus the declared pads with count_include_pad
+        // (never the extra end padding of ceil mode).
+        Window declared = window_of(c, w.kernel, spatial, false);
+        std::vector<int64_t> outs;
+        for (size_t i = 0; i < nsp; ++i) outs.push_back(window_out(w, i, spatial[i]));
+        bool is_1d = nsp == 1;
+        if (is_1d) as_2d(x, w);
+        bool explicit_pads = !symmetric(w);
+        DType dt = x.dtype();
+        if (!dt.is_float()) x = TypeCvt::make(x, dtype::Float32()); // exact for 8-bit ints
+        if (explicit_pads) x = pad_explicitly(x, w, mode == PoolMode::MAX ? -INFINITY : 0.0);
+        PoolingParam p;
+        p.mode = mode;
+        p.window_h = int(w.kernel[0]), p.window_w = int(w.kernel[1]);
+        p.stride_h = int(w.strides[0]), p.stride_w = int(w.strides[1]);
+        p.pad_h = int(w.begin[0]), p.pad_w = int(w.begin[1]);
+        p.count_include_pad = explicit_pads || include_pad;
+        SymbolVar y = Pooling::make(x, p);
+        if (is_1d) y = squeeze(y, {2});
+        if (mode == PoolMode::AVERAGE && explicit_pads) {
+            // y averaged over whole windows; rescale by window size / counted elements.
+            std::vector<float> scale;
+            size_t oh = size_t(outs[0]), ow = nsp == 2 ? size_t(outs[1]) : 1;
+            for (size_t a = 0; a < oh; ++a)
+                for (size_t b = 0; b < ow; ++b) {
+                    int64_t count = 1, full = 1;
+                    size_t pos[2] = {a, b};
+                    for (size_t i = 0; i < nsp; ++i) {
+                        int64_t lo = int64_t(pos[i]) * declared.strides[i] - declared.begin[i];
+                        int64_t hi = lo + declared.kernel[i];
+                        int64_t from = include_pad ? -declared.begin[i] : 0;
+                        int64_t to = int64_t(spatial[i]) + (include_pad ? declared.end[i] : 0);
+                        count *= std::max<int64_t>(std::min(hi, to) - std::max(lo, from), 0);
+                        full *= declared.kernel[i];
+                    }
+                    scale.push_back(count ? float(full) / float(count) : 0.f);
+                }
+            Tensor t(nsp == 2 ? TensorShape{oh, ow} : TensorShape{oh}, dtype::Float32());
+            std::copy(scale.begin(), scale.end(), t.ptr<float>());
+            y = y * ImmutableTensor::make(c.graph(), t);
+        }
+        if (y.dtype() != dt) y = TypeCvt::make(y, dt);
+        return one(y);
+    };
+}
+
+SymbolVarArray batchnorm_op(const NodeCtx& c) {
+    SymbolVar x = c.in(0), scale = c.in(1), bias = c.in(2), mean = c.in(3), var = c.in(4);
+    float eps = c.attr_float("epsilon", 1e-5f);
+    bool training = c.attr_int("training_mode", 0) != 0 || c.node().output_size() > 1;
+    if (!training) return one(batch_norm(x, scale, bias, mean, var, eps));
+    // Training: normalize with the batch statistics and update the running ones.
+    size_t rank = rank_of(c, x);
+    std::vector<int> axes{0};
+    for (size_t i = 2; i < rank; ++i) axes.push_back(int(i));
+    std::vector<long> shape(rank, 1);
+    shape[1] = -1;
+    SymbolVar bm = reduce_mean(x, axes, false);
+    SymbolVar bv = reduce_mean(square(x - bm.reshape(shape)), axes, false);
+    SymbolVar y =
+        (x - bm.reshape(shape)) * rsqrt(bv.reshape(shape) + double(eps)) * scale.reshape(shape) +
+        bias.reshape(shape);
+    double momentum = c.attr_float("momentum", 0.9f);
+    return {y, mean * momentum + bm * (1 - momentum), var * momentum + bv * (1 - momentum)};
+}
+
+//! (x - mean) / sqrt(var + eps) over the spatial dims of each sample and channel.
+SymbolVarArray instance_norm(const NodeCtx& c) {
+    SymbolVar x = c.in(0);
+    size_t rank = rank_of(c, x);
+    if (rank < 3) c.invalid("the input needs a spatial dim");
+    std::vector<int> axes;
+    for (size_t i = 2; i < rank; ++i) axes.push_back(int(i));
+    std::vector<long> shape(rank, 1);
+    shape[1] = -1;
+    double eps = c.attr_float("epsilon", 1e-5f);
+    SymbolVar centered = x - reduce_mean(x, axes, true);
+    SymbolVar y = centered * rsqrt(reduce_mean(square(centered), axes, true) + eps);
+    return one(y * c.in(1).reshape(shape) + c.in(2).reshape(shape));
+}
+
+SymbolVarArray mean_variance_norm(const NodeCtx& c) {
+    SymbolVar x = c.in(0);
+    size_t rank = rank_of(c, x);
+    std::vector<int> axes;
+    for (int64_t a : c.has_attr("axes") ? c.attr_ints("axes") : std::vector<int64_t>{0, 2, 3})
+        axes.push_back(norm_axis(c, a, rank));
+    std::sort(axes.begin(), axes.end());
+    SymbolVar centered = x - reduce_mean(x, axes, true);
+    return one(centered / (sqrt(reduce_mean(square(centered), axes, true)) + 1e-9));
+}
+
+//! x / (bias + alpha / size * sum of squares over `size` neighbouring channels) ^ beta.
+SymbolVarArray lrn(const NodeCtx& c) {
+    SymbolVar x = c.in(0);
+    if (rank_of(c, x) < 3) c.invalid("the input needs a channel and a spatial dim");
+    int64_t size = c.attr_int("size", 0);
+    if (size <= 0) c.invalid("size must be positive");
+    double alpha = c.attr_float("alpha", 1e-4f), beta = c.attr_float("beta", 0.75f),
+           bias = c.attr_float("bias", 1.f);
+    long ch = long(x.shape()[1]);
+    SymbolVar sq = pad_axis(square(x), 1, (size - 1) / 2, size / 2, 0);
+    SymbolVar sum;
+    for (long j = 0; j < size; ++j) {
+        SymbolVar part = subtensor(sq, {AxisIndex::slice(1, j, j + ch)});
+        sum = j == 0 ? part : sum + part;
+    }
+    SymbolVar base = sum * (alpha / double(size)) + bias;
+    return one(x / pow(base, scalar_like(base, beta)));
+}
+
+//! NegativeLogLikelihoodLoss of log-probabilities x (N, C, d...) for integer targets (N, d...),
+//! with optional class weights and an ignored target value.
+SymbolVar nll(const NodeCtx& c, SymbolVar x, SymbolVar target, SymbolVar weight) {
+    std::string reduction = c.attr_string("reduction", "mean");
+    if (reduction != "mean" && reduction != "sum" && reduction != "none")
+        c.invalid("reduction \"" + reduction + "\"");
+    if (rank_of(c, x) < 2 || rank_of(c, target) + 1 != rank_of(c, x))
+        c.invalid(fmt::format("input {} and target {} do not fit (N, C, d...) and (N, d...)",
+                              x.shape().to_string(), target.shape().to_string()));
+    SymbolVar t = TypeCvt::make(target, dtype::Int32());
+    SymbolVar mask; // where the target is not ignored
+    if (c.has_attr("ignore_index")) {
+        mask = not_equal(t, scalar_like(t, double(c.attr_int("ignore_index", 0))));
+        t = where(mask, t, zeros_like(t));
+    }
+    SymbolVar loss = neg(indexing_one_hot(x, t, 1));
+    SymbolVar w; // each position's weight
+    if (weight.node()) {
+        auto d = t.shape().dims();
+        w = embedding(weight.reshape({-1, 1}), t).reshape(std::vector<long>(d.begin(), d.end()));
+    }
+    if (mask.node()) {
+        SymbolVar m = TypeCvt::make(mask, x.dtype());
+        w = w.node() ? w * m : m;
+    }
+    if (w.node()) loss = loss * w;
+    if (reduction == "none") return loss;
+    std::vector<int> all;
+    for (size_t i = 0; i < loss.shape().ndim(); ++i) all.push_back(int(i));
+    SymbolVar total = reduce_sum(loss, all, false);
+    if (reduction == "sum") return total;
+    return w.node() ? total / reduce_sum(w, all, false) : reduce_mean(loss, all, false);
+}
+
+SymbolVarArray nll_loss(const NodeCtx& c) {
+    return one(nll(c, c.in(0), c.in(1), c.has_input(2) ? c.in(2) : SymbolVar{}));
+}
+
+SymbolVarArray softmax_cross_entropy(const NodeCtx& c) {
+    SymbolVar logp = log_softmax(c.in(0), 1);
+    SymbolVarArray outs{nll(c, logp, c.in(1), c.has_input(2) ? c.in(2) : SymbolVar{})};
+    if (c.node().output_size() > 1) outs.push_back(logp);
+    return outs;
+}
+
+// ---------------------------------------------------------------- Resize
+//! Where output position `o` of an axis resized from `in` to `out` (scale `scale`) reads, in
+//! input coordinates.
+double source_coord(const NodeCtx& c, const std::string& mode, double o, double in, double out,
+                    double scale, double roi_start, double roi_end) {
+    if (mode == "half_pixel") return (o + 0.5) / scale - 0.5;
+    if (mode == "pytorch_half_pixel") return out > 1 ? (o + 0.5) / scale - 0.5 : 0;
+    if (mode == "align_corners") return out == 1 ? 0 : o * (in - 1) / (out - 1);
+    if (mode == "asymmetric") return o / scale;
+    if (mode == "tf_half_pixel_for_nn") return (o + 0.5) / scale;
+    if (mode == "tf_crop_and_resize")
+        return out > 1 ? roi_start * (in - 1) + o * (roi_end - roi_start) * (in - 1) / (out - 1)
+                       : 0.5 * (roi_start + roi_end) * (in - 1);
+    c.unsupported("coordinate_transformation_mode \"" + mode + "\"");
+}
+
+//! The interpolation taps of one output position: coefficients for neighbours base-k+1 ..
+//! base+k around x, where base = ceil(x) - 1 and ratio = x - base is in (0, 1].
+std::vector<double> coeffs(const NodeCtx& c, const std::string& mode, const std::string& nm,
+                           double ratio) {
+    if (mode == "linear") return {1 - ratio, ratio};
+    if (mode == "cubic") {
+        double a = c.attr_float("cubic_coeff_a", -0.75f), r = ratio, s = 1 - ratio;
+        return {((a * (r + 1) - 5 * a) * (r + 1) + 8 * a) * (r + 1) - 4 * a,
+                ((a + 2) * r - (a + 3)) * r * r + 1, ((a + 2) * s - (a + 3)) * s * s + 1,
+                ((a * (s + 1) - 5 * a) * (s + 1) + 8 * a) * (s + 1) - 4 * a};
+    }
+    bool right = nm == "round_prefer_floor"  ? ratio > 0.5
+                 : nm == "round_prefer_ceil" ? ratio >= 0.5
+                 : nm == "floor"             ? ratio == 1
+                 : nm == "ceil"              ? true
+                                : (c.unsupported("nearest_mode \"" + nm + "\""), false);
+    return {right ? 0.0 : 1.0, right ? 1.0 : 0.0};
+}
+
+//! x resized along `axis` to `out` positions.
+//! How Resize interpolates.
+struct ResizeMode {
+    std::string mode, coord, nearest;
+};
+
+//! x resized along `axis` to `out` positions.
+SymbolVar resize_axis(const NodeCtx& c, const ResizeMode& rm, SymbolVar x, int axis, size_t out,
+                      double scale, double roi_start, double roi_end) {
+    const std::string &mode = rm.mode, &coord = rm.coord;
+    bool exclude = c.attr_int("exclude_outside", 0) != 0;
+    int64_t in = int64_t(x.shape()[size_t(axis)]);
+    size_t taps = mode == "cubic" ? 4 : 2;
+    std::vector<std::vector<int64_t>> idx(taps);
+    std::vector<std::vector<float>> wts(taps);
+    std::vector<float> outside(out, 0.f); // 1 where tf_crop_and_resize extrapolates
+    bool identity = size_t(in) == out;
+    for (size_t o = 0; o < out; ++o) {
+        // ONNX's reference takes the output length as in * scale, unrounded.
+        double xo = source_coord(c, coord, double(o), double(in), double(in) * scale, scale,
+                                 roi_start, roi_end);
+        if (coord == "tf_crop_and_resize" && (xo < 0 || xo > double(in - 1))) outside[o] = 1;
+        double base = std::ceil(xo) - 1, ratio = xo - base;
+        auto cf = coeffs(c, mode, rm.nearest, ratio);
+        int64_t first = int64_t(base) - int64_t(taps / 2) + 1;
+        double sum = 0;
+        for (size_t k = 0; k < taps; ++k) {
+            int64_t p = first + int64_t(k);
+            if (exclude && (p < 0 || p >= in)) cf[k] = 0;
+            sum += cf[k];
+        }
+        for (size_t k = 0; k < taps; ++k) {
+            int64_t p = std::clamp<int64_t>(first + int64_t(k), 0, in - 1);
+            idx[k].push_back(p);
+            wts[k].push_back(float(exclude && sum != 0 ? cf[k] / sum : cf[k]));
+            if (wts[k].back() != 0 && (p != int64_t(o) || wts[k].back() != 1)) identity = false;
+        }
+        if (outside[o]) identity = false;
+    }
+    if (identity) return x;
+    std::vector<long> wshape(x.shape().ndim(), 1);
+    wshape[size_t(axis)] = long(out);
+    auto weights = [&](const std::vector<float>& v) {
+        Tensor t(TensorShape{v.size()}, dtype::Float32());
+        std::copy(v.begin(), v.end(), t.ptr<float>());
+        SymbolVar w = ImmutableTensor::make(c.graph(), t).reshape(wshape);
+        return w.dtype() == x.dtype() ? w : TypeCvt::make(w, x.dtype());
+    };
+    SymbolVar y;
+    for (size_t k = 0; k < taps; ++k) {
+        bool all_one = true, all_zero = true;
+        for (float v : wts[k]) all_one = all_one && v == 1, all_zero = all_zero && v == 0;
+        if (all_zero) continue;
+        SymbolVar part = take(x, axis, idx[k]);
+        if (!all_one) part = part * weights(wts[k]);
+        y = y.node() ? y + part : part;
+    }
+    if (!y.node()) y = take(x, axis, idx[0]) * 0.0;
+    if (std::find(outside.begin(), outside.end(), 1.f) != outside.end()) {
+        SymbolVar m = TypeCvt::make(weights(outside), dtype::Bool());
+        SymbolVar e = scalar_like(y, c.attr_float("extrapolation_value", 0.f));
+        y = where(Broadcast::make(m, y.shape()), Broadcast::make(e, y.shape()), y);
+    }
+    return y;
+}
+
+SymbolVarArray resize(const NodeCtx& c) {
+    SymbolVar x = c.in(0);
+    size_t rank = rank_of(c, x);
+    std::vector<float> roi, scales;
+    std::vector<int64_t> sizes;
+    ResizeMode rm{c.attr_string("mode", "nearest"),
+                  c.attr_string("coordinate_transformation_mode", "half_pixel"),
+                  c.attr_string("nearest_mode", "round_prefer_floor")};
+    if (c.nr_inputs() == 2) {
+        // Resize-10 and Upsample: (X, scales), output = floor(input * scale), positions
+        // scaled from the start, nearest rounds down.
+        scales = c.floats_input(1);
+        rm.coord = "asymmetric", rm.nearest = "floor";
+        if (rm.mode == "bilinear") rm.mode = "linear";
+    } else {
+        if (c.has_input(1)) roi = c.floats_input(1);
+        if (c.has_input(2)) scales = c.floats_input(2);
+        if (c.has_input(3)) sizes = c.ints_input(3);
+    }
+    if (rm.mode != "nearest" && rm.mode != "linear" && rm.mode != "cubic")
+        c.unsupported("mode \"" + rm.mode + "\"");
+    if (!sizes.empty()) scales.clear();
+    if (sizes.empty() && scales.size() != rank)
+        c.invalid(fmt::format("{} scales for rank {}", scales.size(), rank));
+    if (!sizes.empty() && sizes.size() != rank)
+        c.invalid(fmt::format("{} sizes for rank {}", sizes.size(), rank));
+    if (!roi.empty() && roi.size() != 2 * rank)
+        c.invalid(fmt::format("{} roi values for rank {}", roi.size(), rank));
+    std::vector<size_t> out(rank);
+    std::vector<double> scale(rank);
+    for (size_t i = 0; i < rank; ++i) {
+        double in = double(x.shape()[i]);
+        if (!sizes.empty()) {
+            if (sizes[i] < 0) c.invalid(fmt::format("negative size {}", sizes[i]));
+            out[i] = size_t(sizes[i]);
+            scale[i] = in > 0 ? double(out[i]) / in : 1;
+        } else {
+            if (!(scales[i] > 0)) c.invalid(fmt::format("scale {} is not positive", scales[i]));
+            scale[i] = scales[i];
+            out[i] = size_t(std::floor(in * scale[i]));
+        }
+    }
+    // Separable: one axis at a time, the last first (as ONNX's reference nests them).
+    for (size_t k = rank; k-- > 0;) {
+        double rs = roi.empty() ? 0 : roi[k], re = roi.empty() ? 1 : roi[k + rank];
+        x = resize_axis(c, rm, x, int(k), out[k], scale[k], rs, re);
+    }
+    return one(x);
+}
+
+} // namespace
+
+void add_nn_converters(ConverterTable& t) {
+    t["Conv"] = conv;
+    t["ConvTranspose"] = conv_transpose;
+    t["MaxPool"] = pool(PoolMode::MAX);
+    t["AveragePool"] = pool(PoolMode::AVERAGE);
+    t["BatchNormalization"] = batchnorm_op;
+    t["InstanceNormalization"] = instance_norm;
+    t["MeanVarianceNormalization"] = mean_variance_norm;
+    t["LRN"] = lrn;
+    t["NegativeLogLikelihoodLoss"] = nll_loss;
+    t["SoftmaxCrossEntropyLoss"] = softmax_cross_entropy;
+    t["Resize"] = resize;
+    t["Upsample"] = resize;
+}
+
+} // namespace braid::onnx_import
