@@ -26,6 +26,8 @@ namespace {
 
 //! Opset models are upgraded to when they are older (and the ONNX converter can).
 constexpr int64_t TARGET_OPSET = 13;
+//! The one operator set besides the default one that braid maps (optimizers, Gradient).
+constexpr const char* TRAINING_DOMAIN = "ai.onnx.preview.training";
 
 int64_t default_opset(const onnx::ModelProto& m) {
     for (auto& o : m.opset_import())
@@ -192,7 +194,10 @@ std::string NodeCtx::where() const {
 
 SymbolVar NodeCtx::in(size_t i) const {
     if (!has_input(i)) invalid(fmt::format("input {} is missing", i));
-    const std::string& name = m_node.input(int(i));
+    return value_of(m_node.input(int(i)));
+}
+
+SymbolVar NodeCtx::value_of(const std::string& name) const {
     auto it = m_imp.values.find(name);
     if (it != m_imp.values.end()) return it->second;
     if (m_imp.constants.count(name)) return m_imp.constant_var(name);
@@ -366,7 +371,7 @@ LoadedModel import_model(onnx::ModelProto& model, const ImportOptions& options,
         BRAID_THROW(SerializationError, "{}: not a valid ONNX model: {}", source, e.what());
     }
     for (auto& o : model.opset_import())
-        if (!o.domain().empty() && o.domain() != "ai.onnx")
+        if (!o.domain().empty() && o.domain() != "ai.onnx" && o.domain() != TRAINING_DOMAIN)
             throw UnsupportedOnnxError(
                 fmt::format("{}: operator set domain \"{}\" (version {}) is not supported", source,
                             o.domain(), o.version()));
@@ -437,14 +442,16 @@ LoadedModel import_model(onnx::ModelProto& model, const ImportOptions& options,
 
     for (auto& node : g.node()) {
         NodeCtx ctx(imp, node, opset);
-        if (!node.domain().empty() && node.domain() != "ai.onnx")
+        bool training = node.domain() == TRAINING_DOMAIN;
+        if (!node.domain().empty() && node.domain() != "ai.onnx" && !training)
             ctx.unsupported(fmt::format("domain \"{}\" is not supported", node.domain()));
         if (node.op_type() == "Constant") {
             // A known value: later nodes may read it as an attribute-like input.
             imp.constants[node.output(0)] = constant_value(ctx, dir);
             continue;
         }
-        const Converter* conv = find_converter(node.op_type());
+        const Converter* conv =
+            find_converter(training ? node.domain() + "." + node.op_type() : node.op_type());
         if (!conv) ctx.unsupported("this op is not supported");
         SymbolVarArray outs;
         try {

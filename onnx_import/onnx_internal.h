@@ -37,6 +37,8 @@ public:
     //! Whether input i is given (optional inputs may be absent or named "").
     bool has_input(size_t i) const { return i < nr_inputs() && !m_node.input(int(i)).empty(); }
     SymbolVar in(size_t i) const;
+    //! The var of the graph value named `name` (an input, initializer or earlier output).
+    SymbolVar value_of(const std::string& name) const;
     //! The value of input i when it is known at import time (an initializer or a constant).
     const Tensor* constant(size_t i) const;
     //! The same; when the value depends on graph inputs, their names are added to `inputs`.

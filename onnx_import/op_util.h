@@ -15,6 +15,15 @@ using ConverterTable = std::map<std::string, Converter>;
 //! resizing: ops_nn.cpp) to `table`.
 void add_nn_converters(ConverterTable& table);
 
+//! Adds the quantization converters (ops_quant.cpp).
+void add_quant_converters(ConverterTable& table);
+//! Adds the converters of ai.onnx.preview.training (optimizers, Gradient) and of the signal
+//! windows (ops_train_signal.cpp).
+void add_training_and_signal_converters(ConverterTable& table);
+//! The Conv node `c`'s convolution (its attributes: pads, strides, dilations, group) of x by
+//! w, without bias; 1-D to 3-D.
+SymbolVar conv_with(const NodeCtx& c, SymbolVar x, SymbolVar w);
+
 //! `axis` counted from the front; negative values count from the end. Out of range: an error
 //! naming the node.
 int norm_axis(const NodeCtx& c, int64_t axis, size_t rank);

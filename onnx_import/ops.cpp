@@ -941,6 +941,8 @@ const std::map<std::string, Converter>& table() {
             {"ReduceLogSumExp", reduce_composed(exp, reduce_sum, log)},
         };
         add_nn_converters(t);
+        add_quant_converters(t);
+        add_training_and_signal_converters(t);
         return t;
     }();
     return t;

@@ -117,23 +117,64 @@ SymbolVar pad_explicitly(SymbolVar x, Window& w, double value) {
     return x;
 }
 
-SymbolVarArray conv(const NodeCtx& c) {
-    SymbolVar x = c.in(0), wt = c.in(1);
-    size_t nsp = check_spatial(c, x, "convolutions");
+//! A 3-D convolution as a sum over the kernel's depth of 2-D convolutions, each of the depth
+//! slices that kernel plane meets (stacked into the batch). Pads are explicit.
+SymbolVar conv3d(SymbolVar x, SymbolVar wt, Window w, int groups) {
+    x = pad_explicitly(x, w, 0);
+    auto xs = x.shape();
+    long n = long(xs[0]), ch = long(xs[1]), h = long(xs[3]), wd = long(xs[4]);
+    int64_t od = (int64_t(xs[2]) - (w.kernel[0] - 1) * w.dilations[0] - 1) / w.strides[0] + 1;
+    Conv2dParam p;
+    p.stride_h = int(w.strides[1]), p.stride_w = int(w.strides[2]);
+    p.dilation_h = int(w.dilations[1]), p.dilation_w = int(w.dilations[2]);
+    p.groups = groups;
+    SymbolVar acc;
+    for (int64_t j = 0; j < w.kernel[0]; ++j) {
+        long start = long(j * w.dilations[0]);
+        SymbolVar planes =
+            subtensor(x, {AxisIndex::slice(2, start, start + long((od - 1) * w.strides[0] + 1),
+                                           long(w.strides[0]))});
+        planes = transpose(planes, {0, 2, 1, 3, 4}).reshape({n * long(od), ch, h, wd});
+        SymbolVar y = Conv2d::make(planes, subtensor(wt, {AxisIndex::index(2, long(j))}), p);
+        acc = acc.node() ? acc + y : y;
+    }
+    auto ys = acc.shape();
+    return transpose(acc.reshape({n, long(od), long(ys[1]), long(ys[2]), long(ys[3])}),
+                     {0, 2, 1, 3, 4});
+}
+
+} // namespace
+
+SymbolVar conv_with(const NodeCtx& c, SymbolVar x, SymbolVar wt) {
+    size_t rank = rank_of(c, x);
+    if (rank < 3 || rank > 5)
+        c.unsupported(fmt::format("{}-D convolutions (only 1-D to 3-D)", int(rank) - 2));
+    size_t nsp = rank - 2;
     std::vector<int64_t> kernel = c.attr_ints("kernel_shape");
     if (kernel.empty())
         for (size_t i = 0; i < nsp; ++i) kernel.push_back(int64_t(wt.shape()[i + 2]));
     Window w = window_of(c, kernel, spatial_of(x), false);
+    int groups = int(c.attr_int("group", 1));
+    if (nsp == 3) return conv3d(x, wt, w, groups);
     if (nsp == 1) as_2d(x, w), wt = expand_dims(wt, {2});
     if (!symmetric(w)) x = pad_explicitly(x, w, 0);
     Conv2dParam p;
     p.pad_h = int(w.begin[0]), p.pad_w = int(w.begin[1]);
     p.stride_h = int(w.strides[0]), p.stride_w = int(w.strides[1]);
     p.dilation_h = int(w.dilations[0]), p.dilation_w = int(w.dilations[1]);
-    p.groups = int(c.attr_int("group", 1));
+    p.groups = groups;
     SymbolVar y = Conv2d::make(x, wt, p);
-    if (c.has_input(2)) y = y + c.in(2).reshape({1, -1, 1, 1});
-    return one(nsp == 1 ? squeeze(y, {2}) : y);
+    return nsp == 1 ? squeeze(y, {2}) : y;
+}
+
+namespace {
+
+SymbolVarArray conv(const NodeCtx& c) {
+    SymbolVar y = conv_with(c, c.in(0), c.in(1));
+    if (!c.has_input(2)) return one(y);
+    std::vector<long> bshape(y.shape().ndim(), 1);
+    bshape[1] = -1;
+    return one(y + c.in(2).reshape(bshape));
 }
 
 //! ConvTranspose is the data gradient of a convolution: the full output (no pads) is
@@ -195,56 +236,107 @@ SymbolVarArray conv_transpose(const NodeCtx& c) {
     return one(y);
 }
 
+//! For each output position of an average pool (row-major), the number of elements its
+//! window averages: those of the input, plus the declared pads with count_include_pad.
+std::vector<int64_t> avg_counts(const Window& declared, const std::vector<size_t>& spatial,
+                                const std::vector<int64_t>& outs, bool include_pad) {
+    size_t nsp = spatial.size(), total = 1;
+    for (int64_t o : outs) total *= size_t(o);
+    std::vector<int64_t> counts(total);
+    for (size_t flat = 0; flat < total; ++flat) {
+        size_t rem = flat;
+        int64_t count = 1;
+        for (size_t i = nsp; i-- > 0;) {
+            int64_t pos = int64_t(rem % size_t(outs[i]));
+            rem /= size_t(outs[i]);
+            int64_t lo = pos * declared.strides[i] - declared.begin[i];
+            int64_t hi = lo + (declared.kernel[i] - 1) * declared.dilations[i] + 1;
+            int64_t from = include_pad ? -declared.begin[i] : 0;
+            int64_t to = int64_t(spatial[i]) + (include_pad ? declared.end[i] : 0);
+            // Window elements lo, lo + d, ... inside [from, to).
+            int64_t n = 0;
+            for (int64_t e = lo; e < hi; e += declared.dilations[i]) n += e >= from && e < to;
+            count *= n;
+        }
+        counts[flat] = count;
+    }
+    return counts;
+}
+
+//! A pooling over any number of spatial dims, with dilation: the max or sum of one strided
+//! slice per window element, of the input padded explicitly.
+SymbolVar pool_by_taps(SymbolVar x, Window w, PoolMode mode, const std::vector<int64_t>& outs) {
+    x = pad_explicitly(x, w, mode == PoolMode::MAX ? -INFINITY : 0.0);
+    size_t nsp = outs.size(), taps = 1;
+    for (int64_t k : w.kernel) taps *= size_t(k);
+    SymbolVar acc;
+    for (size_t t = 0; t < taps; ++t) {
+        std::vector<AxisIndex> items;
+        size_t rem = t;
+        for (size_t i = nsp; i-- > 0;) {
+            long start = long(int64_t(rem % size_t(w.kernel[i])) * w.dilations[i]);
+            rem /= size_t(w.kernel[i]);
+            items.push_back(AxisIndex::slice(int(i) + 2, start,
+                                             start + long((outs[i] - 1) * w.strides[i] + 1),
+                                             long(w.strides[i])));
+        }
+        SymbolVar part = subtensor(x, items);
+        acc = !acc.node() ? part : mode == PoolMode::MAX ? maximum(acc, part) : acc + part;
+    }
+    return acc;
+}
+
 Converter pool(PoolMode mode) {
     return [mode](const NodeCtx& c) {
         SymbolVar x = c.in(0);
-        size_t nsp = check_spatial(c, x, "pooling");
+        size_t rank = rank_of(c, x);
+        if (rank < 3) c.invalid("the input needs a spatial dim");
+        size_t nsp = rank - 2;
         if (c.node().output_size() > 1 && !c.node().output(1).empty())
             c.unsupported("the Indices output");
         auto spatial = spatial_of(x);
         Window w = window_of(c, c.attr_ints("kernel_shape"), spatial, c.attr_int("ceil_mode", 0));
-        for (int64_t d : w.dilations)
-            if (d != 1) c.unsupported("dilations other than 1");
         bool include_pad = c.attr_int("count_include_pad", 0) != 0;
         // The area averaged over: the input, plus the declared pads with count_include_pad
         // (never the extra end padding of ceil mode).
         Window declared = window_of(c, w.kernel, spatial, false);
         std::vector<int64_t> outs;
         for (size_t i = 0; i < nsp; ++i) outs.push_back(window_out(w, i, spatial[i]));
-        bool is_1d = nsp == 1;
-        if (is_1d) as_2d(x, w);
-        bool explicit_pads = !symmetric(w);
+        bool dilated = false;
+        for (int64_t d : w.dilations) dilated = dilated || d != 1;
         DType dt = x.dtype();
         if (!dt.is_float()) x = TypeCvt::make(x, dtype::Float32()); // exact for 8-bit ints
-        if (explicit_pads) x = pad_explicitly(x, w, mode == PoolMode::MAX ? -INFINITY : 0.0);
-        PoolingParam p;
-        p.mode = mode;
-        p.window_h = int(w.kernel[0]), p.window_w = int(w.kernel[1]);
-        p.stride_h = int(w.strides[0]), p.stride_w = int(w.strides[1]);
-        p.pad_h = int(w.begin[0]), p.pad_w = int(w.begin[1]);
-        p.count_include_pad = explicit_pads || include_pad;
-        SymbolVar y = Pooling::make(x, p);
-        if (is_1d) y = squeeze(y, {2});
-        if (mode == PoolMode::AVERAGE && explicit_pads) {
-            // y averaged over whole windows; rescale by window size / counted elements.
-            std::vector<float> scale;
-            size_t oh = size_t(outs[0]), ow = nsp == 2 ? size_t(outs[1]) : 1;
-            for (size_t a = 0; a < oh; ++a)
-                for (size_t b = 0; b < ow; ++b) {
-                    int64_t count = 1, full = 1;
-                    size_t pos[2] = {a, b};
-                    for (size_t i = 0; i < nsp; ++i) {
-                        int64_t lo = int64_t(pos[i]) * declared.strides[i] - declared.begin[i];
-                        int64_t hi = lo + declared.kernel[i];
-                        int64_t from = include_pad ? -declared.begin[i] : 0;
-                        int64_t to = int64_t(spatial[i]) + (include_pad ? declared.end[i] : 0);
-                        count *= std::max<int64_t>(std::min(hi, to) - std::max(lo, from), 0);
-                        full *= declared.kernel[i];
-                    }
-                    scale.push_back(count ? float(full) / float(count) : 0.f);
-                }
-            Tensor t(nsp == 2 ? TensorShape{oh, ow} : TensorShape{oh}, dtype::Float32());
-            std::copy(scale.begin(), scale.end(), t.ptr<float>());
+        SymbolVar y;
+        // How the result relates to the average: y * scale[position].
+        bool rescale = false, sum = false;
+        if (nsp > 2 || dilated) {
+            y = pool_by_taps(x, w, mode, outs);
+            rescale = sum = mode == PoolMode::AVERAGE;
+        } else {
+            bool is_1d = nsp == 1;
+            if (is_1d) as_2d(x, w);
+            bool explicit_pads = !symmetric(w);
+            if (explicit_pads) x = pad_explicitly(x, w, mode == PoolMode::MAX ? -INFINITY : 0.0);
+            PoolingParam p;
+            p.mode = mode;
+            p.window_h = int(w.kernel[0]), p.window_w = int(w.kernel[1]);
+            p.stride_h = int(w.strides[0]), p.stride_w = int(w.strides[1]);
+            p.pad_h = int(w.begin[0]), p.pad_w = int(w.begin[1]);
+            p.count_include_pad = explicit_pads || include_pad;
+            y = Pooling::make(x, p);
+            if (is_1d) y = squeeze(y, {2});
+            rescale = mode == PoolMode::AVERAGE && explicit_pads;
+        }
+        if (rescale) {
+            // y is a sum (or an average over whole windows): scale by 1 (or the window size)
+            // over the number of elements counted.
+            int64_t full = 1;
+            for (int64_t k : declared.kernel) full *= k;
+            auto counts = avg_counts(declared, spatial, outs, include_pad);
+            std::vector<size_t> oshape(outs.begin(), outs.end());
+            Tensor t{TensorShape(oshape), dtype::Float32()};
+            for (size_t i = 0; i < counts.size(); ++i)
+                t.ptr<float>()[i] = counts[i] ? float(sum ? 1 : full) / float(counts[i]) : 0.f;
             y = y * ImmutableTensor::make(c.graph(), t);
         }
         if (y.dtype() != dt) y = TypeCvt::make(y, dt);

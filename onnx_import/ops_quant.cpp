@@ -1,0 +1,163 @@
+// ONNX quantization ops → braid: (de)quantization and the integer convolution and matrix
+// products, composed in float32. Integer products are computed in float32, which is exact while
+// every partial sum stays below 2^24; the converters check that bound from the shapes and refuse
+// larger reductions instead of rounding.
+#include "op_util.h"
+
+#include "operators/elemwise.h"
+#include "operators/matmul.h"
+#include "operators/reduce.h"
+#include "operators/tensor_manip.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+namespace braid::onnx_import {
+
+using namespace braid::opr;
+
+namespace {
+
+SymbolVar as_float(SymbolVar v) {
+    return v.dtype() == dtype::Float32() ? v : TypeCvt::make(v, dtype::Float32());
+}
+
+//! A per-tensor (scalar) or per-axis (1-D) parameter lined up with `axis` of a rank-`rank` x.
+SymbolVar per_axis(const NodeCtx& c, SymbolVar p, int64_t axis, size_t rank) {
+    if (rank_of(c, p) == 0 || p.shape().total_nr_elems() == 1)
+        return p.reshape(std::vector<long>{});
+    std::vector<long> shape(rank, 1);
+    shape[size_t(norm_axis(c, axis, rank))] = -1;
+    return p.reshape(shape);
+}
+
+//! round(v) + zero point, saturated to `dt`'s range and cast.
+SymbolVar saturate(SymbolVar v, DType dt) {
+    double lo = dt == dtype::Int8() ? -128 : 0, hi = dt == dtype::Int8() ? 127 : 255;
+    return TypeCvt::make(clip(v, lo, hi), dt);
+}
+
+DType quant_dtype(const NodeCtx& c, size_t zp_input) {
+    DType dt = c.has_input(zp_input) ? c.in(zp_input).dtype() : dtype::Uint8();
+    if (dt != dtype::Uint8() && dt != dtype::Int8())
+        c.unsupported(fmt::format("quantized dtype {} (only uint8 and int8)", dt.name()));
+    return dt;
+}
+
+SymbolVarArray quantize_linear(const NodeCtx& c) {
+    SymbolVar x = as_float(c.in(0));
+    size_t rank = rank_of(c, x);
+    int64_t axis = c.attr_int("axis", 1);
+    DType dt = quant_dtype(c, 2);
+    SymbolVar q = round(x / per_axis(c, as_float(c.in(1)), axis, rank));
+    if (c.has_input(2)) q = q + per_axis(c, as_float(c.in(2)), axis, rank);
+    return one(saturate(q, dt));
+}
+
+SymbolVarArray dequantize_linear(const NodeCtx& c) {
+    SymbolVar x = as_float(c.in(0));
+    size_t rank = rank_of(c, x);
+    int64_t axis = c.attr_int("axis", 1);
+    if (c.has_input(2)) x = x - per_axis(c, as_float(c.in(2)), axis, rank);
+    return one(x * per_axis(c, as_float(c.in(1)), axis, rank));
+}
+
+//! uint8 quantization with a scale and zero point chosen from x's range (which includes 0).
+SymbolVarArray dynamic_quantize_linear(const NodeCtx& c) {
+    SymbolVar x = as_float(c.in(0));
+    std::vector<int> all;
+    for (size_t i = 0; i < rank_of(c, x); ++i) all.push_back(int(i));
+    SymbolVar zero = scalar_like(x, 0).reshape(std::vector<long>{});
+    SymbolVar lo = minimum(reduce_min(x, all, false), zero);
+    SymbolVar hi = maximum(reduce_max(x, all, false), zero);
+    SymbolVar scale = (hi - lo) / 255.0;
+    SymbolVar zp = clip(round(neg(lo) / scale), 0.0, 255.0);
+    SymbolVar y = saturate(round(x / scale) + zp, dtype::Uint8());
+    return {y, scale, TypeCvt::make(zp, dtype::Uint8())};
+}
+
+//! Refuses products whose int32 sums float32 might round (K terms of at most 255 * 255).
+void check_exact(const NodeCtx& c, size_t k) {
+    if (double(k) * 255.0 * 255.0 >= double(1 << 24))
+        c.unsupported(fmt::format("an integer reduction over {} terms (braid computes integer "
+                                  "products in float32, exact up to 258 terms)",
+                                  k));
+}
+
+SymbolVar integer_operand(const NodeCtx& c, size_t input, size_t zp_input) {
+    SymbolVar v = as_float(c.in(input));
+    if (c.has_input(zp_input)) {
+        SymbolVar zp = as_float(c.in(zp_input));
+        if (zp.shape().total_nr_elems() != 1)
+            c.unsupported("per-row or per-channel zero points of integer products");
+        v = v - zp.reshape(std::vector<long>{});
+    }
+    return v;
+}
+
+SymbolVar float_matmul(const NodeCtx& c, SymbolVar a, SymbolVar b) {
+    size_t ra = rank_of(c, a), rb = rank_of(c, b);
+    if (ra < 2 || rb < 2) c.unsupported("integer MatMul of a 1-D input");
+    check_exact(c, a.shape()[ra - 1]);
+    return ra == 2 && rb == 2 ? matmul(a, b) : batched_matmul(a, b);
+}
+
+SymbolVarArray matmul_integer(const NodeCtx& c) {
+    SymbolVar y = float_matmul(c, integer_operand(c, 0, 2), integer_operand(c, 1, 3));
+    return one(TypeCvt::make(y, dtype::Int32()));
+}
+
+//! The converter of Conv, applied to float inputs (ops_nn.cpp).
+SymbolVar conv_of(const NodeCtx& c, SymbolVar x, SymbolVar w) {
+    size_t k = 1;
+    for (size_t i = 1; i < w.shape().ndim(); ++i) k *= w.shape()[i];
+    check_exact(c, k);
+    return conv_with(c, x, w);
+}
+
+SymbolVarArray conv_integer(const NodeCtx& c) {
+    SymbolVar y = conv_of(c, integer_operand(c, 0, 2), integer_operand(c, 1, 3));
+    return one(TypeCvt::make(y, dtype::Int32()));
+}
+
+//! Requantizes an exact integer accumulator: acc * (a_scale * b_scale / y_scale) + y_zp.
+SymbolVar requantize(const NodeCtx& c, SymbolVar acc, size_t a_scale, size_t b_scale,
+                     size_t y_scale, size_t y_zp, int axis) {
+    size_t rank = acc.shape().ndim();
+    SymbolVar s = as_float(c.in(a_scale)).reshape(std::vector<long>{}) *
+                  per_axis(c, as_float(c.in(b_scale)), axis, rank) /
+                  as_float(c.in(y_scale)).reshape(std::vector<long>{});
+    SymbolVar q = round(acc * s);
+    if (c.has_input(y_zp)) q = q + as_float(c.in(y_zp)).reshape(std::vector<long>{});
+    return saturate(q, quant_dtype(c, y_zp));
+}
+
+SymbolVarArray qlinear_matmul(const NodeCtx& c) {
+    SymbolVar acc = float_matmul(c, integer_operand(c, 0, 2), integer_operand(c, 3, 5));
+    return one(requantize(c, acc, 1, 4, 6, 7, int(acc.shape().ndim()) - 1));
+}
+
+SymbolVarArray qlinear_conv(const NodeCtx& c) {
+    SymbolVar acc = conv_of(c, integer_operand(c, 0, 2), integer_operand(c, 3, 5));
+    if (c.has_input(8)) {
+        std::vector<long> shape(acc.shape().ndim(), 1);
+        shape[1] = -1;
+        acc = acc + as_float(c.in(8)).reshape(shape);
+    }
+    return one(requantize(c, acc, 1, 4, 6, 7, 1));
+}
+
+} // namespace
+
+void add_quant_converters(ConverterTable& t) {
+    t["QuantizeLinear"] = quantize_linear;
+    t["DequantizeLinear"] = dequantize_linear;
+    t["DynamicQuantizeLinear"] = dynamic_quantize_linear;
+    t["MatMulInteger"] = matmul_integer;
+    t["ConvInteger"] = conv_integer;
+    t["QLinearMatMul"] = qlinear_matmul;
+    t["QLinearConv"] = qlinear_conv;
+}
+
+} // namespace braid::onnx_import
