@@ -63,13 +63,12 @@ int checked_dim(const Context& c, int dim, const char* role) {
     return dim;
 }
 
-void check_divisible(const Context& c, int dim, const char* role) {
+void check_divisible(const Context& c, int dim) {
     if (c.shape[dim] % c.n != 0)
         BRAID_THROW(ValueError,
                     "{}: dim {} of x (shape {}) is {}, which does not split evenly over {} "
                     "ranks; expected a multiple of {}",
                     c.what, dim, c.shape.to_string(), c.shape[dim], c.n, c.n);
-    (void)role;
 }
 
 //! This rank's slice of x along `dim`.
@@ -175,11 +174,11 @@ SymbolVar redistribute(SymbolVar x, const Placement& from, const Placement& to, 
     if (auto* t = std::get_if<Shard>(&to)) {
         int dim = t->dim;
         if (std::holds_alternative<Replicate>(from)) {
-            check_divisible(c, dim, "target");
+            check_divisible(c, dim);
             return local_slice(x, c, dim);
         }
         if (auto* p = std::get_if<Partial>(&from)) {
-            check_divisible(c, dim, "target");
+            check_divisible(c, dim);
             if (p->op == ReduceOp::SUM)
                 return along_dim(x, dim,
                                  [&](SymbolVar v) { return opr::reduce_scatter_sum(v, g); });
@@ -187,7 +186,7 @@ SymbolVar redistribute(SymbolVar x, const Placement& from, const Placement& to, 
             return local_slice(all_reduce(x, p->op, g), c, dim);
         }
         if (auto* s = std::get_if<Shard>(&from)) {
-            check_divisible(c, dim, "target");
+            check_divisible(c, dim);
             return shard_to_shard(x, c, s->dim, dim, g);
         }
     }
