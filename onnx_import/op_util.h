@@ -20,6 +20,10 @@ void add_quant_converters(ConverterTable& table);
 //! Adds the converters of ai.onnx.preview.training (optimizers, Gradient) and of the signal
 //! windows (ops_train_signal.cpp).
 void add_training_and_signal_converters(ConverterTable& table);
+//! Adds the scatters, GatherND, TopK, ReverseSequence, MaxUnpool and BitShift (ops_index.cpp).
+void add_index_converters(ConverterTable& table);
+//! Adds the recurrent layers RNN, GRU and LSTM (ops_rnn.cpp).
+void add_rnn_converters(ConverterTable& table);
 //! The Conv node `c`'s convolution (its attributes: pads, strides, dilations, group) of x by
 //! w, without bias; 1-D to 3-D.
 SymbolVar conv_with(const NodeCtx& c, SymbolVar x, SymbolVar w);
@@ -45,7 +49,10 @@ SymbolVar flip(SymbolVar x, int axis);
 //! x with `before` and `after` elements added along `axis` (filled with `value`), or removed
 //! where they are negative.
 SymbolVar pad_axis(SymbolVar x, int axis, int64_t before, int64_t after, double value);
-//! ints, 8- and 16-bit ones: computed in int32 and cast back (ONNX arithmetic wraps).
+//! An int32 value as the 8-bit int `dt`, wrapping modulo 256 as ONNX's (numpy's) integer
+//! arithmetic does (braid's TypeCvt saturates).
+SymbolVar narrow(SymbolVar v, DType dt);
+//! Whether `dt` is an 8-bit int, whose arithmetic the converters compute in int32 and narrow().
 bool is_small_int(DType dt);
 
 } // namespace braid::onnx_import

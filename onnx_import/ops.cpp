@@ -94,6 +94,11 @@ SymbolVar pad_axis(SymbolVar x, int axis, int64_t before, int64_t after, double 
                          {AxisIndex::slice(axis, long(before), long(before + int64_t(dim)))});
 }
 
+SymbolVar narrow(SymbolVar v, DType dt) {
+    double lo = dt == dtype::Int8() ? -128 : 0;
+    return TypeCvt::make(mod(v - lo, scalar_like(v, 256)) + lo, dt);
+}
+
 bool is_small_int(DType dt) {
     return dt == dtype::Int8() || dt == dtype::Uint8();
 }
@@ -105,7 +110,7 @@ SymbolVar arith(SymbolVar (*fn)(SymbolVar, SymbolVar), SymbolVar a, SymbolVar b)
     DType dt = a.dtype();
     if (!is_small_int(dt)) return fn(a, b);
     auto wide = [](SymbolVar v) { return TypeCvt::make(v, dtype::Int32()); };
-    return TypeCvt::make(fn(wide(a), wide(b)), dt);
+    return narrow(fn(wide(a), wide(b)), dt);
 }
 
 //! Integer division truncates toward zero (C, and ONNX's reference); braid's floor_div rounds
@@ -243,7 +248,8 @@ Converter softmax_op(bool log) {
             for (int i = 0; i < axis; ++i) outer *= long(shape[size_t(i)]);
             SymbolVar flat = x.reshape({outer, -1});
             SymbolVar y = log ? log_softmax(flat, 1) : softmax(flat, 1);
-            std::vector<long> back(shape.dims().begin(), shape.dims().end());
+            auto dims = shape.dims();
+            std::vector<long> back(dims.begin(), dims.end());
             return one(y.reshape(back));
         }
         return one(log ? log_softmax(x, axis) : softmax(x, axis));
@@ -433,11 +439,19 @@ SymbolVarArray size_op(const NodeCtx& c) {
     return one(c.known_output(0, t));
 }
 
+//! Dropout is the identity in inference, and in training with a ratio of 0; random dropping
+//! in training is not supported.
 SymbolVarArray dropout_op(const NodeCtx& c) {
-    if (c.attr_int("training_mode", 0) || (c.has_input(2) && !c.constant(2)))
-        c.unsupported("training mode");
-    if (const Tensor* t = c.constant(2); t && t->dtype() == dtype::Bool() && t->ptr<bool>()[0])
-        c.unsupported("training mode");
+    bool training = c.attr_int("training_mode", 0) != 0; // opset < 12 had no training input
+    if (c.has_input(2)) {
+        const Tensor& t = c.constant_input(2);
+        training = t.shape().total_nr_elems() == 1 && t.raw_ptr()[0] != 0;
+    }
+    if (training) {
+        float ratio = c.attr_float("ratio", 0.5f);
+        if (c.has_input(1)) ratio = c.floats_input(1).at(0);
+        if (ratio != 0) c.unsupported(fmt::format("training mode with ratio {} (random)", ratio));
+    }
     SymbolVar x = c.in(0);
     SymbolVarArray outs{x};
     if (c.node().output_size() > 1) outs.push_back(TypeCvt::make(full_like(x, 1.0), dtype::Bool()));
@@ -468,7 +482,7 @@ SymbolVarArray mod_op(const NodeCtx& c) {
     };
     if (!is_small_int(a.dtype())) return one(fmod(a, b));
     auto wide = [](SymbolVar v) { return TypeCvt::make(v, dtype::Int32()); };
-    return one(TypeCvt::make(fmod(wide(a), wide(b)), a.dtype()));
+    return one(narrow(fmod(wide(a), wide(b)), a.dtype()));
 }
 
 SymbolVarArray cast_like(const NodeCtx& c) {
@@ -697,6 +711,31 @@ SymbolVar atanh_of(SymbolVar x) {
     return (log1p(x) - log1p(neg(x))) * 0.5;
 }
 
+//! arctan, which braid has no mode for: the argument is reduced to [0, tan(pi/12)] (through
+//! atan(x) = pi/2 - atan(1/x) and atan(t) = pi/6 + atan((t - k) / (1 + t k)), k = 1/sqrt(3)),
+//! where the odd Taylor series to u^11 is within 3e-9.
+SymbolVar atan_of(SymbolVar x) {
+    SymbolVar a = abs(x);
+    SymbolVar inv = less(scalar_like(a, 1), a);
+    SymbolVar t = where(inv, 1.0 / a, a);
+    const double k = 0.57735026918962576, pi = 3.14159265358979324;
+    SymbolVar big = less(scalar_like(t, 0.26794919243112270), t);
+    SymbolVar u = where(big, (t - k) / (t * k + 1.0), t);
+    SymbolVar u2 = square(u);
+    SymbolVar p = u2 * (-1.0 / 11) + 1.0 / 9;
+    for (double coef : {-1.0 / 7, 1.0 / 5, -1.0 / 3, 1.0}) p = p * u2 + coef;
+    SymbolVar r = where(big, u * p + pi / 6, u * p);
+    return sign(x) * where(inv, (pi / 2) - r, r);
+}
+//! asin(x) = atan(x / sqrt(1 - x^2)); |x| = 1 gives +-pi/2 through an infinite ratio.
+SymbolVar asin_of(SymbolVar x) {
+    return atan_of(x / sqrt(1.0 - square(x)));
+}
+//! acos(x) = 2 atan(sqrt((1 - x) / (1 + x))), accurate near x = 1 (no cancellation).
+SymbolVar acos_of(SymbolVar x) {
+    return atan_of(sqrt((1.0 - x) / (x + 1.0))) * 2.0;
+}
+
 SymbolVarArray is_nan(const NodeCtx& c) {
     SymbolVar x = c.in(0);
     return one(not_equal(x, x));
@@ -875,6 +914,9 @@ const std::map<std::string, Converter>& table() {
             {"Asinh", unary<asinh_of>()},
             {"Acosh", unary<acosh_of>()},
             {"Atanh", unary<atanh_of>()},
+            {"Atan", unary<atan_of>()},
+            {"Asin", unary<asin_of>()},
+            {"Acos", unary<acos_of>()},
             {"IsNaN", is_nan},
             {"IsInf", is_inf},
             {"EyeLike", eye_like},
@@ -942,6 +984,8 @@ const std::map<std::string, Converter>& table() {
         };
         add_nn_converters(t);
         add_quant_converters(t);
+        add_rnn_converters(t);
+        add_index_converters(t);
         add_training_and_signal_converters(t);
         return t;
     }();

@@ -264,24 +264,75 @@ std::vector<int64_t> avg_counts(const Window& declared, const std::vector<size_t
 }
 
 //! A pooling over any number of spatial dims, with dilation: the max or sum of one strided
-//! slice per window element, of the input padded explicitly.
-SymbolVar pool_by_taps(SymbolVar x, Window w, PoolMode mode, const std::vector<int64_t>& outs) {
+//! slice per window element, of the input padded explicitly. For a max pool, `indices` (when
+//! given) receives the flat position of each maximum in x (row-major, or with the spatial dims
+//! column-major when `column_major`), the first one among equals.
+SymbolVar pool_by_taps(SymbolVar x, Window w, PoolMode mode, const std::vector<int64_t>& outs,
+                       SymbolVar* indices = nullptr, bool column_major = false) {
+    std::vector<size_t> spatial = spatial_of(x);
+    Window declared = w;
     x = pad_explicitly(x, w, mode == PoolMode::MAX ? -INFINITY : 0.0);
-    size_t nsp = outs.size(), taps = 1;
+    size_t nsp = outs.size(), taps = 1, positions = 1, plane = 1;
     for (int64_t k : w.kernel) taps *= size_t(k);
-    SymbolVar acc;
+    for (int64_t o : outs) positions *= size_t(o);
+    for (size_t d : spatial) plane *= d;
+    std::vector<size_t> oshape(outs.begin(), outs.end());
+    SymbolVar acc, best;
     for (size_t t = 0; t < taps; ++t) {
         std::vector<AxisIndex> items;
+        std::vector<int64_t> tap(nsp);
         size_t rem = t;
         for (size_t i = nsp; i-- > 0;) {
-            long start = long(int64_t(rem % size_t(w.kernel[i])) * w.dilations[i]);
+            tap[i] = int64_t(rem % size_t(w.kernel[i]));
             rem /= size_t(w.kernel[i]);
+            long start = long(tap[i] * w.dilations[i]);
             items.push_back(AxisIndex::slice(int(i) + 2, start,
                                              start + long((outs[i] - 1) * w.strides[i] + 1),
                                              long(w.strides[i])));
         }
         SymbolVar part = subtensor(x, items);
-        acc = !acc.node() ? part : mode == PoolMode::MAX ? maximum(acc, part) : acc + part;
+        SymbolVar where_tap;
+        if (indices) {
+            // Where this window element sits in x's spatial plane, per output position.
+            Tensor pos(TensorShape(oshape), dtype::Int64());
+            for (size_t flat = 0; flat < positions; ++flat) {
+                size_t r = flat;
+                int64_t off = 0, scale = 1;
+                std::vector<int64_t> coord(nsp);
+                for (size_t i = nsp; i-- > 0;) {
+                    int64_t o = int64_t(r % size_t(outs[i]));
+                    r /= size_t(outs[i]);
+                    coord[i] = o * w.strides[i] + tap[i] * w.dilations[i] - declared.begin[i];
+                }
+                for (size_t k = 0; k < nsp; ++k) {
+                    size_t i = column_major ? k : nsp - 1 - k;
+                    off += coord[i] * scale;
+                    scale *= int64_t(spatial[i]);
+                }
+                pos.ptr<int64_t>()[flat] = off;
+            }
+            where_tap = ImmutableTensor::make(*x.node()->graph(), pos);
+        }
+        if (!acc.node()) {
+            acc = part;
+            if (indices) best = Broadcast::make(where_tap, part.shape());
+        } else if (mode == PoolMode::MAX) {
+            if (indices)
+                best = where(less(acc, part), Broadcast::make(where_tap, part.shape()), best);
+            acc = maximum(acc, part);
+        } else {
+            acc = acc + part;
+        }
+    }
+    if (indices) {
+        // Each (sample, channel) plane starts at its index times the plane size.
+        auto xs = x.shape();
+        size_t planes = xs[0] * xs[1];
+        Tensor base(TensorShape{xs[0], xs[1]}, dtype::Int64());
+        for (size_t i = 0; i < planes; ++i) base.ptr<int64_t>()[i] = int64_t(i * plane);
+        std::vector<long> bshape{long(xs[0]), long(xs[1])};
+        bshape.resize(nsp + 2, 1);
+        *indices = best + ImmutableTensor::make(*x.node()->graph(), base).reshape(bshape);
     }
     return acc;
 }
@@ -292,8 +343,8 @@ Converter pool(PoolMode mode) {
         size_t rank = rank_of(c, x);
         if (rank < 3) c.invalid("the input needs a spatial dim");
         size_t nsp = rank - 2;
-        if (c.node().output_size() > 1 && !c.node().output(1).empty())
-            c.unsupported("the Indices output");
+        bool with_indices = c.node().output_size() > 1 && !c.node().output(1).empty();
+        if (with_indices && mode != PoolMode::MAX) c.invalid("only MaxPool has an Indices output");
         auto spatial = spatial_of(x);
         Window w = window_of(c, c.attr_ints("kernel_shape"), spatial, c.attr_int("ceil_mode", 0));
         bool include_pad = c.attr_int("count_include_pad", 0) != 0;
@@ -309,8 +360,10 @@ Converter pool(PoolMode mode) {
         SymbolVar y;
         // How the result relates to the average: y * scale[position].
         bool rescale = false, sum = false;
-        if (nsp > 2 || dilated) {
-            y = pool_by_taps(x, w, mode, outs);
+        SymbolVar indices;
+        if (nsp > 2 || dilated || with_indices) {
+            y = pool_by_taps(x, w, mode, outs, with_indices ? &indices : nullptr,
+                             c.attr_int("storage_order", 0) != 0);
             rescale = sum = mode == PoolMode::AVERAGE;
         } else {
             bool is_1d = nsp == 1;
@@ -340,6 +393,7 @@ Converter pool(PoolMode mode) {
             y = y * ImmutableTensor::make(c.graph(), t);
         }
         if (y.dtype() != dt) y = TypeCvt::make(y, dt);
+        if (with_indices) return SymbolVarArray{y, indices};
         return one(y);
     };
 }
@@ -605,9 +659,81 @@ SymbolVarArray resize(const NodeCtx& c) {
     return one(x);
 }
 
+// ---------------------------------------------------------------- GridSample
+//! Grid coordinates (-1 .. 1) as input positions along an axis of `size`, with the padding
+//! mode's fold: "border" clamps, "reflection" mirrors at the edges (then clamps).
+SymbolVar grid_coord(SymbolVar g, double size, bool align, const std::string& padding) {
+    SymbolVar p = align ? (g + 1.0) * ((size - 1) / 2) : ((g + 1.0) * size - 1.0) * 0.5;
+    if (padding == "reflection") {
+        double lo = align ? 0 : -0.5, hi = align ? size - 1 : size - 0.5, span = hi - lo;
+        if (span > 0) {
+            // Distance past the edge, folded: even folds count from the edge, odd from the other.
+            auto fold = [&](SymbolVar d, double from, double other, double dir) {
+                SymbolVar n = floor(d / span);
+                SymbolVar r = d - n * span;
+                SymbolVar even = equal(mod(n, scalar_like(n, 2)), scalar_like(n, 0));
+                return where(even, r * dir + from, r * -dir + other);
+            };
+            SymbolVar below = fold(lo - p, lo, hi, 1), above = fold(p - hi, hi, lo, -1);
+            p = where(less(p, scalar_like(p, lo)), below,
+                      where(less(scalar_like(p, hi), p), above, p));
+        } else {
+            p = zeros_like(p);
+        }
+    }
+    if (padding == "border" || padding == "reflection") p = clip(p, 0.0, size - 1);
+    return p;
+}
+
+SymbolVarArray grid_sample(const NodeCtx& c) {
+    SymbolVar x = c.in(0), grid = c.in(1);
+    if (rank_of(c, x) != 4 || rank_of(c, grid) != 4 || grid.shape()[3] != 2 ||
+        grid.shape()[0] != x.shape()[0])
+        c.unsupported(fmt::format("input {} and grid {} (only 2-D sampling: (N, C, H, W) and "
+                                  "(N, H_out, W_out, 2))",
+                                  x.shape().to_string(), grid.shape().to_string()));
+    std::string mode = c.attr_string("mode", "bilinear"),
+                padding = c.attr_string("padding_mode", "zeros");
+    if (mode != "bilinear" && mode != "nearest") c.unsupported("mode \"" + mode + "\"");
+    if (padding != "zeros" && padding != "border" && padding != "reflection")
+        c.invalid("padding_mode \"" + padding + "\"");
+    bool align = c.attr_int("align_corners", 0) != 0;
+    auto xs = x.shape();
+    long n = long(xs[0]), ch = long(xs[1]), h = long(xs[2]), w = long(xs[3]);
+    long oh = long(grid.shape()[1]), ow = long(grid.shape()[2]);
+    SymbolVar gx = subtensor(grid, {AxisIndex::index(3, 0)}),
+              gy = subtensor(grid, {AxisIndex::index(3, 1)});
+    SymbolVar px = grid_coord(gx, double(w), align, padding),
+              py = grid_coord(gy, double(h), align, padding);
+    SymbolVar flat = x.reshape({n, ch, h * w});
+    // The value at integer positions (ix, iy) [N, Ho, Wo] (float), zero outside the image.
+    auto tap = [&](SymbolVar ix, SymbolVar iy) {
+        SymbolVar inside = logical_and(logical_and(less_equal(scalar_like(ix, 0), ix),
+                                                   less_equal(ix, scalar_like(ix, double(w - 1)))),
+                                       logical_and(less_equal(scalar_like(iy, 0), iy),
+                                                   less_equal(iy, scalar_like(iy, double(h - 1)))));
+        SymbolVar pos = clip(iy, 0.0, double(h - 1)) * double(w) + clip(ix, 0.0, double(w - 1));
+        SymbolVar idx = TypeCvt::make(pos, dtype::Int32()).reshape({n, 1, oh * ow});
+        SymbolVar v =
+            gather(flat, Broadcast::make(idx, TensorShape{size_t(n), size_t(ch), size_t(oh * ow)}),
+                   2)
+                .reshape({n, ch, oh, ow});
+        SymbolVar m = TypeCvt::make(inside, x.dtype()).reshape({n, 1, oh, ow});
+        return v * m;
+    };
+    if (mode == "nearest") return one(tap(round(px), round(py)));
+    SymbolVar x0 = floor(px), y0 = floor(py);
+    SymbolVar fx = (px - x0).reshape({n, 1, oh, ow}), fy = (py - y0).reshape({n, 1, oh, ow});
+    SymbolVar x1 = x0 + 1.0, y1 = y0 + 1.0;
+    SymbolVar top = tap(x0, y0) * (1.0 - fx) + tap(x1, y0) * fx;
+    SymbolVar bottom = tap(x0, y1) * (1.0 - fx) + tap(x1, y1) * fx;
+    return one(top * (1.0 - fy) + bottom * fy);
+}
+
 } // namespace
 
 void add_nn_converters(ConverterTable& t) {
+    t["GridSample"] = grid_sample;
     t["Conv"] = conv;
     t["ConvTranspose"] = conv_transpose;
     t["MaxPool"] = pool(PoolMode::MAX);

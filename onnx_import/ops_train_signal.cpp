@@ -4,8 +4,12 @@
 #include "op_util.h"
 
 #include "graph/grad.h"
+#include "operators/concat_split.h"
 #include "operators/elemwise.h"
+#include "operators/io.h"
+#include "operators/matmul.h"
 #include "operators/reduce.h"
+#include "operators/subtensor.h"
 #include "operators/tensor_manip.h"
 
 #include <fmt/format.h>
@@ -136,6 +140,71 @@ Converter window(std::vector<double> a) {
     };
 }
 
+//! The discrete Fourier transform along an axis, as products with constant cosine and sine
+//! matrices. The signal's last dim holds 1 (real) or 2 (real, imaginary) values; so does the
+//! output's (2).
+SymbolVarArray dft(const NodeCtx& c) {
+    SymbolVar x = c.in(0);
+    size_t rank = rank_of(c, x);
+    if (rank < 2 || (x.shape()[rank - 1] != 1 && x.shape()[rank - 1] != 2))
+        c.invalid(fmt::format("input {} needs a last dim of 1 (real) or 2 (complex)",
+                              x.shape().to_string()));
+    int axis = norm_axis(c, c.attr_int("axis", 1), rank - 1);
+    bool inverse = c.attr_int("inverse", 0) != 0, onesided = c.attr_int("onesided", 0) != 0;
+    if (inverse && onesided) c.invalid("onesided with inverse");
+    size_t n = x.shape()[size_t(axis)];
+    size_t len = c.has_input(1) ? size_t(c.ints_input(1).at(0)) : n;
+    if (len == 0) c.invalid("dft_length is 0");
+    size_t bins = onesided ? len / 2 + 1 : len;
+    // Signal along the last axis: [..., n], real and imaginary parts.
+    std::vector<int> perm;
+    for (size_t d = 0; d + 1 < rank; ++d)
+        if (int(d) != axis) perm.push_back(int(d));
+    perm.push_back(axis);
+    perm.push_back(int(rank) - 1);
+    SymbolVar t = transpose(x, perm); // [..., n, parts]
+    auto ts = t.shape().dims();
+    long batch = 1;
+    for (size_t d = 0; d + 2 < ts.size(); ++d) batch *= long(ts[d]);
+    auto part = [&](long i) {
+        return subtensor(t, {AxisIndex::index(int(rank) - 1, i)}).reshape({batch, long(n)});
+    };
+    SymbolVar re = part(0), im = x.shape()[rank - 1] == 2 ? part(1) : SymbolVar{};
+    // cos and sin of 2 pi k m / len for the first min(n, len) samples (zero padding adds
+    // nothing; truncation drops samples).
+    size_t used = std::min(n, len);
+    if (used < n) {
+        re = subtensor(re, {AxisIndex::slice(1, 0, long(used))});
+        if (im.node()) im = subtensor(im, {AxisIndex::slice(1, 0, long(used))});
+    }
+    Tensor cs(TensorShape{used, bins}, dtype::Float32()),
+        sn(TensorShape{used, bins}, dtype::Float32());
+    for (size_t m = 0; m < used; ++m)
+        for (size_t k = 0; k < bins; ++k) {
+            double a = 2 * std::numbers::pi * double((k * m) % len) / double(len);
+            cs.ptr<float>()[m * bins + k] = float(std::cos(a));
+            sn.ptr<float>()[m * bins + k] = float(std::sin(a));
+        }
+    SymbolVar cv = ImmutableTensor::make(c.graph(), cs), sv = ImmutableTensor::make(c.graph(), sn);
+    if (re.dtype() != dtype::Float32()) c.unsupported(fmt::format("dtype {}", re.dtype().name()));
+    // Forward e^{-i a}: (r + i j)(cos - i sin); inverse e^{+i a}, divided by len.
+    double s = inverse ? -1 : 1;
+    SymbolVar out_re = matmul(re, cv), out_im = matmul(re, sv) * -s;
+    if (im.node()) {
+        out_re = out_re + matmul(im, sv) * s;
+        out_im = out_im + matmul(im, cv);
+    }
+    if (inverse) out_re = out_re / double(len), out_im = out_im / double(len);
+    std::vector<long> shape(ts.begin(), ts.end() - 2);
+    shape.push_back(long(bins));
+    shape.push_back(1);
+    SymbolVar y = concat({out_re.reshape(shape), out_im.reshape(shape)}, int(rank) - 1);
+    // Back to the input's axis order.
+    std::vector<int> back(rank);
+    for (size_t d = 0; d < rank; ++d) back[size_t(perm[d])] = int(d);
+    return one(transpose(y, back));
+}
+
 } // namespace
 
 void add_training_and_signal_converters(ConverterTable& t) {
@@ -146,6 +215,7 @@ void add_training_and_signal_converters(ConverterTable& t) {
     t["HannWindow"] = window({0.5, -0.5});
     t["HammingWindow"] = window({25.0 / 46.0, -21.0 / 46.0});
     t["BlackmanWindow"] = window({0.42, -0.5, 0.08});
+    t["DFT"] = dft;
 }
 
 } // namespace braid::onnx_import
