@@ -81,14 +81,17 @@ uint32_t Mesh::position_of(uint32_t rank) const {
     return uint32_t(it - m_devices.begin());
 }
 
-std::vector<uint32_t> Mesh::coords_of(uint32_t rank) const {
-    uint32_t pos = position_of(rank);
+std::vector<uint32_t> Mesh::coords_at(uint32_t pos) const {
     std::vector<uint32_t> coords(m_shape.size());
     for (size_t d = m_shape.size(); d-- > 0;) {
         coords[d] = pos % m_shape[d];
         pos /= m_shape[d];
     }
     return coords;
+}
+
+std::vector<uint32_t> Mesh::coords_of(uint32_t rank) const {
+    return coords_at(position_of(rank));
 }
 
 uint32_t Mesh::rank_at(const std::vector<uint32_t>& coords) const {
@@ -111,7 +114,7 @@ std::vector<std::vector<uint32_t>> Mesh::axis_groups(const std::string& axis) co
     // Walk every rank in row-major order; the ones at coordinate 0 along the axis start a
     // sub-group, which then takes the ranks at coordinates 1.. of the axis.
     for (uint32_t pos = 0; pos < size(); ++pos) {
-        auto coords = coords_of(m_devices[pos]);
+        auto coords = coords_at(pos);
         if (coords[a] != 0) continue;
         std::vector<uint32_t> group;
         for (uint32_t c = 0; c < m_shape[a]; ++c) {

@@ -85,6 +85,9 @@ public:
     bool operator==(const Mesh& rhs) const = default;
 
 private:
+    //! The coordinates of row-major position `pos`.
+    std::vector<uint32_t> coords_at(uint32_t pos) const;
+
     std::vector<uint32_t> m_shape;
     std::vector<std::string> m_axis_names;
     std::vector<uint32_t> m_devices;

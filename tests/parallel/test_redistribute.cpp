@@ -258,9 +258,10 @@ TEST_F(Redistribute, APlacementToItselfIsTheInput) {
         check_pair(Mesh({3}, {"x"}), "x", p, p, global_shape(3), {}, 5);
 }
 
-TEST_F(Redistribute, OverOneAxisOfATwoDimensionalMeshEachSubGroupRunsOnItsOwn) {
-    // 2 x 3: over "y", 2 groups of 3; over "x", 3 groups of 2. Every sub-group's result is its
-    // own (inputs differ between groups), so a collective mixing groups would show.
+TEST_F(Redistribute, OverOneAxisOfTwoDimensionalMeshesEachSubGroupRunsOnItsOwn) {
+    // 2 x 3: over "y", 2 groups of 3; over "x", 3 groups of 2; then 2 x 2, 1 x 3 and 3 x 1.
+    // Every sub-group's result is its own (inputs differ between groups), so a collective
+    // mixing groups would show.
     Mesh mesh({2, 3}, {"x", "y"});
     check_pair(mesh, "y", Shard{1}, Replicate{}, {2, 6}, {CollectiveMode::ALL_GATHER}, 1);
     check_pair(mesh, "x", Partial{ReduceOp::SUM}, Shard{0}, {4, 3},
@@ -268,6 +269,13 @@ TEST_F(Redistribute, OverOneAxisOfATwoDimensionalMeshEachSubGroupRunsOnItsOwn) {
     check_pair(mesh, "y", Shard{0}, Shard{1}, {3, 6}, {CollectiveMode::ALL_TO_ALL}, 3);
     check_pair(mesh, "x", Partial{ReduceOp::MAX}, Replicate{}, {2, 2},
                {CollectiveMode::ALL_REDUCE_MAX}, 4);
+    Mesh square({2, 2}, {"x", "y"});
+    check_pair(square, "x", Shard{1}, Shard{0}, {2, 4}, {CollectiveMode::ALL_TO_ALL}, 7);
+    check_pair(square, "y", Partial{ReduceOp::MIN}, Shard{1}, {2, 4},
+               {CollectiveMode::ALL_REDUCE_MIN}, 8);
+    Mesh row({1, 3}, {"x", "y"});
+    check_pair(row, "y", Shard{0}, Replicate{}, {3, 2}, {CollectiveMode::ALL_GATHER}, 9);
+    check_pair(row, "x", Replicate{}, Shard{1}, {3, 2}, {}, 10);
     Mesh column({3, 1}, {"x", "y"});
     check_pair(column, "x", Shard{0}, Replicate{}, {3, 2}, {CollectiveMode::ALL_GATHER}, 5);
     check_pair(column, "y", Partial{ReduceOp::SUM}, Replicate{}, {3, 2},
