@@ -73,7 +73,8 @@ constexpr std::pair<DType, DTypeEnum> DTYPES[] = {
     {DType::FLOAT32, DTypeEnum::FLOAT32},   {DType::FLOAT16, DTypeEnum::FLOAT16},
     {DType::BFLOAT16, DTypeEnum::BFLOAT16}, {DType::INT32, DTypeEnum::INT32},
     {DType::INT64, DTypeEnum::INT64},       {DType::INT8, DTypeEnum::INT8},
-    {DType::UINT8, DTypeEnum::UINT8},       {DType::BOOL, DTypeEnum::BOOL}};
+    {DType::UINT8, DTypeEnum::UINT8},       {DType::BOOL, DTypeEnum::BOOL},
+    {DType::FLOAT64, DTypeEnum::FLOAT64}};
 
 TensorInfo info_of(const ModelIO& io) {
     TensorInfo t;
@@ -117,7 +118,7 @@ braid::DType from_embed(DType dtype) {
     for (auto [e, b] : DTYPES)
         if (e == dtype) return braid::DType(b);
     throw Error(Code::INVALID_ARGUMENT,
-                "dtype value " + std::to_string(int(dtype)) + " is not a braid dtype (0..7)");
+                "dtype value " + std::to_string(int(dtype)) + " is not a braid dtype (0..8)");
 }
 
 size_t dtype_size(DType dtype) {

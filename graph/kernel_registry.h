@@ -40,6 +40,8 @@ bool has_kernel(const std::string& type_name, Device::Kind kind);
  * message. CPU: the registered override, else a kernel that calls opr.execute(). Other kinds:
  * the registered kernel, else GraphError, e.g.
  *   `MatMul "y" has no CUDA kernel, so it cannot run on comp node cuda0 ...`
+ * An operator with a float64 input or output has no kernel on any device but the CPU: that is
+ * a DTypeError naming the operator, the var and the comp node.
  */
 KernelFn resolve_kernel(const OperatorNode& opr, Device::Kind kind, const std::string& where);
 

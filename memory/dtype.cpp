@@ -26,6 +26,8 @@ size_t DType::size() const {
         return 8;
     case DTypeEnum::BOOL:
         return 1;
+    case DTypeEnum::FLOAT64:
+        return 8;
     }
     return 0;
 }
@@ -49,13 +51,15 @@ const char* DType::name() const {
         return "int64";
     case DTypeEnum::BOOL:
         return "bool";
+    case DTypeEnum::FLOAT64:
+        return "float64";
     }
     return "invalid";
 }
 
 bool DType::is_float() const {
     return m_valid && (m_enum == DTypeEnum::FLOAT32 || m_enum == DTypeEnum::FLOAT16 ||
-                       m_enum == DTypeEnum::BFLOAT16);
+                       m_enum == DTypeEnum::BFLOAT16 || m_enum == DTypeEnum::FLOAT64);
 }
 
 bool DType::is_integer() const {
@@ -65,7 +69,8 @@ bool DType::is_integer() const {
 
 DType DType::from_name(const std::string& name) {
     for (auto e : {DTypeEnum::FLOAT32, DTypeEnum::FLOAT16, DTypeEnum::BFLOAT16, DTypeEnum::INT8,
-                   DTypeEnum::UINT8, DTypeEnum::INT32, DTypeEnum::INT64, DTypeEnum::BOOL}) {
+                   DTypeEnum::UINT8, DTypeEnum::INT32, DTypeEnum::INT64, DTypeEnum::BOOL,
+                   DTypeEnum::FLOAT64}) {
         if (name == DType(e).name()) return e;
     }
     BRAID_THROW(DTypeError, "unknown dtype name \"{}\"", name);
@@ -147,6 +152,8 @@ double load_as_double(DType dt, const void* base, size_t i) {
         return double(static_cast<const int64_t*>(base)[i]);
     case DTypeEnum::BOOL:
         return static_cast<const uint8_t*>(base)[i] ? 1.0 : 0.0;
+    case DTypeEnum::FLOAT64:
+        return static_cast<const double*>(base)[i];
     }
     return 0;
 }
@@ -176,6 +183,13 @@ double round_to_bits(double v, int bits) {
     std::memcpy(&v, &u, 8);
     return v;
 }
+
+//! `v` rounded (to nearest even) to a multiple of 2^`exp`; for the subnormal range of a
+//! narrow float, whose spacing is fixed. Scaling by a power of two is exact, and the result,
+//! a small integer times 2^exp, is exact in float, so the later conversions do not round.
+double round_to_quantum(double v, int exp) {
+    return std::ldexp(std::nearbyint(std::ldexp(v, -exp)), exp);
+}
 } // namespace
 
 void store_from_double(DType dt, void* base, size_t i, double v) {
@@ -184,13 +198,14 @@ void store_from_double(DType dt, void* base, size_t i, double v) {
         static_cast<float*>(base)[i] = float(v);
         break;
     case DTypeEnum::FLOAT16:
-        // Below 2^-14 float16 is subnormal with fewer bits; every value that gets there (a
-        // float, a small integer) is exact in float, so one rounding through float is right.
-        static_cast<uint16_t*>(base)[i] =
-            float_to_half(float(std::fabs(v) < 6.103515625e-05 ? v : round_to_bits(v, 11)));
+        // Below 2^-14 float16 is subnormal: a fixed spacing of 2^-24.
+        static_cast<uint16_t*>(base)[i] = float_to_half(
+            float(std::fabs(v) < 0x1p-14 ? round_to_quantum(v, -24) : round_to_bits(v, 11)));
         break;
     case DTypeEnum::BFLOAT16:
-        static_cast<uint16_t*>(base)[i] = float_to_bf16(float(round_to_bits(v, 8)));
+        // Below 2^-126 bfloat16 is subnormal: a fixed spacing of 2^-133.
+        static_cast<uint16_t*>(base)[i] = float_to_bf16(
+            float(std::fabs(v) < 0x1p-126 ? round_to_quantum(v, -133) : round_to_bits(v, 8)));
         break;
     case DTypeEnum::INT8:
         static_cast<int8_t*>(base)[i] = saturate_int<int8_t>(v);
@@ -206,6 +221,9 @@ void store_from_double(DType dt, void* base, size_t i, double v) {
         break;
     case DTypeEnum::BOOL:
         static_cast<uint8_t*>(base)[i] = v != 0;
+        break;
+    case DTypeEnum::FLOAT64:
+        static_cast<double*>(base)[i] = v;
         break;
     }
 }
@@ -240,6 +258,24 @@ void convert_elements(DType src_dt, const void* src, DType dst_dt, void* dst, si
         for (size_t i = 0; i < n; ++i) d[i] = bf16_to_float(s[i]);
         return;
     }
+    if (src_dt == dtype::Float32() && dst_dt == dtype::Float64()) {
+        auto s = static_cast<const float*>(src);
+        auto d = static_cast<double*>(dst);
+        for (size_t i = 0; i < n; ++i) d[i] = s[i];
+        return;
+    }
+    if (src_dt == dtype::Float64() && dst_dt == dtype::Float32()) {
+        auto s = static_cast<const double*>(src);
+        auto d = static_cast<float*>(dst);
+        for (size_t i = 0; i < n; ++i) d[i] = float(s[i]); // one rounding, to nearest even
+        return;
+    }
+    if (src_dt == dtype::Int64() && dst_dt == dtype::Float64()) {
+        auto s = static_cast<const int64_t*>(src);
+        auto d = static_cast<double*>(dst);
+        for (size_t i = 0; i < n; ++i) d[i] = double(s[i]); // one rounding, to nearest even
+        return;
+    }
     if (src_dt == dtype::Int64() && dst_dt.is_float()) {
         // int64 beyond 2^53 is inexact in double: round the integer itself to the target's
         // significant bits, so the value reaches the target exactly and rounds once.
@@ -263,7 +299,8 @@ void convert_elements(DType src_dt, const void* src, DType dst_dt, void* dst, si
         }
         return;
     }
-    // Floats and integers up to int32 are exact in double; store_from_double rounds once.
+    // Every other source is exact in double (float64 itself included), and store_from_double
+    // rounds once into the target.
     for (size_t i = 0; i < n; ++i)
         store_from_double(dst_dt, dst, i, load_as_double(src_dt, src, i));
 }

@@ -2,6 +2,16 @@
 //
 // float16 and bfloat16 are storage types: kernels compute them in float32 and
 // convert with round-to-nearest-even on store.
+//
+// float64 is a compute type of its own: a kernel that accepts it computes in double and never
+// stages it through float32. DType::is_float() is true for it, so every operator that asks
+// is_float() either has a double kernel (elemwise, reductions, cumsum, scatter/index adds,
+// matmul) or rejects float64 with a DTypeError that names the operator and the dtypes it
+// takes (convolution, pooling, normalization, softmax, attention, batch norm). No CUDA
+// kernel takes float64: compiling a graph with a float64 var on a CUDA comp node fails.
+//
+// DTypeEnum values are stored in model files and exposed through the embedding API: new
+// dtypes are appended, existing values never move.
 #pragma once
 
 #include <cstddef>
@@ -11,7 +21,17 @@
 namespace braid {
 
 //! The element types a tensor may hold.
-enum class DTypeEnum : uint8_t { FLOAT32, FLOAT16, BFLOAT16, INT8, UINT8, INT32, INT64, BOOL };
+enum class DTypeEnum : uint8_t {
+    FLOAT32,
+    FLOAT16,
+    BFLOAT16,
+    INT8,
+    UINT8,
+    INT32,
+    INT64,
+    BOOL,
+    FLOAT64, //!< IEEE binary64, computed in double
+};
 
 //! A tensor element type (a small value type; cheap to copy, thread-safe).
 class DType {
@@ -26,7 +46,7 @@ public:
     size_t size() const;
     //! Lower-case name: "float32", "bfloat16", "bool", ...
     const char* name() const;
-    //! float32, float16 and bfloat16.
+    //! float32, float16, bfloat16 and float64.
     bool is_float() const;
     //! Signed or unsigned integer types (bool excluded).
     bool is_integer() const;
@@ -68,6 +88,9 @@ constexpr DType Int64() {
 constexpr DType Bool() {
     return DTypeEnum::BOOL;
 }
+constexpr DType Float64() {
+    return DTypeEnum::FLOAT64;
+}
 } // namespace dtype
 
 //! IEEE binary16 bits to float.
@@ -89,7 +112,10 @@ double load_as_double(DType dt, const void* base, size_t i);
 //! Writes `v` into element `i` of a buffer of dtype `dt` with that dtype's conversion rules
 //! (float16/bfloat16 rounding, integer truncation toward zero, bool as v != 0).
 void store_from_double(DType dt, void* base, size_t i, double v);
-//! Converts `n` contiguous elements from `src_dt` to `dst_dt`.
+//! Converts `n` contiguous elements from `src_dt` to `dst_dt`, rounding once: exact where the
+//! target holds the value (every float32/float16/bfloat16/int32 value in float64), else to
+//! nearest even for floats (int64 and float64 to narrower floats included) and toward zero with
+//! saturation for integers (NaN becomes 0).
 void convert_elements(DType src_dt, const void* src, DType dst_dt, void* dst, size_t n);
 
 } // namespace braid

@@ -25,7 +25,7 @@ void CumSum::init_output_dtypes() {
         BRAID_THROW(DTypeError, "{}: input \"{}\" has dtype {}; expected {}", describe(),
                     input(0)->name(), dt.name(),
                     dtype_list({dtype::Float32(), dtype::Float16(), dtype::BFloat16(),
-                                dtype::Int32(), dtype::Int64()}));
+                                dtype::Float64(), dtype::Int32(), dtype::Int64()}));
     output(0)->set_dtype(dt);
 }
 
@@ -77,6 +77,9 @@ void CumSum::execute(ExecCtx& ctx) {
     } else if (dt == dtype::Int64()) {
         cumsum_lines<int64_t, uint64_t>(x.ptr<int64_t>(), y.ptr<int64_t>(), s, m_param.exclusive,
                                         m_param.reverse);
+    } else if (dt == dtype::Float64()) {
+        cumsum_lines<double, double>(x.ptr<double>(), y.ptr<double>(), s, m_param.exclusive,
+                                     m_param.reverse);
     } else {
         Tensor xf = as_float32(x), yf = float32_like(y);
         cumsum_lines<float, float>(xf.ptr<float>(), yf.ptr<float>(), s, m_param.exclusive,

@@ -1,7 +1,7 @@
 // CumSum: the running sum along one axis (ONNX CumSum, numpy.cumsum).
 //
 // y[..., i, ...] = x[..., 0, ...] + ... + x[..., i, ...] along `axis`; `exclusive` leaves out
-// x[i] itself (y[0] = 0), `reverse` sums from the end instead. Dtypes: float32, float16,
+// x[i] itself (y[0] = 0), `reverse` sums from the end instead. Dtypes: float32, float64, float16,
 // bfloat16 (summed in float32 and rounded once), int32 and int64 (summed exactly, wrapping like
 // the integer type). The output has the input's shape and dtype. Gradient: the CumSum of the
 // output gradient in the other direction. CPU only: on a CUDA comp node compiling fails,
@@ -31,7 +31,7 @@ class CumSum final : public ParamOperator<CumSum, CumSumParam> {
 public:
     CumSum(VarNode* x, Param param, const OperatorConfig& config);
     //! Inserts the operator; throws ShapeError for an axis out of range, DTypeError for a
-    //! dtype other than float32, float16, bfloat16, int32 or int64.
+    //! dtype other than float32, float64, float16, bfloat16, int32 or int64.
     static SymbolVar make(SymbolVar x, Param param, const OperatorConfig& config = {});
 
     const char* type_name() const override { return "CumSum"; }

@@ -158,12 +158,54 @@ void sgemm_batched(bool ta, bool tb, size_t m, size_t n, size_t k, float alpha,
     });
 }
 
+void dgemm_batched(bool ta, bool tb, size_t m, size_t n, size_t k, const double* const* a,
+                   size_t lda, const double* const* b, size_t ldb, double* const* c, size_t ldc,
+                   size_t batch) {
+    if (batch == 0 || m == 0 || n == 0) return;
+    if (k == 0) { // BLAS rejects a leading dimension of 0; the product is all zeros
+        for (size_t i = 0; i < batch; ++i)
+            for (size_t r = 0; r < m; ++r) std::fill(c[i] + r * ldc, c[i] + r * ldc + n, 0.0);
+        return;
+    }
+    BRAID_ASSERT(m <= size_t(std::numeric_limits<int>::max()) &&
+                     n <= size_t(std::numeric_limits<int>::max()) &&
+                     k <= size_t(std::numeric_limits<int>::max()),
+                 "dgemm dims {}x{}x{} exceed int", m, n, k);
+    BRAID_ASSERT(lda >= (ta ? m : k) && ldb >= (tb ? k : n) && ldc >= n,
+                 "dgemm leading dims {} {} {} too small for {}x{}x{}", lda, ldb, ldc, m, n, k);
+    blas_single_thread();
+    // Rows of C in blocks of at least MIN_TILE, so that a single large GEMM still spreads
+    // over the pool; tiny GEMMs are grouped so each chunk pays for its dispatch.
+    size_t threads = kernel_threads();
+    double macs = double(m) * double(n) * double(k);
+    size_t blocks = 1;
+    if (batch < threads && macs >= MIN_PARALLEL_MACS)
+        blocks = std::clamp<size_t>(m / MIN_TILE, 1, (threads + batch - 1) / batch);
+    size_t rows = (m + blocks - 1) / blocks;
+    blocks = (m + rows - 1) / rows;
+    double task_macs = std::max(1.0, macs / double(blocks));
+    size_t grain = size_t(std::max(1.0, MIN_PARALLEL_MACS / task_macs));
+    parallel_for(batch * blocks, grain, [&](size_t begin, size_t end) {
+        for (size_t t = begin; t < end; ++t) {
+            size_t i = t / blocks, r0 = (t % blocks) * rows, rm = std::min(m, r0 + rows) - r0;
+            // Row block r0 of op(A): rows of A, or columns of A when A is stored transposed.
+            const double* a_blk = ta ? a[i] + r0 : a[i] + r0 * lda;
+            cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
+                        tb ? CblasTrans : CblasNoTrans, int(rm), int(n), int(k), 1.0, a_blk,
+                        int(lda), b[i], int(ldb), 0.0, c[i] + r0 * ldc, int(ldc));
+        }
+    });
+}
+
 bool is_dense_float(DType dt) {
     return dt == dtype::Float32() || dt == dtype::Float16() || dt == dtype::BFloat16();
 }
 
 Tensor as_float32(const Tensor& t) {
     if (t.dtype() == dtype::Float32()) return t.contiguous();
+    // Dense operators reject float64 at dtype inference (is_dense_float); staging it here
+    // would compute it in float32 silently.
+    BRAID_ASSERT(t.dtype() != dtype::Float64(), "float64 tensor staged through float32");
     Tensor r(t.shape(), dtype::Float32());
     Tensor src = t.contiguous();
     convert_elements(src.dtype(), src.raw_ptr(), dtype::Float32(), r.raw_ptr(),
@@ -172,6 +214,7 @@ Tensor as_float32(const Tensor& t) {
 }
 
 Tensor float32_target(const Tensor& y) {
+    BRAID_ASSERT(y.dtype() != dtype::Float64(), "float64 output computed in float32");
     return y.dtype() == dtype::Float32() ? y : Tensor(y.shape(), dtype::Float32());
 }
 

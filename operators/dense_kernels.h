@@ -1,6 +1,7 @@
 // CPU kernel helpers shared by the dense operators (matmul, convolution, attention): the
-// OpenBLAS threading policy, sgemm wrappers that split work over braid's thread pool, float32
-// staging for float16/bfloat16 tensors, and vectorised row loops for softmax.
+// OpenBLAS threading policy, sgemm wrappers that split work over braid's thread pool, a dgemm
+// wrapper for float64 matmul, float32 staging for float16/bfloat16 tensors, and vectorised row
+// loops for softmax.
 //
 // Threading policy (one owner of the cores). braid's pool (base/thread_pool.h) is the only
 // source of parallelism: OpenBLAS is kept single-threaded (openblas_set_num_threads(1), checked
@@ -44,7 +45,15 @@ void sgemm_batched(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, flo
                    const float* const* a, size_t lda, const float* const* b, size_t ldb, float beta,
                    float* const* c, size_t ldc, size_t batch);
 
-//! Whether dense kernels compute `dt` (float32 natively, float16 and bfloat16 via float32).
+//! `batch` float64 GEMMs C[i] = op(A[i]) * op(B[i]) (cblas_dgemm, row-major), run by the pool:
+//! batch items and blocks of rows of C in parallel, each a single-threaded dgemm. The C blocks
+//! must not overlap; k == 0 gives zeros.
+void dgemm_batched(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, const double* const* a,
+                   size_t lda, const double* const* b, size_t ldb, double* const* c, size_t ldc,
+                   size_t batch);
+
+//! Whether dense kernels compute `dt` in float32 (float32 natively, float16 and bfloat16 via
+//! float32). float64 is not one: MatMul computes it with dgemm_batched, the others reject it.
 bool is_dense_float(DType dt);
 //! `t` as a contiguous float32 tensor: `t` itself when it already is one, else a converted copy.
 Tensor as_float32(const Tensor& t);

@@ -17,7 +17,7 @@ namespace {
 
 //! What a mode accepts and produces.
 enum ModeFlag : uint8_t {
-    FLOAT_IN = 1, //!< float32, float16, bfloat16 inputs
+    FLOAT_IN = 1, //!< float32, float16, bfloat16, float64 inputs
     INT_IN = 2,   //!< int32, int64 inputs
     BOOL_IN = 4,  //!< bool inputs
     BOOL_OUT = 8, //!< the output is bool whatever the inputs
@@ -321,7 +321,7 @@ void Elemwise::init_output_dtypes() {
         auto append = [&](const char* s) {
             expected += (expected.empty() ? "" : ", ") + std::string(s);
         };
-        if (traits.flags & FLOAT_IN) append("float32, float16, bfloat16");
+        if (traits.flags & FLOAT_IN) append("float32, float16, bfloat16, float64");
         if (traits.flags & INT_IN) append("int32, int64");
         if (traits.flags & BOOL_IN) append("bool");
         BRAID_THROW(DTypeError, "{}: input \"{}\" has dtype {}; this mode takes {}", describe(),

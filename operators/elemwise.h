@@ -2,7 +2,8 @@
 //
 // Dtype rules (no implicit promotion):
 //  - arithmetic and math modes: every input has the output's dtype. Float modes run on
-//    float32; float16 and bfloat16 are converted to float32 and rounded back on store.
+//    float32; float16 and bfloat16 are converted to float32 and rounded back on store;
+//    float64 runs on its own double kernels (libm in double, never staged through float32).
 //    Integer modes run on int32 and int64.
 //  - comparisons (LT, LEQ, EQ, NEQ): two inputs of one dtype, bool output.
 //  - logical modes (LOGICAL_*): bool inputs, bool output.

@@ -15,27 +15,31 @@ namespace {
 // Integer arithmetic wraps (through the unsigned type) instead of overflowing.
 template <typename T> using U = std::make_unsigned_t<T>;
 
-#define BRAID_FLOAT_UNARY(NAME, EXPR)                                                              \
+// Float modes: a float32 form (vectorisable approximations from vec_math.h) and a float64 form
+// (libm in double, so float64 keeps its precision).
+#define BRAID_FLOAT_UNARY(NAME, EXPR, DEXPR)                                                       \
     struct NAME {                                                                                  \
         static float apply(float x) { return EXPR; }                                               \
+        static double apply(double x) { return DEXPR; }                                            \
     };
-BRAID_FLOAT_UNARY(ExpOp, vmath::exp(x))
-BRAID_FLOAT_UNARY(Expm1Op, std::expm1(x))
-BRAID_FLOAT_UNARY(LogOp, vmath::log(x))
-BRAID_FLOAT_UNARY(Log1pOp, std::log1p(x))
-BRAID_FLOAT_UNARY(SqrtOp, std::sqrt(x))
-BRAID_FLOAT_UNARY(RsqrtOp, 1.f / std::sqrt(x))
-BRAID_FLOAT_UNARY(SinOp, std::sin(x))
-BRAID_FLOAT_UNARY(CosOp, std::cos(x))
-BRAID_FLOAT_UNARY(TanhOp, vmath::tanh(x))
-BRAID_FLOAT_UNARY(SigmoidOp, vmath::sigmoid(x))
-BRAID_FLOAT_UNARY(GeluOp, vmath::gelu(x))
-BRAID_FLOAT_UNARY(GeluTanhOp, vmath::gelu_tanh(x))
-BRAID_FLOAT_UNARY(SiluOp, x* vmath::sigmoid(x))
-BRAID_FLOAT_UNARY(ErfOp, vmath::erf(x))
-BRAID_FLOAT_UNARY(FloorOp, std::floor(x))
-BRAID_FLOAT_UNARY(CeilOp, std::ceil(x))
-BRAID_FLOAT_UNARY(RoundOp, std::nearbyint(x))
+BRAID_FLOAT_UNARY(ExpOp, vmath::exp(x), std::exp(x))
+BRAID_FLOAT_UNARY(Expm1Op, std::expm1(x), std::expm1(x))
+BRAID_FLOAT_UNARY(LogOp, vmath::log(x), std::log(x))
+BRAID_FLOAT_UNARY(Log1pOp, std::log1p(x), std::log1p(x))
+BRAID_FLOAT_UNARY(SqrtOp, std::sqrt(x), std::sqrt(x))
+BRAID_FLOAT_UNARY(RsqrtOp, 1.f / std::sqrt(x), 1.0 / std::sqrt(x))
+BRAID_FLOAT_UNARY(SinOp, std::sin(x), std::sin(x))
+BRAID_FLOAT_UNARY(CosOp, std::cos(x), std::cos(x))
+BRAID_FLOAT_UNARY(TanhOp, vmath::tanh(x), std::tanh(x))
+BRAID_FLOAT_UNARY(SigmoidOp, vmath::sigmoid(x), 1.0 / (1.0 + std::exp(-x)))
+BRAID_FLOAT_UNARY(GeluOp, vmath::gelu(x), 0.5 * x * std::erfc(-x * 0.70710678118654752440))
+BRAID_FLOAT_UNARY(GeluTanhOp, vmath::gelu_tanh(x),
+                  0.5 * x * (1.0 + std::tanh(0.79788456080286535588 * (x + 0.044715 * x * x * x))))
+BRAID_FLOAT_UNARY(SiluOp, x* vmath::sigmoid(x), x / (1.0 + std::exp(-x)))
+BRAID_FLOAT_UNARY(ErfOp, vmath::erf(x), std::erf(x))
+BRAID_FLOAT_UNARY(FloorOp, std::floor(x), std::floor(x))
+BRAID_FLOAT_UNARY(CeilOp, std::ceil(x), std::ceil(x))
+BRAID_FLOAT_UNARY(RoundOp, std::nearbyint(x), std::nearbyint(x))
 #undef BRAID_FLOAT_UNARY
 
 struct NegOp {
@@ -98,6 +102,7 @@ struct MulOp {
 };
 struct DivOp {
     static float apply(float a, float b) { return a / b; }
+    static double apply(double a, double b) { return a / b; }
 };
 // NaN propagates: a NaN on either side wins.
 struct MaxOp {
@@ -113,6 +118,7 @@ struct MinOp {
 
 struct FloorDivOp {
     static float apply(float a, float b) { return std::floor(a / b); }
+    static double apply(double a, double b) { return std::floor(a / b); }
     template <typename T> static T apply(T a, T b) {
         if (b == 0) throw_div_zero();
         if (b == -1) return NegOp::apply(a); // the lowest value / -1 overflows the division
@@ -125,6 +131,10 @@ struct ModOp {
         float r = std::fmod(a, b);
         return r != 0.f && ((r < 0.f) != (b < 0.f)) ? r + b : r;
     }
+    static double apply(double a, double b) {
+        double r = std::fmod(a, b);
+        return r != 0.0 && ((r < 0.0) != (b < 0.0)) ? r + b : r;
+    }
     template <typename T> static T apply(T a, T b) {
         if (b == 0) throw_div_zero();
         if (b == -1) return 0;
@@ -134,6 +144,7 @@ struct ModOp {
 };
 struct PowOp {
     static float apply(float a, float b) { return std::pow(a, b); }
+    static double apply(double a, double b) { return std::pow(a, b); }
     template <typename T> static T apply(T a, T b) {
         if (b < 0) throw ValueError("an integer base cannot take a negative integer exponent");
         U<T> r = 1, base = U<T>(a);
@@ -326,6 +337,52 @@ ElemKernel float_kernel(ElemMode m) {
     }
 }
 
+//! float64: every float mode in double (no float32 staging, no float32 approximations).
+ElemKernel double_kernel(ElemMode m) {
+    switch (m) {
+        BRAID_CASE(NEG, unary_kernel<double, NegOp>);
+        BRAID_CASE(ABS, unary_kernel<double, AbsOp>);
+        BRAID_CASE(SIGN, unary_kernel<double, SignOp>);
+        BRAID_CASE(RELU, unary_kernel<double, ReluOp>);
+        BRAID_CASE(EXP, unary_kernel<double, ExpOp>);
+        BRAID_CASE(EXPM1, unary_kernel<double, Expm1Op>);
+        BRAID_CASE(LOG, unary_kernel<double, LogOp>);
+        BRAID_CASE(LOG1P, unary_kernel<double, Log1pOp>);
+        BRAID_CASE(SQRT, unary_kernel<double, SqrtOp>);
+        BRAID_CASE(RSQRT, unary_kernel<double, RsqrtOp>);
+        BRAID_CASE(SQUARE, unary_kernel<double, SquareOp>);
+        BRAID_CASE(SIN, unary_kernel<double, SinOp>);
+        BRAID_CASE(COS, unary_kernel<double, CosOp>);
+        BRAID_CASE(TANH, unary_kernel<double, TanhOp>);
+        BRAID_CASE(SIGMOID, unary_kernel<double, SigmoidOp>);
+        BRAID_CASE(GELU, unary_kernel<double, GeluOp>);
+        BRAID_CASE(GELU_TANH, unary_kernel<double, GeluTanhOp>);
+        BRAID_CASE(SILU, unary_kernel<double, SiluOp>);
+        BRAID_CASE(ERF, unary_kernel<double, ErfOp>);
+        BRAID_CASE(FLOOR, unary_kernel<double, FloorOp>);
+        BRAID_CASE(CEIL, unary_kernel<double, CeilOp>);
+        BRAID_CASE(ROUND, unary_kernel<double, RoundOp>);
+        BRAID_CASE(ADD, binary_kernel<double, AddOp>);
+        BRAID_CASE(SUB, binary_kernel<double, SubOp>);
+        BRAID_CASE(MUL, binary_kernel<double, MulOp>);
+        BRAID_CASE(TRUE_DIV, binary_kernel<double, DivOp>);
+        BRAID_CASE(FLOOR_DIV, binary_kernel<double, FloorDivOp>);
+        BRAID_CASE(MOD, binary_kernel<double, ModOp>);
+        BRAID_CASE(POW, binary_kernel<double, PowOp>);
+        BRAID_CASE(MAX, binary_kernel<double, MaxOp>);
+        BRAID_CASE(MIN, binary_kernel<double, MinOp>);
+        BRAID_CASE(LT, binary_kernel<double, LtOp>);
+        BRAID_CASE(LEQ, binary_kernel<double, LeqOp>);
+        BRAID_CASE(EQ, binary_kernel<double, EqOp>);
+        BRAID_CASE(NEQ, binary_kernel<double, NeqOp>);
+        BRAID_CASE(CLIP, ternary_kernel<double, ClipOp>);
+        BRAID_CASE(COND_LEQ_MOV, ternary_kernel<double, CondLeqMovOp>);
+        BRAID_CASE(FMA3, ternary_kernel<double, Fma3Op>);
+    default:
+        return nullptr;
+    }
+}
+
 template <typename T> ElemKernel int_kernel(ElemMode m) {
     switch (m) {
         BRAID_CASE(NEG, unary_kernel<T, NegOp>);
@@ -387,6 +444,8 @@ ElemKernel find_elem_kernel(ElemMode mode, DTypeEnum compute) {
     switch (compute) {
     case DTypeEnum::FLOAT32:
         return float_kernel(mode);
+    case DTypeEnum::FLOAT64:
+        return double_kernel(mode);
     case DTypeEnum::INT32:
         return int_kernel<int32_t>(mode);
     case DTypeEnum::INT64:

@@ -18,8 +18,8 @@ namespace braid::opr {
 //! by zero or a negative integer exponent (the executable adds the operator's name).
 using ElemKernel = void (*)(const void* const* in, const uint8_t* step, void* out, size_t n);
 
-//! The kernel of `mode` computing in `compute` (FLOAT32, INT32, INT64 or BOOL; for WHERE the
-//! dtype of a and b, any size), or nullptr when the mode has none for that dtype.
+//! The kernel of `mode` computing in `compute` (FLOAT32, FLOAT64, INT32, INT64 or BOOL; for WHERE
+//! the dtype of a and b, any size), or nullptr when the mode has none for that dtype.
 ElemKernel find_elem_kernel(ElemMode mode, DTypeEnum compute);
 
 } // namespace braid::opr

@@ -31,6 +31,8 @@ AxisSplit split_shape(const TensorShape& shape, size_t axis_begin, size_t axis_e
 
 Tensor as_float32(const Tensor& t) {
     if (t.dtype() == dtype::Float32()) return t;
+    // float64 has its own kernels; staging it here would compute it in float32 silently.
+    BRAID_ASSERT(t.dtype() != dtype::Float64(), "float64 tensor staged through float32");
     Tensor r(t.shape(), dtype::Float32());
     Tensor src = t.contiguous();
     size_t n = t.shape().total_nr_elems();
@@ -42,6 +44,7 @@ Tensor as_float32(const Tensor& t) {
 }
 
 Tensor float32_like(const Tensor& out) {
+    BRAID_ASSERT(out.dtype() != dtype::Float64(), "float64 output computed in float32");
     return out.dtype() == dtype::Float32() ? out : Tensor(out.shape(), dtype::Float32());
 }
 

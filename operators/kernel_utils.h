@@ -64,6 +64,7 @@ struct AxisSplit {
 AxisSplit split_shape(const TensorShape& shape, size_t axis_begin, size_t axis_end);
 
 //! A float32 tensor with the values of the float tensor `t` (t itself when it is float32).
+//! float64 must not come here (asserted): kernels compute it in double.
 Tensor as_float32(const Tensor& t);
 //! A float32 tensor to compute `out` in: `out` itself when it is float32, else a fresh one.
 Tensor float32_like(const Tensor& out);

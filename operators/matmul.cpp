@@ -7,6 +7,7 @@
 #include "operators/dense_kernels.h"
 
 #include <limits>
+#include <vector>
 
 namespace braid::opr {
 
@@ -14,10 +15,10 @@ namespace {
 
 void check_float_pair(const OperatorNode& opr) {
     DType a = opr.input(0)->dtype(), b = opr.input(1)->dtype();
-    if (a != b || !kern::is_dense_float(a))
+    if (a != b || !(kern::is_dense_float(a) || a == dtype::Float64()))
         BRAID_THROW(DTypeError,
-                    "{}: inputs must share a float dtype (float32, float16 or bfloat16), got {} "
-                    "and {}",
+                    "{}: inputs must share a float dtype (float32, float16, bfloat16 or "
+                    "float64), got {} and {}",
                     opr.describe(), a.name(), b.name());
 }
 
@@ -42,6 +43,24 @@ GemmDims gemm_dims(const OperatorNode& opr, const MatMulParam& p, const TensorSh
         BRAID_THROW(ShapeError, "{}: matrix dims of {} x {} exceed the BLAS limit of {}",
                     opr.describe(), a.to_string(), b.to_string(), int_max);
     return {m, n, ka};
+}
+
+//! The batched product in float64 (dgemm): y's batch item i multiplies a's item a_item[i] by
+//! b's item b_item[i]; lda and ldb are the inputs' row strides (their last dims).
+void matmul_f64(const MatMulParam& p, const GemmDims& d, const Tensor& a, size_t lda,
+                const std::vector<size_t>& a_item, const Tensor& b, size_t ldb,
+                const std::vector<size_t>& b_item, Tensor& y) {
+    size_t nbatch = a_item.size();
+    size_t a_mat = (p.transpose_a ? d.k : d.m) * lda, b_mat = (p.transpose_b ? d.n : d.k) * ldb;
+    std::vector<const double*> as(nbatch), bs(nbatch);
+    std::vector<double*> ys(nbatch);
+    for (size_t i = 0; i < nbatch; ++i) {
+        as[i] = a.ptr<double>() + a_item[i] * a_mat;
+        bs[i] = b.ptr<double>() + b_item[i] * b_mat;
+        ys[i] = y.ptr<double>() + i * d.m * d.n;
+    }
+    kern::dgemm_batched(p.transpose_a, p.transpose_b, d.m, d.n, d.k, as.data(), lda, bs.data(), ldb,
+                        ys.data(), d.n, nbatch);
 }
 
 } // namespace
@@ -82,6 +101,12 @@ bool MatMul::infer_output_shapes(const InferCtx& ctx, TensorShape* out) const {
 }
 
 void MatMul::execute(ExecCtx& ctx) {
+    if (ctx.output(0).dtype() == dtype::Float64()) {
+        Tensor a = ctx.input(0).contiguous(), b = ctx.input(1).contiguous();
+        auto d = gemm_dims(*this, m_param, a.shape(), b.shape());
+        matmul_f64(m_param, d, a, a.shape()[1], {0}, b, b.shape()[1], {0}, ctx.output(0));
+        return;
+    }
     Tensor a = kern::as_float32(ctx.input(0)), b = kern::as_float32(ctx.input(1));
     Tensor& y = ctx.output(0);
     Tensor yf = kern::float32_target(y);
@@ -153,6 +178,10 @@ bool BatchedMatMul::infer_output_shapes(const InferCtx& ctx, TensorShape* out) c
 }
 
 void BatchedMatMul::execute(ExecCtx& ctx) {
+    if (ctx.output(0).dtype() == dtype::Float64()) {
+        execute_f64(ctx);
+        return;
+    }
     Tensor a = kern::as_float32(ctx.input(0)), b = kern::as_float32(ctx.input(1));
     Tensor& y = ctx.output(0);
     Tensor yf = kern::float32_target(y);
@@ -189,6 +218,24 @@ void BatchedMatMul::execute(ExecCtx& ctx) {
                             lda, bs.data(), ldb, 0.f, ys.data(), d.n, nbatch);
     }
     kern::store_float32(yf, y);
+}
+
+void BatchedMatMul::execute_f64(ExecCtx& ctx) {
+    Tensor a = ctx.input(0).contiguous(), b = ctx.input(1).contiguous();
+    Tensor& y = ctx.output(0);
+    const auto &sa = a.shape(), &sb = b.shape();
+    auto d = gemm_dims(*this, m_param, sa, sb);
+    TensorShape out_batch = batch_shape(y.shape());
+    size_t nbatch = out_batch.total_nr_elems();
+    if (nbatch == 0 || d.m == 0 || d.n == 0) return;
+    // Matrix index of each batch item in a and b, broadcast like the float32 path.
+    TensorLayout la(batch_shape(sa), dtype::Float64()), lb(batch_shape(sb), dtype::Float64());
+    la = la.broadcast(out_batch);
+    lb = lb.broadcast(out_batch);
+    std::vector<size_t> a_item(nbatch), b_item(nbatch);
+    for_each_strided(la, [&](size_t i, ptrdiff_t off) { a_item[i] = size_t(off); });
+    for_each_strided(lb, [&](size_t i, ptrdiff_t off) { b_item[i] = size_t(off); });
+    matmul_f64(m_param, d, a, sa[sa.ndim() - 1], a_item, b, sb[sb.ndim() - 1], b_item, y);
 }
 
 } // namespace braid::opr

@@ -2,9 +2,10 @@
 // broadcasting of the batch dims).
 //
 // Dtypes: both inputs share one float dtype; float32 runs natively, float16 and bfloat16 are
-// computed in float32 and rounded once on store. Memory: the output is planned memory and
-// never aliases an input (a GEMM reads its inputs while writing). Threading: see
-// operators/dense_kernels.h (OpenBLAS single-threaded, braid's pool splits the work).
+// computed in float32 and rounded once on store, float64 runs in double (cblas_dgemm). Memory: the
+// output is planned memory and never aliases an input (a GEMM reads its inputs while writing).
+// Threading: see operators/dense_kernels.h (OpenBLAS single-threaded, braid's pool splits the
+// work).
 #pragma once
 
 #include "graph/computing_graph.h"
@@ -56,6 +57,10 @@ public:
     void init_output_dtypes() override;
     bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
     void execute(ExecCtx& ctx) override;
+
+private:
+    //! execute() for float64 inputs: dgemm per batch item.
+    void execute_f64(ExecCtx& ctx);
 };
 
 //! matmul(a, b) of 2-D vars with optional transposes.

@@ -200,7 +200,8 @@ void norm_rows(bool layer, const float* x, const float* w, const float* b, float
 
 void check_float_input(const OperatorNode& opr, VarNode* var, const char* role) {
     DType dt = var->dtype();
-    if (!dt.is_float())
+    // float64 is a float, but these kernels compute in float32 only: rejected, not narrowed.
+    if (!dt.is_float() || dt == dtype::Float64())
         BRAID_THROW(DTypeError, "{}: {} \"{}\" has dtype {}; expected {}", opr.describe(), role,
                     var->name(), dt.name(),
                     dtype_list({dtype::Float32(), dtype::Float16(), dtype::BFloat16()}));

@@ -1,7 +1,8 @@
 // Normalization blocks: Softmax (and log-softmax) over one axis, LayerNorm and RMSNorm over
 // the last k dims with optional elementwise weight and bias.
 //
-// All take float32, float16 and bfloat16 and compute in float32. Softmax subtracts the
+// All take float32, float16 and bfloat16 and compute in float32; float64 is a DTypeError
+// (it has no kernel here and is never narrowed to float32). Softmax subtracts the
 // maximum before exponentiating, so large inputs neither overflow nor lose the small terms.
 // Row statistics accumulate in float32 lanes combined in double; rows run in parallel on the
 // shared kernel pool when the tensor is large. The output may reuse the input's memory.

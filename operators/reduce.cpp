@@ -45,14 +45,16 @@ namespace {
 
 // ---------------------------------------------------------------- accumulation policy
 //! How mode M accumulates elements of type T: `Lane` values combine within a block (kept
-//! small so that float sums vectorise), `Wide` values combine the blocks.
+//! small so that float32 sums vectorise; double for float64 and for products), `Wide` values
+//! combine the blocks.
 template <typename T, ReduceMode M> struct RedOp {
     static constexpr bool is_float = std::is_floating_point_v<T>;
     static constexpr bool is_minmax = M == ReduceMode::MAX || M == ReduceMode::MIN;
     using Lane = std::conditional_t<
         is_minmax, T,
-        std::conditional_t<is_float, std::conditional_t<M == ReduceMode::PROD, double, float>,
-                           int64_t>>;
+        std::conditional_t<
+            is_float, std::conditional_t<M == ReduceMode::PROD || sizeof(T) == 8, double, float>,
+            int64_t>>;
     using Wide = std::conditional_t<is_minmax, T, std::conditional_t<is_float, double, int64_t>>;
 
     static Lane init() {
@@ -295,7 +297,7 @@ void Reduce::init_output_dtypes() {
         BRAID_THROW(DTypeError, "{}: input \"{}\" has dtype {}; expected {}", describe(),
                     input(0)->name(), dt.name(),
                     dtype_list({dtype::Float32(), dtype::Float16(), dtype::BFloat16(),
-                                dtype::Int32(), dtype::Int64()}));
+                                dtype::Float64(), dtype::Int32(), dtype::Int64()}));
     output(0)->set_dtype(dt);
 }
 
@@ -341,7 +343,11 @@ void Reduce::execute(ExecCtx& ctx) {
     Tensor& y = ctx.output(0);
     if (y.shape().is_empty()) return;
     auto axes = normalized_axes(x.shape().ndim());
-    if (x.dtype().is_float()) {
+    if (x.dtype() == dtype::Float64()) {
+        AxisSplit sp = plan_reduction(x, axes);
+        reduce_dispatch<double>(m_param.mode, x.ptr<double>(), sp.outer, sp.n, sp.inner,
+                                y.ptr<double>());
+    } else if (x.dtype().is_float()) {
         x = as_float32(x);
         Tensor yf = float32_like(y);
         AxisSplit sp = plan_reduction(x, axes);
@@ -418,7 +424,7 @@ void ArgReduce::init_output_dtypes() {
         BRAID_THROW(DTypeError, "{}: input \"{}\" has dtype {}; expected {}", describe(),
                     input(0)->name(), dt.name(),
                     dtype_list({dtype::Float32(), dtype::Float16(), dtype::BFloat16(),
-                                dtype::Int32(), dtype::Int64()}));
+                                dtype::Float64(), dtype::Int32(), dtype::Int64()}));
     output(0)->set_dtype(dtype::Int32());
 }
 
@@ -447,7 +453,9 @@ void ArgReduce::execute(ExecCtx& ctx) {
     AxisSplit sp = split_shape(x.shape(), axis, axis + 1);
     bool is_max = m_param.mode == ArgReduceMode::ARGMAX;
     int32_t* yp = y.ptr<int32_t>();
-    if (x.dtype().is_float()) {
+    if (x.dtype() == dtype::Float64()) {
+        arg_reduce<double>(is_max, x.ptr<double>(), sp.outer, sp.n, sp.inner, yp);
+    } else if (x.dtype().is_float()) {
         x = as_float32(x);
         arg_reduce<float>(is_max, x.ptr<float>(), sp.outer, sp.n, sp.inner, yp);
     } else if (x.dtype() == dtype::Int32()) {

@@ -1,9 +1,10 @@
 // Reductions: Reduce (sum, mean, max, min, prod, sum of squares over a set of axes, with
 // keepdims) and ArgReduce (argmax / argmin along one axis, int32 indices).
 //
-// Accumulation: float types accumulate in float32 within blocks of at most a few hundred
-// elements and combine the blocks in double, so a sum of n elements errs by O(eps) rather
-// than O(n eps); PROD accumulates in double. int32 and int64 accumulate in int64 (SUM, PROD,
+// Accumulation: float32/float16/bfloat16 accumulate in float32 within blocks of at most a few
+// hundred elements and combine the blocks in double, so a sum of n elements errs by O(eps)
+// rather than O(n eps); PROD accumulates in double. float64 accumulates in double throughout
+// (never in float32). int32 and int64 accumulate in int64 (SUM, PROD,
 // SUM_SQR and MEAN wrap on overflow; MEAN divides truncating toward zero). MAX and MIN
 // propagate NaN. float16/bfloat16 are computed in float32 and rounded on store.
 // Kernels: one reduced run of axes is a contiguous (outer, n, inner) reduction, over the last

@@ -24,7 +24,7 @@ void check_dtypes(const OperatorNode& opr) {
         BRAID_THROW(DTypeError, "{}: input \"{}\" has dtype {}; expected {}", opr.describe(),
                     x->name(), dt.name(),
                     dtype_list({dtype::Float32(), dtype::Float16(), dtype::BFloat16(),
-                                dtype::Int32(), dtype::Int64()}));
+                                dtype::Float64(), dtype::Int32(), dtype::Int64()}));
     if (value->dtype() != dt)
         BRAID_THROW(DTypeError, "{}: value \"{}\" has dtype {}; expected the input's {}",
                     opr.describe(), value->name(), value->dtype().name(), dt.name());
@@ -38,16 +38,19 @@ void check_dtypes(const OperatorNode& opr) {
 }
 
 //! Runs `add(acc, value)` where acc is a contiguous tensor of x's values in the compute type
-//! (the output itself for float32 and integers, a float32 copy for float16/bfloat16) and
+//! (the output itself for float32, float64 and integers, a float32 copy for float16/bfloat16) and
 //! stores the result into `out`.
 template <typename Fn>
 void accumulate(const Tensor& x, const Tensor& value, Tensor& out, Fn&& add) {
     DType dt = out.dtype();
-    if (dt == dtype::Float32() || dt == dtype::Int32() || dt == dtype::Int64()) {
+    if (dt == dtype::Float32() || dt == dtype::Float64() || dt == dtype::Int32() ||
+        dt == dtype::Int64()) {
         if (out.raw_ptr() != x.raw_ptr()) parallel_copy(out, x);
         switch (dt.enumv()) {
         case DTypeEnum::FLOAT32:
             return add(out.ptr<float>(), value.ptr<float>());
+        case DTypeEnum::FLOAT64:
+            return add(out.ptr<double>(), value.ptr<double>());
         case DTypeEnum::INT32:
             return add(out.ptr<int32_t>(), value.ptr<int32_t>());
         default:

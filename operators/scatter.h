@@ -7,9 +7,9 @@
 //
 // Repeated indices accumulate. Indices must lie in [0, size of the axis); an index outside is
 // a ValueError at execution naming it, its position and the valid range. Dtypes: x and value
-// share float32, float16, bfloat16 (added in float32, rounded once), int32 or int64. The
-// output may overwrite x in place; large outputs split across the shared kernel pool over
-// the positions that never write to the same element.
+// share float32, float64 (added in double), float16, bfloat16 (added in float32, rounded once),
+// int32 or int64. The output may overwrite x in place; large outputs split across the shared kernel
+// pool over the positions that never write to the same element.
 #pragma once
 
 #include "graph/computing_graph.h"

@@ -135,6 +135,8 @@ void add_into(Tensor& dst, const Tensor& src) {
     switch (dst.dtype().enumv()) {
     case DTypeEnum::FLOAT32:
         return add_rows<float>(dst.raw_ptr(), src.raw_ptr(), dst.layout(), src.layout());
+    case DTypeEnum::FLOAT64:
+        return add_rows<double>(dst.raw_ptr(), src.raw_ptr(), dst.layout(), src.layout());
     case DTypeEnum::INT32:
         return add_rows<int32_t>(dst.raw_ptr(), src.raw_ptr(), dst.layout(), src.layout());
     case DTypeEnum::INT64:
@@ -142,6 +144,8 @@ void add_into(Tensor& dst, const Tensor& src) {
     default: {
         // float16 / bfloat16: add in float32, round once on store.
         DType dt = dst.dtype();
+        BRAID_ASSERT(dt == dtype::Float16() || dt == dtype::BFloat16(), "add_into on {}",
+                     dt.name());
         for_each_row_pair(
             dst.layout(), src.layout(),
             [&](ptrdiff_t doff, ptrdiff_t dst_step, ptrdiff_t soff, ptrdiff_t src_step, size_t n) {
@@ -247,7 +251,7 @@ void SetSubtensor::init_output_dtypes() {
         BRAID_THROW(DTypeError, "{}: input \"{}\" has dtype {}; incrementing takes {}", describe(),
                     input(0)->name(), dt.name(),
                     dtype_list({dtype::Float32(), dtype::Float16(), dtype::BFloat16(),
-                                dtype::Int32(), dtype::Int64()}));
+                                dtype::Float64(), dtype::Int32(), dtype::Int64()}));
     output(0)->set_dtype(dt);
 }
 

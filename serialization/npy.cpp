@@ -29,7 +29,8 @@ constexpr DescrEntry DESCRS[] = {
     {"=i1", DTypeEnum::INT8},    {"|u1", DTypeEnum::UINT8},   {"<u1", DTypeEnum::UINT8},
     {"=u1", DTypeEnum::UINT8},   {"<i4", DTypeEnum::INT32},   {"=i4", DTypeEnum::INT32},
     {"<i8", DTypeEnum::INT64},   {"=i8", DTypeEnum::INT64},   {"|b1", DTypeEnum::BOOL},
-    {"<b1", DTypeEnum::BOOL},    {"=b1", DTypeEnum::BOOL},
+    {"<b1", DTypeEnum::BOOL},    {"=b1", DTypeEnum::BOOL},    {"<f8", DTypeEnum::FLOAT64},
+    {"=f8", DTypeEnum::FLOAT64},
 };
 
 //! A tiny parser of the header's Python dict literal: {'descr': '<f4', 'fortran_order':
@@ -144,6 +145,8 @@ std::string npy_descr(DType dtype) {
         return "|b1";
     case DTypeEnum::BFLOAT16:
         return "";
+    case DTypeEnum::FLOAT64:
+        return "<f8";
     }
     return "";
 }
@@ -184,10 +187,11 @@ Tensor parse_npy(std::span<const uint8_t> bytes, const std::string& source) {
     for (auto& e : DESCRS)
         if (descr == e.descr) entry = &e;
     if (!entry)
-        BRAID_THROW(SerializationError,
-                    "{}: dtype '{}' is not supported (float32, float16, int8, uint8, int32, int64, "
-                    "bool; little-endian)",
-                    source, descr);
+        BRAID_THROW(
+            SerializationError,
+            "{}: dtype '{}' is not supported (float64, float32, float16, int8, uint8, int32, "
+            "int64, bool; little-endian)",
+            source, descr);
     if (dims.size() > TensorShape::MAX_NDIM)
         BRAID_THROW(SerializationError, "{}: {} dims (at most {})", source, dims.size(),
                     TensorShape::MAX_NDIM);

@@ -1,5 +1,5 @@
 // Reading and writing NumPy .npy files (format versions 1.0, 2.0 and 3.0; C order; little-
-// endian): float32, float16, int8, uint8, int32, int64 and bool.
+// endian): float64, float32, float16, int8, uint8, int32, int64 and bool.
 //
 // Errors are SerializationError naming the file and what is wrong: a Fortran-order array, an
 // unsupported dtype (with the dtype seen), a malformed header, a short data section.

@@ -36,8 +36,8 @@ static braid_code report(braid_status* status, const char* what) {
 }
 
 static const char* dtype_name(braid_dtype dtype) {
-    static const char* const names[] = {"float32", "float16", "bfloat16", "int32",
-                                        "int64",   "int8",    "uint8",    "bool"};
+    static const char* const names[] = {"float32", "float16", "bfloat16", "int32",  "int64",
+                                        "int8",    "uint8",   "bool",     "float64"};
     return (size_t)dtype < sizeof names / sizeof names[0] ? names[dtype] : "?"; /* newer dtype */
 }
 

@@ -33,8 +33,8 @@ struct Tally {
 };
 
 const char* dtype_name(embed::DType dtype) {
-    static const char* const names[] = {"float32", "float16", "bfloat16", "int32",
-                                        "int64",   "int8",    "uint8",    "bool"};
+    static const char* const names[] = {"float32", "float16", "bfloat16", "int32",  "int64",
+                                        "int8",    "uint8",   "bool",     "float64"};
     auto i = static_cast<size_t>(dtype);
     return i < std::size(names) ? names[i] : "?"; // a dtype newer than this program
 }

@@ -51,6 +51,7 @@ void reduce_cuda(OperatorNode& opr, ExecCtx& ctx) {
     for (size_t d = 0; d < nd; ++d)
         if (reduced[d]) count *= int64_t(shape[d]);
 
+    // Never float64 here: resolve_kernel refuses CUDA kernels for float64 vars.
     bool float_acc = x.dtype().is_float();
     ReduceCombine combine = ReduceCombine::SUM; // SUM and MEAN
     switch (param.mode) {

@@ -280,11 +280,14 @@ TEST(BraidRunCli, BadModelAndInputFilesExitWithStatus3) {
     write_file(dir.file("f.npy"), fortran);
     expect_error(run(RUN, {MLP, "--input", "x=" + dir.file("f.npy")}), 3,
                  "input \"x\": " + dir.file("f.npy") + ": Fortran-order arrays are not supported");
-    auto f8 = npy;
-    std::memcpy(f8.data() + header.find("<f4"), "<f8", 3);
-    write_file(dir.file("f8.npy"), f8);
-    expect_error(run(RUN, {MLP, "--input", "x=" + dir.file("f8.npy")}), 3,
-                 "dtype '<f8' is not supported");
+    auto c8 = npy;
+    std::memcpy(c8.data() + header.find("<f4"), "<c8", 3);
+    write_file(dir.file("c8.npy"), c8);
+    expect_error(run(RUN, {MLP, "--input", "x=" + dir.file("c8.npy")}), 3,
+                 "dtype '<c8' is not supported");
+    write_npy(dir.file("d.npy"), Tensor(TensorShape{2, 784}, dtype::Float64()));
+    expect_error(run(RUN, {MLP, "--input", "x=" + dir.file("d.npy")}), 3,
+                 "holds float64, the model expects float32");
     write_npy(dir.file("i.npy"), Tensor(TensorShape{2, 784}, dtype::Int32()));
     expect_error(run(RUN, {MLP, "--input", "x=" + dir.file("i.npy")}), 3,
                  "holds int32, the model expects float32");
@@ -337,4 +340,25 @@ TEST(BraidRunCli, TrainingModelRunsAtBatchSizesOtherThanItsBuildSize) {
                            std::string("label=random:") + batch, "--iter", "2"});
         EXPECT_EQ(r.status, 0) << "batch " << batch << ": " << r.err;
     }
+}
+
+TEST(BraidRunCli, Float64ModelReadsAndWritesF8Npy) {
+    TempDir dir;
+    auto g = ComputingGraph::make();
+    auto x = opr::Input::make(*g, "x", dtype::Float64(), {3});
+    dump({(x * 3.0 + 1e-12).rename("y")}, dir.file("f64.braid"));
+    Tensor xv(TensorShape{3}, dtype::Float64());
+    for (int i = 0; i < 3; ++i) xv.ptr<double>()[i] = 0.1 * i + 1e-15;
+    write_npy(dir.file("x.npy"), xv);
+    auto r = run(RUN, {dir.file("f64.braid"), "--input", "x=" + dir.file("x.npy"), "--iter", "1",
+                       "--output-dir", dir.file("out")});
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_THAT(r.out, HasSubstr("output y: float64 {3}"));
+    Tensor y = read_npy(dir.file("out") + "/y.npy");
+    ASSERT_EQ(y.dtype(), dtype::Float64());
+    for (size_t i = 0; i < 3; ++i) EXPECT_EQ(y.at(i), xv.at(i) * 3.0 + 1e-12) << i;
+    // A random float64 input works too.
+    auto rnd = run(RUN, {dir.file("f64.braid"), "--iter", "1"});
+    ASSERT_EQ(rnd.status, 0) << rnd.err;
+    EXPECT_THAT(rnd.out, HasSubstr("input x: random float64 {3}"));
 }

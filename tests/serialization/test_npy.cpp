@@ -79,8 +79,8 @@ TEST(Npy, ClearErrors) {
         parse_error(npy_bytes("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }", four)),
         HasSubstr("in.npy: Fortran-order arrays are not supported"));
     EXPECT_THAT(
-        parse_error(npy_bytes("{'descr': '<f8', 'fortran_order': False, 'shape': (3,), }", four)),
-        HasSubstr("in.npy: dtype '<f8' is not supported"));
+        parse_error(npy_bytes("{'descr': '<c8', 'fortran_order': False, 'shape': (3,), }", four)),
+        HasSubstr("in.npy: dtype '<c8' is not supported"));
     EXPECT_THAT(parse_error(npy_bytes("{'descr': '>f4', 'fortran_order': False, 'shape': (3,), }",
                                       std::vector<uint8_t>(12))),
                 HasSubstr("dtype '>f4' is not supported"));

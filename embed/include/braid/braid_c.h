@@ -45,7 +45,8 @@ typedef enum braid_dtype {
     BRAID_INT64 = 4,
     BRAID_INT8 = 5,
     BRAID_UINT8 = 6,
-    BRAID_BOOL = 7
+    BRAID_BOOL = 7,
+    BRAID_FLOAT64 = 8 /* IEEE binary64 (double) */
 } braid_dtype;
 
 /* Options of one run; zero-initialize, then set what you need. */

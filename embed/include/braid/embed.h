@@ -66,7 +66,8 @@ enum class DType : int {
     INT64 = 4,
     INT8 = 5,
     UINT8 = 6,
-    BOOL = 7
+    BOOL = 7,
+    FLOAT64 = 8 //!< IEEE binary64 (double)
 };
 
 //! Bytes per element.
