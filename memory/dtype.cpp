@@ -229,6 +229,7 @@ void store_from_double(DType dt, void* base, size_t i, double v) {
 }
 
 void convert_elements(DType src_dt, const void* src, DType dst_dt, void* dst, size_t n) {
+    if (n == 0) return; // an empty tensor may have no storage at all (null pointers)
     if (src_dt == dst_dt) {
         std::memcpy(dst, src, n * src_dt.size());
         return;
