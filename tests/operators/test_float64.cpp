@@ -497,6 +497,7 @@ TEST(Float64Grad, GraphGradientMatchesFiniteDifferencesInDouble) {
 }
 
 TEST(Float64Grad, LossMayBeFloat64AndTypeCvtPassesGradients) {
+    register_all_operators();
     auto g = ComputingGraph::make();
     auto x = opr::Input::make(*g, "x", F64, {3});
     auto f = opr::Input::make(*g, "f", dtype::Float32(), {3});
