@@ -40,13 +40,16 @@ fuzz-build: configure
 test: build fuzz-build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j$(JOBS) -LE slow
 
-# The fuzzers (model loader, rendezvous protocol), each longer than the 20 s run in `make test`.
+# The fuzzers (model loader, rendezvous protocol, ONNX importer), each longer than the 20 s run in `make test`.
 FUZZ_SECONDS ?= 600
 fuzz: fuzz-build
 	bash tests/fuzz/run_fuzz.sh $(BUILD_DIR)/fuzz/build/fuzz_load $(BUILD_DIR)/fuzz/seeds \
 		$(BUILD_DIR)/fuzz/long $(FUZZ_SECONDS)
 	bash tests/fuzz/run_fuzz.sh $(BUILD_DIR)/fuzz/build/fuzz_rendezvous \
 		$(BUILD_DIR)/fuzz/rendezvous_seeds $(BUILD_DIR)/fuzz/rendezvous_long $(FUZZ_SECONDS)
+	bash tests/fuzz/make_onnx_seeds.sh /usr/share/libonnx-testdata/data $(BUILD_DIR)/fuzz/onnx_seeds
+	bash tests/fuzz/run_fuzz.sh $(BUILD_DIR)/fuzz/build/fuzz_onnx $(BUILD_DIR)/fuzz/onnx_seeds \
+		$(BUILD_DIR)/fuzz/onnx_long $(FUZZ_SECONDS)
 
 # The ctest suite built with AddressSanitizer + UndefinedBehaviorSanitizer, in its own directory.
 check-asan: bootstrap
@@ -55,8 +58,9 @@ check-asan: bootstrap
 	cd $(ASAN_DIR) && $(SANITIZER_ENV) ctest --output-on-failure -j$(JOBS) -LE 'slow|fuzz'
 
 # ThreadSanitizer on the suites whose tests run threads at once: graph execution, comm and
-# the embedding API with its 8-thread stress test (CONCURRENCY_TESTS, a ctest name filter).
-CONCURRENCY_TESTS ?= ^(graph|comm|embed)\.
+# the embedding API with its 8-thread stress test, and parallel (redistribution over ranks as
+# threads) (CONCURRENCY_TESTS, a ctest name filter).
+CONCURRENCY_TESTS ?= ^(graph|comm|embed|parallel)\.
 check-tsan: bootstrap
 	@cmake -S . -B $(TSAN_DIR) $(SANITIZER_FLAGS) -DBRAID_SANITIZE=thread $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(TSAN_DIR) -j$(JOBS)

@@ -54,6 +54,8 @@ DType dtype_of(int32_t t, const std::string& where) {
     switch (t) {
     case onnx::TensorProto::FLOAT:
         return dtype::Float32();
+    case onnx::TensorProto::DOUBLE:
+        return dtype::Float64();
     case onnx::TensorProto::FLOAT16:
         return dtype::Float16();
     case onnx::TensorProto::BFLOAT16:
@@ -75,8 +77,8 @@ DType dtype_of(int32_t t, const std::string& where) {
                            ? onnx::TensorProto_DataType_Name(onnx::TensorProto_DataType(t)).c_str()
                            : "invalid";
     throw UnsupportedOnnxError(
-        fmt::format("{}: dtype {} ({}) is not supported (float32, float16, bfloat16, int8, "
-                    "uint8, int32, int64, bool)",
+        fmt::format("{}: dtype {} ({}) is not supported (float32, float64, float16, bfloat16, "
+                    "int8, uint8, int32, int64, bool)",
                     where, name, t));
 }
 
@@ -142,6 +144,9 @@ Tensor tensor_of(const onnx::TensorProto& t, const std::string& dir, const std::
         case onnx::TensorProto::INT64:
             expect(size_t(t.int64_data_size()), "int64_data");
             break;
+        case onnx::TensorProto::DOUBLE:
+            expect(size_t(t.double_data_size()), "double_data");
+            break;
         default:
             expect(size_t(t.int32_data_size()), "int32_data");
         }
@@ -166,6 +171,9 @@ Tensor tensor_of(const onnx::TensorProto& t, const std::string& dir, const std::
         break;
     case onnx::TensorProto::INT64:
         if (n) std::memcpy(dst, t.int64_data().data(), bytes);
+        break;
+    case onnx::TensorProto::DOUBLE:
+        if (n) std::memcpy(dst, t.double_data().data(), bytes);
         break;
     case onnx::TensorProto::INT32:
         if (n) std::memcpy(dst, t.int32_data().data(), bytes);
@@ -195,6 +203,19 @@ std::string NodeCtx::where() const {
 SymbolVar NodeCtx::in(size_t i) const {
     if (!has_input(i)) invalid(fmt::format("input {} is missing", i));
     return value_of(m_node.input(int(i)));
+}
+
+const std::vector<SymbolVar>& NodeCtx::sequence(size_t i) const {
+    if (!has_input(i)) invalid(fmt::format("input {} is missing", i));
+    auto it = m_imp.sequences.find(m_node.input(int(i)));
+    if (it == m_imp.sequences.end())
+        invalid(fmt::format("input {} (\"{}\") is not a sequence built by an earlier node", i,
+                            m_node.input(int(i))));
+    return it->second;
+}
+
+void NodeCtx::set_sequence_output(size_t i, std::vector<SymbolVar> elements) const {
+    m_imp.sequences[m_node.output(int(i))] = std::move(elements);
 }
 
 SymbolVar NodeCtx::value_of(const std::string& name) const {
@@ -341,6 +362,34 @@ std::optional<Tensor> Importer::fold(SymbolVar var, std::vector<std::string>& in
 // ---------------------------------------------------------------- import
 namespace {
 
+//! A value bound to the graph input `in`, in its declared dtype (converted) and, when the
+//! declared shape is static, in that shape (the element counts must agree).
+Tensor bound_value(const onnx::ValueInfoProto& in, const Tensor& value, const std::string& source) {
+    std::string what = fmt::format("{}: value bound to input \"{}\"", source, in.name());
+    if (!in.type().has_tensor_type()) throw UnsupportedOnnxError(what + ": not a tensor input");
+    auto& tt = in.type().tensor_type();
+    DType dt = dtype_of(tt.elem_type(), what);
+    Tensor v = value.contiguous();
+    if (v.dtype() != dt) {
+        Tensor c(v.shape(), dt);
+        convert_elements(v.dtype(), v.raw_ptr(), dt, c.raw_ptr(), v.shape().total_nr_elems());
+        v = c;
+    }
+    if (!tt.has_shape()) return v;
+    std::vector<size_t> dims;
+    for (auto& d : tt.shape().dim()) {
+        if (!d.has_dim_value()) return v; // a symbolic dim: the value's own shape
+        dims.push_back(size_t(d.dim_value()));
+    }
+    TensorShape declared(dims);
+    if (declared.total_nr_elems() != v.shape().total_nr_elems())
+        BRAID_THROW(ShapeError, "{}: {} values; the input's shape {} holds {}", what,
+                    v.shape().total_nr_elems(), declared.to_string(), declared.total_nr_elems());
+    Tensor r(declared, dt);
+    std::memcpy(r.raw_ptr(), v.raw_ptr(), r.shape().nr_bytes(dt));
+    return r;
+}
+
 //! The value of a Constant node: a tensor, or one of the scalar and list attributes.
 Tensor constant_value(const NodeCtx& ctx, const std::string& dir) {
     if (auto* a = ctx.attr("value")) return tensor_of(a->t(), dir, ctx.where());
@@ -404,12 +453,14 @@ LoadedModel import_model(onnx::ModelProto& model, const ImportOptions& options,
         imp.constants[t.name()] = tensor_of(t, dir, source + ": initializer");
 
     for (auto& [name, value] : options.input_values) {
-        bool found = false;
-        for (auto& in : g.input()) found = found || in.name() == name;
-        if (!found)
-            BRAID_THROW(SerializationError, "{}: a value is bound to \"{}\", which is not an input",
+        const onnx::ValueInfoProto* in = nullptr;
+        for (auto& i : g.input())
+            if (i.name() == name) in = &i;
+        if (!in)
+            BRAID_THROW(SerializationError,
+                        "{}: a value is bound to \"{}\", which is not an input of the model",
                         source, name);
-        imp.constants[name] = value;
+        imp.constants[name] = bound_value(*in, value, source);
     }
     for (auto& in : g.input()) {
         if (imp.constants.count(in.name())) continue; // an initializer listed as an input
@@ -474,6 +525,8 @@ LoadedModel import_model(onnx::ModelProto& model, const ImportOptions& options,
             v = it->second;
         else if (imp.constants.count(out.name()))
             v = imp.constant_var(out.name());
+        else if (imp.sequences.count(out.name()))
+            throw UnsupportedOnnxError(what + ": a sequence output (only tensor outputs)");
         else
             BRAID_THROW(SerializationError, "{}: no node computes it", what);
         ModelIO io;
@@ -520,11 +573,19 @@ LoadedModel import_file(const std::string& path, const ImportOptions& options) {
 }
 
 LoadedModel load_model(const std::string& path, const LoadOptions& options) {
-    if (!is_onnx_path(path)) return load(path, options);
+    if (!is_onnx_path(path)) {
+        if (!options.input_values.empty())
+            BRAID_THROW(SerializationError,
+                        "{}: values are bound to inputs ({} first), but only ONNX models have "
+                        "shape inputs to bind",
+                        path, options.input_values.begin()->first);
+        return load(path, options);
+    }
     ImportOptions io;
     io.graph_options = options.graph_options;
     io.comp_node = options.comp_node;
     io.input_shapes = options.input_shapes;
+    io.input_values = options.input_values;
     return import_file(path, io);
 }
 

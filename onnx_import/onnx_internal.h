@@ -39,6 +39,11 @@ public:
     SymbolVar in(size_t i) const;
     //! The var of the graph value named `name` (an input, initializer or earlier output).
     SymbolVar value_of(const std::string& name) const;
+    //! Input i as a sequence of tensors, which import knows element by element (sequences
+    //! built inside the model; a sequence input of the graph is not supported).
+    const std::vector<SymbolVar>& sequence(size_t i) const;
+    //! Records output i as a sequence.
+    void set_sequence_output(size_t i, std::vector<SymbolVar> elements) const;
     //! The value of input i when it is known at import time (an initializer or a constant).
     const Tensor* constant(size_t i) const;
     //! The same; when the value depends on graph inputs, their names are added to `inputs`.
@@ -89,6 +94,8 @@ public:
     std::string dir;    //!< folder of external data files
     std::map<std::string, SymbolVar> values;
     std::map<std::string, Tensor> constants;
+    //! Sequence values, element by element.
+    std::map<std::string, std::vector<SymbolVar>> sequences;
     //! Makes (or finds) the constant var of a known value.
     SymbolVar constant_var(const std::string& name);
     //! The value of `var` when it can be known at import: inferred statically by braid, or

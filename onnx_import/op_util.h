@@ -22,6 +22,8 @@ void add_quant_converters(ConverterTable& table);
 void add_training_and_signal_converters(ConverterTable& table);
 //! Adds the scatters, GatherND, TopK, ReverseSequence, MaxUnpool and BitShift (ops_index.cpp).
 void add_index_converters(ConverterTable& table);
+//! Adds the sequence ops, for sequences built inside the model (ops_sequence.cpp).
+void add_sequence_converters(ConverterTable& table);
 //! Adds the recurrent layers RNN, GRU and LSTM (ops_rnn.cpp).
 void add_rnn_converters(ConverterTable& table);
 //! The Conv node `c`'s convolution (its attributes: pads, strides, dilations, group) of x by

@@ -986,6 +986,7 @@ const std::map<std::string, Converter>& table() {
         add_quant_converters(t);
         add_rnn_converters(t);
         add_index_converters(t);
+        add_sequence_converters(t);
         add_training_and_signal_converters(t);
         return t;
     }();

@@ -58,6 +58,9 @@ struct LoadOptions {
     CollectiveBinding collective;
     //! Further load-time values handed to every operator's loader.
     std::map<std::string, std::string> bindings;
+    //! ONNX models only: values bound to shape inputs at import (onnx_import::ShapeInputError);
+    //! a bound input becomes a constant and leaves the model's inputs.
+    std::map<std::string, Tensor> input_values;
     //! Tensors of at least this many bytes are used in place from a mapped file; smaller ones
     //! are copied.
     size_t map_min_bytes = 4096;

@@ -1,12 +1,13 @@
 // braid-convert: writes a model file in braid's own format, e.g. from ONNX, so that services
 // load it without importing it again.
 //
-//   braid-convert model.onnx -o model.braid [--input-shape x=-1,3,224,224]
+//   braid-convert model.onnx -o model.braid [--input-shape x=-1,3,224,224] [--bind axes=0,2]
 //
 // Exit status: 0 success, 2 usage error, 3 a model that cannot be read or converted.
 #include "braid.h"
 #include "onnx_import/onnx_import.h"
 #include "tools/printable.h"
+#include "tools/run_model.h"
 
 #include <CLI/CLI.hpp>
 
@@ -25,9 +26,18 @@ int main(int argc, char** argv) {
     app.add_option("--input-shape", open_dims,
                    "NAME=D0,D1,... the shape recorded for an input, -1 for a dim fixed at run "
                    "time (default: the model's own, its symbolic dims as -1)");
+    std::vector<std::string> binds;
+    app.add_option("--bind", binds,
+                   "NAME=V0,V1,... or NAME=FILE.npy: the value of an ONNX shape input, fixed in "
+                   "the converted model (the input is then no longer one of its inputs)");
     CLI11_PARSE(app, argc, argv);
     try {
-        auto model = onnx_import::load_model(in);
+        LoadOptions lopt;
+        for (auto& spec : binds) {
+            auto [name, value] = tools::parse_binding(spec);
+            lopt.input_values[name] = value;
+        }
+        auto model = onnx_import::load_model(in, lopt);
         DumpOptions opt;
         opt.producer = "braid-convert";
         opt.metadata.push_back({"source", in.substr(in.rfind('/') + 1)});
@@ -55,6 +65,9 @@ int main(int argc, char** argv) {
                     model.inputs.size(), model.outputs.size(), model.graph->operators().size(),
                     out.c_str());
         return 0;
+    } catch (const tools::ToolError& e) {
+        std::fprintf(stderr, "braid-convert: error: %s\n", printable(e.what()).c_str());
+        return e.exit_code() == tools::EXIT_USAGE ? 2 : 3;
     } catch (const std::exception& e) {
         std::string msg = e.what();
         std::replace(msg.begin(), msg.end(), '\n', ' ');

@@ -207,6 +207,13 @@ int main(int argc, char** argv) {
                    "default shape")
         ->expected(1)
         ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+    std::vector<std::string> binds;
+    app.add_option("--bind", binds,
+                   "NAME=V0,V1,... or NAME=FILE.npy: the value of an ONNX shape input (an input "
+                   "read as a shape, axes, sizes or scales), fixed when the model is imported; "
+                   "repeat for each")
+        ->expected(1)
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
     app.add_option("--iter", cfg.iterations, "Timed iterations")
         ->capture_default_str()
         ->check(CLI::Range(size_t(1), size_t(1) << 30));
@@ -286,6 +293,11 @@ int main(int argc, char** argv) {
 
     try {
         for (auto& s : inputs) cfg.inputs.push_back(parse_input_spec(s));
+        for (auto& s : binds) {
+            auto [name, value] = parse_binding(s);
+            if (!cfg.bound_inputs.emplace(name, value).second)
+                throw ToolError(EXIT_USAGE, "--bind " + name + " is given twice");
+        }
         RunResult result = run_model(cfg);
         if (!result.report) return EXIT_OK; // an MPI rank other than 0
         if (cfg.json)

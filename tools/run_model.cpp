@@ -236,6 +236,7 @@ LoadOptions load_options(const RunConfig& cfg, const std::string& comp_node,
     opt.graph_options.enable_memory_plan = cfg.mem_plan;
     opt.graph_options.memory_budget = cfg.memory_budget;
     opt.collective = binding;
+    opt.input_values = cfg.bound_inputs;
     return opt;
 }
 
@@ -412,6 +413,47 @@ InputSpec parse_input_spec(const std::string& text) {
     }
     spec.file = value;
     return spec;
+}
+
+std::pair<std::string, Tensor> parse_binding(const std::string& text) {
+    size_t eq = text.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == text.size())
+        throw ToolError(
+            EXIT_USAGE,
+            fmt::format("--bind \"{}\": expected NAME=V0,V1,... or NAME=FILE.npy", text));
+    std::string name = text.substr(0, eq), value = text.substr(eq + 1);
+    if (value.size() > 4 && value.compare(value.size() - 4, 4, ".npy") == 0) {
+        try {
+            return {name, read_npy(value)};
+        } catch (const std::exception& e) {
+            throw ToolError(EXIT_BAD_FILE, fmt::format("--bind {}: {}", name, e.what()));
+        }
+    }
+    std::vector<std::string> items;
+    for (size_t pos = 0; pos <= value.size();) {
+        size_t comma = std::min(value.find(',', pos), value.size());
+        items.push_back(value.substr(pos, comma - pos));
+        pos = comma + 1;
+    }
+    bool is_float =
+        value.find_first_of(".eE") != std::string::npos && value.find("inf") == std::string::npos;
+    Tensor t(TensorShape{items.size()}, is_float ? dtype::Float32() : dtype::Int64());
+    for (size_t i = 0; i < items.size(); ++i) {
+        const std::string& item = items[i];
+        size_t used = 0;
+        try {
+            if (is_float)
+                t.ptr<float>()[i] = std::stof(item, &used);
+            else
+                t.ptr<int64_t>()[i] = std::stoll(item, &used);
+        } catch (const std::exception&) {
+            used = 0;
+        }
+        if (item.empty() || used != item.size())
+            throw ToolError(EXIT_USAGE,
+                            fmt::format("--bind {}: \"{}\" is not a number", name, item));
+    }
+    return {name, t};
 }
 
 LatencyStats latency_stats(std::vector<double> samples) {

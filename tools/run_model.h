@@ -7,6 +7,7 @@
 #include "tools/mem_summary.h"
 
 #include <chrono>
+#include <map>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -61,12 +62,18 @@ struct RunConfig {
     int rank = -1;
     int world_size = 0;
     std::string backend; //!< local, mpi, nccl; empty: local
+    //! ONNX shape inputs bound at import (--bind).
+    std::map<std::string, Tensor> bound_inputs;
 };
 
 //! Parses "4x784" (or "4,784"); throws ToolError(EXIT_USAGE) naming `what`.
 TensorShape parse_shape(const std::string& text, const std::string& what);
 //! Parses one --input value; throws ToolError(EXIT_USAGE).
 InputSpec parse_input_spec(const std::string& text);
+//! Parses one --bind value, NAME=V0,V1,... (int64 values, or float32 when one has a point or
+//! an exponent) or NAME=FILE.npy; throws ToolError (EXIT_USAGE, or EXIT_BAD_FILE for a file
+//! that cannot be read).
+std::pair<std::string, Tensor> parse_binding(const std::string& text);
 
 //! One fed input, as resolved.
 struct ResolvedInput {

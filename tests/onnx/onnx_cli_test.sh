@@ -27,5 +27,29 @@ expect_exit3() { # file, expected message part
 }
 head -c 100 "$model" > "$tmp/truncated.onnx"
 expect_exit3 "$tmp/truncated.onnx" "not an ONNX model"
-expect_exit3 "$data/node/test_gridsample/model.onnx" "(GridSample, opset 16): this op is not supported"
+expect_exit3 "$data/node/test_nonmaxsuppression_suppress_by_IOU/model.onnx" \
+  "(NonMaxSuppression, opset 13): this op is not supported"
+
+# A shape input (Reshape's target as a graph input) must be bound at import: without --bind the
+# error names it; with --bind it runs, and braid-convert bakes the value into the braid file.
+reshape=$data/node/test_reshape_reordered_all_dims/model.onnx
+expect_exit3 "$reshape" 'computed from the graph input(s) shape at run time'
+"$tools/braid-run" "$reshape" --bind shape=4,2,3 --iter 1 > "$tmp/bound.txt"
+grep -q 'output reshaped: float32 {4,2,3}' "$tmp/bound.txt" || { cat "$tmp/bound.txt"; exit 1; }
+"$tools/braid-convert" "$reshape" --bind shape=4,2,3 -o "$tmp/bound.braid" > /dev/null
+"$tools/braid-run" "$tmp/bound.braid" --iter 1 | grep -q 'output reshaped: float32 {4,2,3}'
+set +e
+"$tools/braid-run" "$reshape" --bind shape=4,x --iter 1 2> "$tmp/err.txt"
+rc=$?
+set -e
+[ $rc -eq 2 ] && grep -q '"x" is not a number' "$tmp/err.txt" || { echo "bad --bind: exit $rc"; exit 1; }
+expect_bind_error() { # flags, message part
+  set +e
+  "$tools/braid-run" "$reshape" $1 --iter 1 > /dev/null 2> "$tmp/err.txt"
+  rc=$?
+  set -e
+  [ $rc -eq 3 ] && grep -q "$2" "$tmp/err.txt" || { echo "$1: exit $rc"; cat "$tmp/err.txt"; exit 1; }
+}
+expect_bind_error "--bind shape=4,2,4" "24 values\|holds\|cannot"
+expect_bind_error "--bind nosuch=1" 'which is not an input of the model' 
 echo "onnx cli: ok"

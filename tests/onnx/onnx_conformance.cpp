@@ -130,6 +130,7 @@ Verdict run_case(const fs::path& dir, std::string& why, std::string& bound) {
                 feeds[name] = t;
             }
             onnx_import::ImportOptions opts;
+            for (auto& [name, t] : feeds) opts.input_shapes[name] = t.shape();
             std::optional<LoadedModel> model;
             while (!model) {
                 try {
