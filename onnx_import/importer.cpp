@@ -6,7 +6,6 @@
 #include "operators/registry.h"
 
 #include <onnx/checker.h>
-#include <onnx/shape_inference/implementation.h>
 #include <onnx/version_converter/convert.h>
 
 #include <fmt/format.h>
@@ -82,7 +81,8 @@ DType dtype_of(int32_t t, const std::string& where) {
                     where, name, t));
 }
 
-Tensor tensor_of(const onnx::TensorProto& t, const std::string& dir, const std::string& where) {
+Tensor tensor_of(const onnx::TensorProto& t, const std::string& dir, const std::string& where,
+                 ExternalData* external_files) {
     std::string what = fmt::format("{}: tensor \"{}\"", where, t.name());
     DType dt = dtype_of(t.data_type(), what);
     std::vector<size_t> dims;
@@ -126,12 +126,27 @@ Tensor tensor_of(const onnx::TensorProto& t, const std::string& dir, const std::
             BRAID_THROW(SerializationError, "{}: external data has {} bytes; the shape needs {}",
                         what, length, bytes);
         external.path = dir + "/" + file;
-        std::error_code ec;
-        size_t size = std::filesystem::file_size(external.path, ec);
-        if (ec || external.offset > size || size - external.offset < bytes)
+        ExternalData local;
+        ExternalData& ext = external_files ? *external_files : local;
+        auto it = ext.files.find(external.path);
+        if (it == ext.files.end())
+            it = ext.files.emplace(external.path, serial::map_file(external.path)).first;
+        const serial::ModelBytes& mapped = it->second;
+        if (external.offset > mapped.size || mapped.size - external.offset < bytes)
             BRAID_THROW(SerializationError,
-                        "{}: external data file \"{}\" has no {} bytes at offset {}{}", what, file,
-                        bytes, external.offset, ec ? " (" + ec.message() + ")" : "");
+                        "{}: external data file \"{}\" has {} bytes, too few for {} at offset {}",
+                        what, file, mapped.size, bytes, external.offset);
+        const uint8_t* src = mapped.data + external.offset;
+        if (bytes >= 4096 && reinterpret_cast<uintptr_t>(src) % MODEL_DATA_ALIGNMENT == 0) {
+            // In place: the storage shares ownership of the whole mapping.
+            std::shared_ptr<void> keep(mapped.keep_alive, const_cast<uint8_t*>(src));
+            ext.mapped_bytes += bytes;
+            return Tensor(Storage::wrap(const_cast<uint8_t*>(src), bytes, Device::cpu(), keep), 0,
+                          TensorLayout(shape, dt));
+        }
+        Tensor res(shape, dt);
+        if (bytes) std::memcpy(res.raw_ptr(), src, bytes);
+        return res;
     } else if (t.has_raw_data()) {
         if (t.raw_data().size() != bytes)
             BRAID_THROW(SerializationError, "{}: raw_data has {} bytes; the shape {} needs {}",
@@ -153,14 +168,6 @@ Tensor tensor_of(const onnx::TensorProto& t, const std::string& dir, const std::
     }
     Tensor res(shape, dt);
     auto* dst = static_cast<uint8_t*>(res.raw_ptr());
-    if (t.data_location() == onnx::TensorProto::EXTERNAL) {
-        std::ifstream f(external.path, std::ios::binary);
-        f.seekg(std::streamoff(external.offset));
-        if (!f || !f.read(reinterpret_cast<char*>(dst), std::streamsize(bytes)))
-            BRAID_THROW(SerializationError, "{}: cannot read {} bytes at offset {} of \"{}\"", what,
-                        bytes, external.offset, external.path);
-        return res;
-    }
     if (t.has_raw_data()) {
         if (bytes) std::memcpy(dst, t.raw_data().data(), bytes);
         return res;
@@ -362,6 +369,37 @@ std::optional<Tensor> Importer::fold(SymbolVar var, std::vector<std::string>& in
 // ---------------------------------------------------------------- import
 namespace {
 
+//! Every node input and graph output is defined before it is used (a graph input, an
+//! initializer or an earlier node's output). ONNX's checker lets an undefined graph output
+//! through, and its version converter then crashes on it.
+void check_dataflow(const onnx::GraphProto& g, const std::string& source) {
+    std::set<std::string> defined;
+    for (auto& in : g.input()) defined.insert(in.name());
+    for (auto& t : g.initializer()) defined.insert(t.name());
+    for (auto& n : g.node()) {
+        for (auto& in : n.input())
+            if (!in.empty() && !defined.count(in))
+                BRAID_THROW(SerializationError,
+                            "{}: node \"{}\" ({}) reads \"{}\", which no input, initializer or "
+                            "earlier node defines",
+                            source, n.name(), n.op_type(), in);
+        for (auto& out : n.output()) defined.insert(out);
+    }
+    for (auto& out : g.output())
+        if (!defined.count(out.name()))
+            BRAID_THROW(SerializationError, "{}: output \"{}\": no node computes it", source,
+                        out.name());
+}
+
+//! Whether a node carries a graph (If, Loop, Scan): the version converter is not applied to
+//! such models (braid imports none of those ops).
+bool has_subgraphs(const onnx::GraphProto& g) {
+    for (auto& n : g.node())
+        for (auto& a : n.attribute())
+            if (a.has_g() || a.graphs_size() > 0) return true;
+    return false;
+}
+
 //! A value bound to the graph input `in`, in its declared dtype (converted) and, when the
 //! declared shape is static, in that shape (the element counts must agree).
 Tensor bound_value(const onnx::ValueInfoProto& in, const Tensor& value, const std::string& source) {
@@ -411,11 +449,22 @@ Tensor constant_value(const NodeCtx& ctx, const std::string& dir) {
     ctx.unsupported("a Constant without a tensor, float, int, floats or ints value");
 }
 
+//! `file`: the model's path when it came from a file ("" for bytes), so that the checker finds
+//! external data files next to it rather than in the working directory.
 LoadedModel import_model(onnx::ModelProto& model, const ImportOptions& options,
-                         const std::string& source, const std::string& dir) {
+                         const std::string& source, const std::string& dir,
+                         const std::string& file = "") {
     register_all_operators();
+    bool external = false;
+    for (auto& t : model.graph().initializer())
+        external = external || t.data_location() == onnx::TensorProto::EXTERNAL;
     try {
-        onnx::checker::check_model(model);
+        // The checker looks for external data relative to the model only when it reads the
+        // file itself (the proto is small then: the weights are outside it).
+        if (external && !file.empty())
+            onnx::checker::check_model(file);
+        else
+            onnx::checker::check_model(model);
     } catch (const std::exception& e) {
         BRAID_THROW(SerializationError, "{}: not a valid ONNX model: {}", source, e.what());
     }
@@ -424,8 +473,9 @@ LoadedModel import_model(onnx::ModelProto& model, const ImportOptions& options,
             throw UnsupportedOnnxError(
                 fmt::format("{}: operator set domain \"{}\" (version {}) is not supported", source,
                             o.domain(), o.version()));
+    check_dataflow(model.graph(), source);
     int64_t opset = default_opset(model);
-    if (opset < TARGET_OPSET) {
+    if (opset < TARGET_OPSET && !has_subgraphs(model.graph())) {
         try {
             model = onnx::version_conversion::ConvertVersion(model, int(TARGET_OPSET));
             opset = TARGET_OPSET;
@@ -434,11 +484,9 @@ LoadedModel import_model(onnx::ModelProto& model, const ImportOptions& options,
             // converters handle the older forms they know.
         }
     }
-    try {
-        onnx::shape_inference::InferShapes(model);
-    } catch (const std::exception& e) {
-        BRAID_THROW(SerializationError, "{}: ONNX shape inference failed: {}", source, e.what());
-    }
+    // ONNX's own shape inference is not run: braid infers every shape itself, naming the
+    // node on a contradiction, and libonnx 1.12's inference functions crash on some malformed
+    // nodes (ConvTranspose without its attributes' shapes, found by fuzzing the importer).
 
     const auto& g = model.graph();
     LoadedModel res;
@@ -449,8 +497,13 @@ LoadedModel import_model(onnx::ModelProto& model, const ImportOptions& options,
     imp.graph = res.graph.get();
     imp.dir = dir;
     imp.source = source;
-    for (auto& t : g.initializer())
-        imp.constants[t.name()] = tensor_of(t, dir, source + ": initializer");
+    // Each initializer's bytes are released from the parsed model once copied, so the import
+    // holds one copy of the weights at a time; external data stays in place where aligned.
+    for (auto& t : *model.mutable_graph()->mutable_initializer()) {
+        imp.constants[t.name()] = tensor_of(t, dir, source + ": initializer", &imp.external);
+        t.clear_raw_data();
+        t.mutable_raw_data()->shrink_to_fit();
+    }
 
     for (auto& [name, value] : options.input_values) {
         const onnx::ValueInfoProto* in = nullptr;
@@ -543,6 +596,7 @@ LoadedModel import_model(onnx::ModelProto& model, const ImportOptions& options,
         BRAID_THROW(SerializationError, "{}: the model has no outputs", source);
     res.info.producer = model.producer_name();
     res.info.nr_operators = res.graph->operators().size();
+    res.info.mapped_bytes = imp.external.mapped_bytes;
     return res;
 }
 
@@ -569,7 +623,7 @@ LoadedModel import_file(const std::string& path, const ImportOptions& options) {
                     path, bytes.size());
     auto slash = path.rfind('/');
     return import_model(model, options, path,
-                        slash == std::string::npos ? "." : path.substr(0, slash));
+                        slash == std::string::npos ? "." : path.substr(0, slash), path);
 }
 
 LoadedModel load_model(const std::string& path, const LoadOptions& options) {

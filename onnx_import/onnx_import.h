@@ -4,11 +4,11 @@
 //     auto model = braid::onnx_import::import_file("resnet.onnx");
 //     auto exec = model.compile();
 //
-// Parsing, checking, shape inference and the upgrade of old opsets are the ONNX library's
-// (onnx::checker, onnx::version_conversion). Models below opset 13 are upgraded to 13 where
-// the ONNX converter can; each ONNX node then becomes one braid operator or a composition of
-// them (onnx_import/ops.cpp; docs/onnx.md lists them). Initializers become constants,
-// symbolic dims ("N", "batch") dims fixed when the model runs.
+// Parsing, checking and the upgrade of old opsets are the ONNX library's (onnx::checker,
+// onnx::version_conversion); shapes are braid's own static inference. Models below opset 13 are
+// upgraded to 13 where the ONNX converter can; each ONNX node then becomes one braid operator or a
+// composition of them (onnx_import/ops.cpp; docs/onnx.md lists them). Initializers become
+// constants, symbolic dims ("N", "batch") dims fixed when the model runs.
 //
 // Errors are SerializationErrors naming the file and, for a node, its name, op type and
 // opset; an op or dtype braid does not support is an UnsupportedOnnxError.

@@ -5,6 +5,7 @@
 #include "onnx_import/onnx_import.h"
 
 #include "graph/symbol_var.h"
+#include "serialization/format.h"
 
 #include <onnx/onnx_pb.h>
 
@@ -16,8 +17,17 @@ namespace braid::onnx_import {
 
 //! The braid dtype of an ONNX TensorProto data type; UnsupportedOnnxError naming `where`.
 DType dtype_of(int32_t onnx_type, const std::string& where);
-//! A TensorProto's value as a host tensor (raw_data, typed fields or external data in `dir`).
-Tensor tensor_of(const onnx::TensorProto& t, const std::string& dir, const std::string& where);
+//! External data files of one import, each mapped once (copy-on-write); a tensor of at least
+//! 4 KiB at a 64-byte aligned offset is used in place, as braid's own files are.
+struct ExternalData {
+    std::map<std::string, serial::ModelBytes> files;
+    size_t mapped_bytes = 0; //!< bytes used in place
+};
+
+//! A TensorProto's value as a host tensor (raw_data, typed fields or external data in `dir`,
+//! through `external` when given, else read with a copy).
+Tensor tensor_of(const onnx::TensorProto& t, const std::string& dir, const std::string& where,
+                 ExternalData* external = nullptr);
 
 class Importer;
 
@@ -92,6 +102,7 @@ public:
     ComputingGraph* graph = nullptr;
     std::string source; //!< the file's path, or "<buffer>", for messages
     std::string dir;    //!< folder of external data files
+    ExternalData external;
     std::map<std::string, SymbolVar> values;
     std::map<std::string, Tensor> constants;
     //! Sequence values, element by element.

@@ -24,11 +24,17 @@ void add_training_and_signal_converters(ConverterTable& table);
 void add_index_converters(ConverterTable& table);
 //! Adds the sequence ops, for sequences built inside the model (ops_sequence.cpp).
 void add_sequence_converters(ConverterTable& table);
+//! Adds Einsum (ops_einsum.cpp).
+void add_einsum_converter(ConverterTable& table);
 //! Adds the recurrent layers RNN, GRU and LSTM (ops_rnn.cpp).
 void add_rnn_converters(ConverterTable& table);
 //! The Conv node `c`'s convolution (its attributes: pads, strides, dilations, group) of x by
 //! w, without bias; 1-D to 3-D.
 SymbolVar conv_with(const NodeCtx& c, SymbolVar x, SymbolVar w);
+
+//! Refuses to build an index or weight table of more than 2^28 elements at import (a hostile
+//! attribute could ask for billions), naming the node and `what`.
+void check_size(const NodeCtx& c, double elements, const std::string& what);
 
 //! `axis` counted from the front; negative values count from the end. Out of range: an error
 //! naming the node.

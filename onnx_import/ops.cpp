@@ -99,6 +99,12 @@ SymbolVar narrow(SymbolVar v, DType dt) {
     return TypeCvt::make(mod(v - lo, scalar_like(v, 256)) + lo, dt);
 }
 
+void check_size(const NodeCtx& c, double elements, const std::string& what) {
+    if (elements > double(1 << 28))
+        c.invalid(fmt::format("{} would have {} elements (at most 2^28 are built at import)", what,
+                              elements));
+}
+
 bool is_small_int(DType dt) {
     return dt == dtype::Int8() || dt == dtype::Uint8();
 }
@@ -568,6 +574,7 @@ Converter reduce_composed(SymbolVar (*pre)(SymbolVar),
 //! `after` in mode "edge" (clamped) or "reflect" (mirrored without repeating the edge).
 std::vector<int64_t> pad_positions(const NodeCtx& c, const std::string& mode, int64_t dim,
                                    int64_t before, int64_t after) {
+    check_size(c, double(dim) + double(before) + double(after), "the padded axis");
     std::vector<int64_t> idx;
     if (mode == "reflect" && dim == 1) return std::vector<int64_t>(size_t(dim + before + after), 0);
     for (int64_t o = -before; o < dim + after; ++o) {
@@ -758,6 +765,7 @@ SymbolVarArray eye_like(const NodeCtx& c) {
         c.has_attr("dtype") ? dtype_of(int32_t(c.attr_int("dtype", 1)), c.where()) : x.dtype();
     int64_t k = c.attr_int("k", 0);
     size_t n = x.shape()[0], m = x.shape()[1];
+    check_size(c, double(n) * double(m), "the identity matrix");
     std::vector<float> v(n * m, 0.f);
     for (size_t i = 0; i < n; ++i)
         if (int64_t(i) + k >= 0 && int64_t(i) + k < int64_t(m))
@@ -777,6 +785,7 @@ SymbolVarArray tile(const NodeCtx& c) {
         if (reps[i] < 0) c.invalid(fmt::format("negative repeat {}", reps[i]));
         if (reps[i] == 1) continue;
         int64_t dim = int64_t(x.shape()[i]);
+        check_size(c, double(reps[i]) * double(dim), "the tiled axis");
         std::vector<int64_t> idx;
         for (int64_t k = 0; k < reps[i] * dim; ++k) idx.push_back(k % dim);
         x = take(x, int(i), idx);
@@ -797,6 +806,7 @@ SymbolVarArray range_op(const NodeCtx& c) {
     double start = value(s), limit = value(l), delta = value(d);
     if (delta == 0) c.invalid("delta is 0");
     int64_t n = std::max<int64_t>(int64_t(std::ceil((limit - start) / delta)), 0);
+    check_size(c, double(n), "the range");
     std::vector<float> v(static_cast<size_t>(n));
     Tensor t(TensorShape{size_t(n)}, s->dtype());
     if (s->dtype().is_float()) {
@@ -987,6 +997,7 @@ const std::map<std::string, Converter>& table() {
         add_rnn_converters(t);
         add_index_converters(t);
         add_sequence_converters(t);
+        add_einsum_converter(t);
         add_training_and_signal_converters(t);
         return t;
     }();

@@ -244,6 +244,9 @@ SymbolVarArray max_unpool(const NodeCtx& c) {
                 c.invalid(fmt::format("output_shape dim {} is {}, below the pooling's {}", i,
                                       out[i], natural[i]));
     }
+    double elements = 1;
+    for (long d : out) elements *= double(d);
+    check_size(c, elements, "the unpooled output");
     long total = 1;
     for (long d : out) total *= d;
     SymbolVar zero = fill(c.graph(), TensorShape{size_t(total)}, 0, x.dtype());

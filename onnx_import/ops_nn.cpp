@@ -352,7 +352,18 @@ Converter pool(PoolMode mode) {
         // (never the extra end padding of ceil mode).
         Window declared = window_of(c, w.kernel, spatial, false);
         std::vector<int64_t> outs;
-        for (size_t i = 0; i < nsp; ++i) outs.push_back(window_out(w, i, spatial[i]));
+        double taps = 1, positions = 1;
+        for (size_t i = 0; i < nsp; ++i) {
+            outs.push_back(window_out(w, i, spatial[i]));
+            if (outs.back() < 1)
+                c.invalid(fmt::format("the window (kernel {}, dilation {}) is larger than spatial "
+                                      "dim {} ({} with pads)",
+                                      w.kernel[i], w.dilations[i], i,
+                                      int64_t(spatial[i]) + w.begin[i] + w.end[i]));
+            taps *= double(w.kernel[i]), positions *= double(outs.back());
+        }
+        check_size(c, taps, "the pooling window");
+        check_size(c, positions, "the pooled plane");
         bool dilated = false;
         for (int64_t d : w.dilations) dilated = dilated || d != 1;
         DType dt = x.dtype();
@@ -648,8 +659,10 @@ SymbolVarArray resize(const NodeCtx& c) {
         } else {
             if (!(scales[i] > 0)) c.invalid(fmt::format("scale {} is not positive", scales[i]));
             scale[i] = scales[i];
+            check_size(c, std::floor(in * scale[i]), "a resized axis");
             out[i] = size_t(std::floor(in * scale[i]));
         }
+        check_size(c, double(out[i]), "a resized axis");
     }
     // Separable: one axis at a time, the last first (as ONNX's reference nests them).
     for (size_t k = rank; k-- > 0;) {

@@ -127,6 +127,7 @@ Converter window(std::vector<double> a) {
         if (size < 0) c.invalid(fmt::format("negative size {}", size));
         DType dt = dtype_of(int32_t(c.attr_int("output_datatype", 1)), c.where());
         double period = c.attr_int("periodic", 1) ? double(size) : double(size - 1);
+        check_size(c, double(size), "the window");
         std::vector<float> w(static_cast<size_t>(size));
         for (int64_t i = 0; i < size; ++i) {
             double v = 0;
@@ -177,6 +178,7 @@ SymbolVarArray dft(const NodeCtx& c) {
         re = subtensor(re, {AxisIndex::slice(1, 0, long(used))});
         if (im.node()) im = subtensor(im, {AxisIndex::slice(1, 0, long(used))});
     }
+    check_size(c, double(used) * double(bins), "the DFT matrix");
     Tensor cs(TensorShape{used, bins}, dtype::Float32()),
         sn(TensorShape{used, bins}, dtype::Float32());
     for (size_t m = 0; m < used; ++m)

@@ -1,0 +1,270 @@
+// The ONNX importer's own behaviour, on models built here with ONNX's protobuf classes: shape
+// inputs bound at import, constant folding of shape chains, external data used in place,
+// checks made before anything is allocated, and ONNX's wrapping 8-bit arithmetic. (Operator
+// coverage is the conformance run's: tests/onnx/onnx_conformance.cpp.)
+#include "braid.h"
+#include "onnx_import/onnx_import.h"
+
+#include <gtest/gtest.h>
+#include <onnx/onnx_pb.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+
+using namespace braid;
+namespace fs = std::filesystem;
+
+namespace {
+
+//! A small opset-13 model under construction.
+struct ModelBuilder {
+    onnx::ModelProto model;
+    onnx::GraphProto* g;
+
+    ModelBuilder() {
+        model.set_ir_version(8);
+        auto* op = model.add_opset_import();
+        op->set_domain("");
+        op->set_version(13);
+        g = model.mutable_graph();
+        g->set_name("test");
+    }
+    static void set_type(onnx::ValueInfoProto* v, const std::string& name, int elem,
+                         const std::vector<int64_t>& dims) {
+        v->set_name(name);
+        auto* tt = v->mutable_type()->mutable_tensor_type();
+        tt->set_elem_type(elem);
+        auto* shape = tt->mutable_shape();
+        for (int64_t d : dims) shape->add_dim()->set_dim_value(d);
+    }
+    void input(const std::string& name, int elem, const std::vector<int64_t>& dims) {
+        set_type(g->add_input(), name, elem, dims);
+    }
+    //! An output of unknown dims (named "d0", "d1", ...), `rank` of them.
+    void output(const std::string& name, int elem, int rank = 1) {
+        auto* v = g->add_output();
+        v->set_name(name);
+        auto* tt = v->mutable_type()->mutable_tensor_type();
+        tt->set_elem_type(elem);
+        auto* shape = tt->mutable_shape();
+        for (int i = 0; i < rank; ++i) shape->add_dim()->set_dim_param("d" + std::to_string(i));
+    }
+    onnx::NodeProto* node(const std::string& op, const std::vector<std::string>& ins,
+                          const std::vector<std::string>& outs) {
+        auto* n = g->add_node();
+        n->set_op_type(op);
+        n->set_name(op + "_" + std::to_string(g->node_size()));
+        for (auto& i : ins) n->add_input(i);
+        for (auto& o : outs) n->add_output(o);
+        return n;
+    }
+    onnx::TensorProto* initializer(const std::string& name, int elem,
+                                   const std::vector<int64_t>& dims) {
+        auto* t = g->add_initializer();
+        t->set_name(name);
+        t->set_data_type(elem);
+        for (int64_t d : dims) t->add_dims(d);
+        return t;
+    }
+    std::vector<uint8_t> bytes() const {
+        std::string s;
+        model.SerializeToString(&s);
+        return {s.begin(), s.end()};
+    }
+    void save(const fs::path& path) const {
+        std::ofstream f(path, std::ios::binary);
+        model.SerializeToOstream(&f);
+    }
+};
+
+//! A model reshaping x {2,3,4} by the graph input "shape".
+ModelBuilder reshape_by_input() {
+    ModelBuilder m;
+    m.input("x", onnx::TensorProto::FLOAT, {2, 3, 4});
+    m.input("shape", onnx::TensorProto::INT64, {3});
+    m.node("Reshape", {"x", "shape"}, {"y"});
+    m.output("y", onnx::TensorProto::FLOAT, 3);
+    return m;
+}
+
+Tensor iota(const TensorShape& shape) {
+    Tensor t(shape, dtype::Float32());
+    std::iota(t.ptr<float>(), t.ptr<float>() + shape.total_nr_elems(), 0.f);
+    return t;
+}
+
+Tensor int64s(const std::vector<int64_t>& v) {
+    Tensor t(TensorShape{v.size()}, dtype::Int64());
+    std::copy(v.begin(), v.end(), t.ptr<int64_t>());
+    return t;
+}
+
+template <typename F> std::string error_of(F&& f) {
+    try {
+        f();
+    } catch (const std::exception& e) {
+        return e.what();
+    }
+    return "";
+}
+
+struct TempDir {
+    fs::path path = fs::temp_directory_path() /
+                    ("braid_onnx_" + std::to_string(::getpid()) + "_" +
+                     ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    TempDir() { fs::create_directories(path); }
+    ~TempDir() { fs::remove_all(path); }
+};
+
+} // namespace
+
+TEST(OnnxImport, AShapeInputIsNamedAndCanBeBoundAtImport) {
+    auto bytes = reshape_by_input().bytes();
+    try {
+        onnx_import::import_bytes(bytes);
+        FAIL() << "imported a Reshape whose target is a graph input";
+    } catch (const onnx_import::ShapeInputError& e) {
+        EXPECT_EQ(e.inputs(), std::vector<std::string>{"shape"});
+        EXPECT_NE(std::string(e.what()).find("(Reshape, opset 13)"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("--bind"), std::string::npos) << e.what();
+    }
+    onnx_import::ImportOptions opt;
+    opt.input_values["shape"] = int64s({4, 0, -1}); // 0 copies x's dim 1, -1 is inferred
+    auto model = onnx_import::import_bytes(bytes, opt);
+    ASSERT_EQ(model.inputs.size(), 1u); // the bound input is a constant now
+    EXPECT_EQ(model.inputs[0].name, "x");
+    auto exec = model.compile();
+    Tensor x = iota({2, 3, 4});
+    exec->feed("x", x);
+    exec->run();
+    const Tensor& y = exec->output(0);
+    EXPECT_EQ(y.shape(), (TensorShape{4, 3, 2}));
+    EXPECT_EQ(std::memcmp(y.contiguous().raw_ptr(), x.raw_ptr(), 24 * sizeof(float)), 0);
+}
+
+TEST(OnnxImport, BoundValuesAreCheckedAgainstTheInput) {
+    auto bytes = reshape_by_input().bytes();
+    onnx_import::ImportOptions opt;
+    opt.input_values["shape"] = int64s({4, 6});
+    EXPECT_NE(error_of([&] { onnx_import::import_bytes(bytes, opt); }).find("holds 3"),
+              std::string::npos);
+    opt.input_values.clear();
+    opt.input_values["nosuch"] = int64s({1});
+    EXPECT_NE(error_of([&] {
+                  onnx_import::import_bytes(bytes, opt);
+              }).find("\"nosuch\", which is not an input of the model"),
+              std::string::npos);
+}
+
+TEST(OnnxImport, ShapeChainsOfStaticShapesAreFoldedAtImport) {
+    // y = Reshape(x, Concat(Gather(Shape(x), 0), [-1])): x {2,3,4} -> {2,12}, no binding.
+    ModelBuilder m;
+    m.input("x", onnx::TensorProto::FLOAT, {2, 3, 4});
+    auto* zero = m.initializer("zero", onnx::TensorProto::INT64, {1});
+    zero->add_int64_data(0);
+    auto* minus1 = m.initializer("minus1", onnx::TensorProto::INT64, {1});
+    minus1->add_int64_data(-1);
+    m.node("Shape", {"x"}, {"s"});
+    m.node("Gather", {"s", "zero"}, {"n"});
+    auto* cat = m.node("Concat", {"n", "minus1"}, {"target"});
+    auto* axis = cat->add_attribute();
+    axis->set_name("axis");
+    axis->set_type(onnx::AttributeProto::INT);
+    axis->set_i(0);
+    m.node("Reshape", {"x", "target"}, {"y"});
+    m.output("y", onnx::TensorProto::FLOAT, 2);
+    auto model = onnx_import::import_bytes(m.bytes());
+    ASSERT_TRUE(model.outputs[0].var.node()->shape_known());
+    EXPECT_EQ(model.outputs[0].var.shape(), (TensorShape{2, 12}));
+}
+
+TEST(OnnxImport, AlignedExternalDataIsUsedInPlaceAndTheRestCopied) {
+    TempDir dir;
+    const size_t n = 2048; // 8 KiB of float32
+    std::vector<float> w(n);
+    std::iota(w.begin(), w.end(), 1.f);
+    for (size_t offset : {size_t(0), size_t(4)}) { // 4: not 64-byte aligned
+        {
+            std::ofstream f(dir.path / "weights.bin", std::ios::binary);
+            std::vector<char> pad(offset, 0);
+            f.write(pad.data(), std::streamsize(pad.size()));
+            f.write(reinterpret_cast<const char*>(w.data()), std::streamsize(n * sizeof(float)));
+        }
+        ModelBuilder m;
+        m.input("x", onnx::TensorProto::FLOAT, {int64_t(n)});
+        auto* t = m.initializer("w", onnx::TensorProto::FLOAT, {int64_t(n)});
+        t->set_data_location(onnx::TensorProto::EXTERNAL);
+        auto* loc = t->add_external_data();
+        loc->set_key("location");
+        loc->set_value("weights.bin");
+        auto* off = t->add_external_data();
+        off->set_key("offset");
+        off->set_value(std::to_string(offset));
+        m.node("Add", {"x", "w"}, {"y"});
+        m.output("y", onnx::TensorProto::FLOAT);
+        m.save(dir.path / "model.onnx");
+        auto model = onnx_import::import_file((dir.path / "model.onnx").string());
+        EXPECT_EQ(model.info.mapped_bytes, offset == 0 ? n * sizeof(float) : 0u);
+        auto exec = model.compile();
+        Tensor x(TensorShape{n}, dtype::Float32());
+        std::fill(x.ptr<float>(), x.ptr<float>() + n, 0.5f);
+        exec->feed("x", x);
+        exec->run();
+        const float* y = exec->output(0).ptr<float>();
+        EXPECT_EQ(y[0], 1.5f);
+        EXPECT_EQ(y[n - 1], float(n) + 0.5f);
+    }
+    // A file too short for the tensor is an error naming it, before anything is read.
+    std::filesystem::resize_file(dir.path / "weights.bin", 100);
+    EXPECT_NE(error_of([&] {
+                  onnx_import::import_file((dir.path / "model.onnx").string());
+              }).find("too few"),
+              std::string::npos);
+}
+
+TEST(OnnxImport, ATensorClaimingMoreDataThanItHoldsFailsBeforeAllocating) {
+    ModelBuilder m;
+    m.input("x", onnx::TensorProto::FLOAT, {1});
+    auto* t = m.initializer("w", onnx::TensorProto::FLOAT, {1 << 20, 1 << 20}); // 4 TiB
+    t->set_raw_data(std::string(4, '\0'));
+    m.node("Add", {"x", "w"}, {"y"});
+    m.output("y", onnx::TensorProto::FLOAT, 2);
+    std::string msg = error_of([&] { onnx_import::import_bytes(m.bytes()); });
+    EXPECT_NE(msg.find("raw_data has 4 bytes"), std::string::npos) << msg;
+}
+
+TEST(OnnxImport, EightBitArithmeticWrapsAsInOnnx) {
+    ModelBuilder m;
+    m.input("a", onnx::TensorProto::UINT8, {3});
+    m.input("b", onnx::TensorProto::UINT8, {3});
+    m.node("Add", {"a", "b"}, {"y"});
+    m.output("y", onnx::TensorProto::UINT8);
+    auto model = onnx_import::import_bytes(m.bytes());
+    auto exec = model.compile();
+    Tensor a(TensorShape{3}, dtype::Uint8()), b(TensorShape{3}, dtype::Uint8());
+    uint8_t av[] = {200, 255, 1}, bv[] = {100, 1, 2};
+    std::memcpy(a.raw_ptr(), av, 3), std::memcpy(b.raw_ptr(), bv, 3);
+    exec->feed("a", a).feed("b", b);
+    exec->run();
+    const uint8_t* y = exec->output(0).ptr<uint8_t>();
+    EXPECT_EQ(int(y[0]), 44); // 300 mod 256
+    EXPECT_EQ(int(y[1]), 0);
+    EXPECT_EQ(int(y[2]), 3);
+}
+
+TEST(OnnxImport, ASequenceOutputOfTheGraphIsUnsupported) {
+    ModelBuilder m;
+    m.input("x", onnx::TensorProto::FLOAT, {2});
+    m.node("SequenceConstruct", {"x", "x"}, {"seq"});
+    auto* out = m.g->add_output();
+    out->set_name("seq");
+    out->mutable_type()
+        ->mutable_sequence_type()
+        ->mutable_elem_type()
+        ->mutable_tensor_type()
+        ->set_elem_type(onnx::TensorProto::FLOAT);
+    std::string msg = error_of([&] { onnx_import::import_bytes(m.bytes()); });
+    EXPECT_NE(msg.find("a sequence output"), std::string::npos) << msg;
+}
