@@ -361,6 +361,8 @@ std::optional<Tensor> Importer::fold(SymbolVar var, std::vector<std::string>& in
         for (VarNode* v : opr->inputs()) stack.push_back(v->owner());
     }
     if (!inputs.empty() || !var.node()->shape_known()) return std::nullopt;
+    // Shape arguments are small; a large value is not computed at import.
+    if (var.shape().total_nr_elems() > (size_t(1) << 20)) return std::nullopt;
     auto exec = graph->compile({var});
     exec->run();
     return exec->output(0).copy();

@@ -32,7 +32,7 @@ void add_rnn_converters(ConverterTable& table);
 //! w, without bias; 1-D to 3-D.
 SymbolVar conv_with(const NodeCtx& c, SymbolVar x, SymbolVar w);
 
-//! Refuses to build an index or weight table of more than 2^28 elements at import (a hostile
+//! Refuses to build an index or weight table of more than 2^24 elements at import (a hostile
 //! attribute could ask for billions), naming the node and `what`.
 void check_size(const NodeCtx& c, double elements, const std::string& what);
 

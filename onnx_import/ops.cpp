@@ -100,8 +100,8 @@ SymbolVar narrow(SymbolVar v, DType dt) {
 }
 
 void check_size(const NodeCtx& c, double elements, const std::string& what) {
-    if (elements > double(1 << 28))
-        c.invalid(fmt::format("{} would have {} elements (at most 2^28 are built at import)", what,
+    if (elements > double(1 << 24))
+        c.invalid(fmt::format("{} would have {} elements (at most 2^24 are built at import)", what,
                               elements));
 }
 
