@@ -127,6 +127,10 @@ public:
         out = *in;
         return true;
     }
+    CollectiveTraffic traffic(size_t in, size_t, uint32_t n, bool) const override {
+        // Reduce-scatter then all-gather: (n-1)/n of the tensor each way, twice.
+        return {2 * (n - 1) * in / n, 2 * (n - 1) * in / n};
+    }
     void execute(comm::Communicator& c, const Tensor* in, Tensor& out, uint32_t,
                  uint32_t) const override {
         c.all_reduce(in->raw_ptr(), out.raw_ptr(), elems(out), out.dtype(), m_op);
@@ -161,6 +165,9 @@ public:
         }
         return shape_from_root(opr, out, may_block);
     }
+    CollectiveTraffic traffic(size_t in, size_t out, uint32_t n, bool is_root) const override {
+        return is_root ? CollectiveTraffic{(n - 1) * in, 0} : CollectiveTraffic{0, out};
+    }
     void execute(comm::Communicator& c, const Tensor* in, Tensor& out, uint32_t,
                  uint32_t root) const override {
         c.broadcast(in ? in->raw_ptr() : nullptr, out.raw_ptr(), elems(out), out.dtype(), root);
@@ -179,6 +186,9 @@ public:
                       bool) const override {
         out = opr.param().is_root ? *in : TensorShape{1};
         return true;
+    }
+    CollectiveTraffic traffic(size_t in, size_t, uint32_t n, bool is_root) const override {
+        return is_root ? CollectiveTraffic{0, (n - 1) * in} : CollectiveTraffic{in, 0};
     }
     void execute(comm::Communicator& c, const Tensor* in, Tensor& out, uint32_t rank,
                  uint32_t root) const override {
@@ -203,6 +213,10 @@ public:
         out = with_dim0(*in, (*in)[0] * opr.param().nr_devices);
         return true;
     }
+    CollectiveTraffic traffic(size_t in, size_t, uint32_t n, bool) const override {
+        // This rank's block goes to n-1 peers; their n-1 blocks come in.
+        return {(n - 1) * in, (n - 1) * in};
+    }
     void execute(comm::Communicator& c, const Tensor* in, Tensor& out, uint32_t,
                  uint32_t) const override {
         c.all_gather(in->raw_ptr(), out.raw_ptr(), elems(*in), in->dtype());
@@ -221,6 +235,9 @@ public:
         require_divisible(opr, *in);
         out = with_dim0(*in, (*in)[0] / opr.param().nr_devices);
         return true;
+    }
+    CollectiveTraffic traffic(size_t in, size_t, uint32_t n, bool) const override {
+        return {(n - 1) * in / n, (n - 1) * in / n};
     }
     void execute(comm::Communicator& c, const Tensor* in, Tensor& out, uint32_t,
                  uint32_t) const override {
@@ -243,6 +260,9 @@ public:
         out = opr.param().is_root ? with_dim0(*in, (*in)[0] * opr.param().nr_devices)
                                   : TensorShape{1};
         return true;
+    }
+    CollectiveTraffic traffic(size_t in, size_t, uint32_t n, bool is_root) const override {
+        return is_root ? CollectiveTraffic{0, (n - 1) * in} : CollectiveTraffic{in, 0};
     }
     void execute(comm::Communicator& c, const Tensor* in, Tensor& out, uint32_t rank,
                  uint32_t root) const override {
@@ -272,6 +292,9 @@ public:
         }
         return shape_from_root(opr, out, may_block);
     }
+    CollectiveTraffic traffic(size_t in, size_t out, uint32_t n, bool is_root) const override {
+        return is_root ? CollectiveTraffic{(n - 1) * in / n, 0} : CollectiveTraffic{0, out};
+    }
     void execute(comm::Communicator& c, const Tensor* in, Tensor& out, uint32_t,
                  uint32_t root) const override {
         c.scatter(in ? in->raw_ptr() : nullptr, out.raw_ptr(), elems(out), out.dtype(), root);
@@ -289,6 +312,10 @@ public:
         require_divisible(opr, *in);
         out = *in;
         return true;
+    }
+    CollectiveTraffic traffic(size_t in, size_t, uint32_t n, bool) const override {
+        // Every block but this rank's own leaves, and as many come in.
+        return {(n - 1) * in / n, (n - 1) * in / n};
     }
     void execute(comm::Communicator& c, const Tensor* in, Tensor& out, uint32_t,
                  uint32_t) const override {

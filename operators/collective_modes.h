@@ -7,6 +7,13 @@
 
 namespace braid::opr {
 
+//! Bytes one rank sends to and receives from its peers in one collective.
+struct CollectiveTraffic {
+    size_t sent = 0;
+    size_t received = 0;
+    bool operator==(const CollectiveTraffic&) const = default;
+};
+
 //! What a collective mode is. Stateless; one instance per mode.
 class CollectiveModeTrait {
 public:
@@ -22,6 +29,14 @@ public:
     //! `may_block`. Returns false when not known yet; throws ShapeError.
     virtual bool output_shape(const CollectiveComm& opr, const TensorShape* in, TensorShape& out,
                               bool may_block) const = 0;
+    /*!
+     * The bytes this rank sends and receives, from its input bytes (0 when it has no input)
+     * and output bytes, in a group of `n` ranks, under the bandwidth-optimal algorithm of the
+     * mode: a ring for the symmetric modes (all-reduce as reduce-scatter then all-gather), the
+     * root exchanging with each peer for the rooted ones. Fractions of a byte round down.
+     */
+    virtual CollectiveTraffic traffic(size_t in_bytes, size_t out_bytes, uint32_t n,
+                                      bool is_root) const = 0;
     //! Runs the collective. `in` is nullptr when the rank has no input.
     virtual void execute(comm::Communicator& c, const Tensor* in, Tensor& out, uint32_t rank,
                          uint32_t root) const = 0;

@@ -1,11 +1,15 @@
 // braid-inspect: what a model file holds — inputs, outputs, operator counts, parameter bytes,
-// static shapes and a memory summary; --dot prints the graph for Graphviz.
+// static shapes and a memory summary; --dot prints the graph for Graphviz; --ranks N prints
+// the per-rank plan of the model run as N ranks (memory and every collective's bytes), from
+// static inference alone.
 //
 //     braid-inspect model.braid            braid-inspect model.braid --dot | dot -Tsvg > g.svg
+//     braid-inspect dp.braid --ranks 4
 //
 // Exit status: 0 success, 2 usage error, 3 a file that is not a readable model or that this
 // build cannot load (what it holds is still printed first).
 #include "onnx_import/onnx_import.h"
+#include "parallel/rank_plan.h"
 #include "tools/mem_summary.h"
 #include "tools/printable.h"
 #include "tools/run_model.h"
@@ -152,14 +156,44 @@ void print_memory(const LoadedModel& model) {
     }
 }
 
+/*!
+ * --ranks N: the model loaded once per rank, bound as braid-run binds rank r of N (every
+ * collective's group size becomes N), and compiled but never run, so no rank waits for its
+ * peers; the plan comes from static inference and the memory planner.
+ */
+void print_rank_plan(const std::string& path, uint32_t nr_ranks) {
+    auto client = std::make_shared<comm::InProcessGroupClient>();
+    std::vector<LoadedModel> models;
+    std::vector<std::unique_ptr<Executable>> execs;
+    std::vector<const Executable*> plan_of;
+    for (uint32_t r = 0; r < nr_ranks; ++r) {
+        LoadOptions opt;
+        opt.collective.rank = int(r);
+        opt.collective.world_size = int(nr_ranks);
+        opt.collective.group_client = client;
+        models.push_back(load(path, opt));
+        execs.push_back(models.back().compile());
+        plan_of.push_back(execs.back().get());
+    }
+    auto plan = parallel::plan_ranks(plan_of);
+    std::printf("per-rank plan for %u ranks (static shapes and memory plans; nothing run):\n%s",
+                nr_ranks, plan.to_string().c_str());
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
     CLI::App app{"Shows what a braid model file holds.", "braid-inspect"};
     std::string path;
     bool dot = false;
+    uint32_t ranks = 0;
     app.add_option("model", path, "Model file (.braid)")->required();
-    app.add_flag("--dot", dot, "Print the graph in Graphviz dot format instead");
+    auto* dot_flag = app.add_flag("--dot", dot, "Print the graph in Graphviz dot format instead");
+    app.add_option("--ranks", ranks,
+                   "Print the plan of every rank of an N-rank run instead of the memory plan: "
+                   "arena and parameter bytes, each collective's group and bytes")
+        ->check(CLI::Range(1u, 4096u))
+        ->excludes(dot_flag);
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {
@@ -173,6 +207,11 @@ int main(int argc, char** argv) {
     try {
         register_all_operators();
         if (onnx_import::is_onnx_path(path)) {
+            if (ranks) {
+                std::fprintf(stderr, "braid-inspect: --ranks reads braid model files; convert "
+                                     "with braid-convert first\n");
+                return EXIT_USAGE;
+            }
             // An ONNX file: what it becomes in braid (inputs, outputs, operators, memory).
             auto model = onnx_import::import_file(path);
             if (dot) {
@@ -194,7 +233,10 @@ int main(int argc, char** argv) {
         // has, shape rules, comp nodes, the memory budget): a model that fails is an error,
         // after what it holds was shown.
         auto model = load(path);
-        if (!dot) print_memory(model);
+        if (ranks)
+            print_rank_plan(path, ranks);
+        else if (!dot)
+            print_memory(model);
         return EXIT_OK;
     } catch (const std::exception& e) {
         std::string msg = e.what();
