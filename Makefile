@@ -13,7 +13,7 @@ SANITIZER_ENV = ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/scripts/tsan.supp
 
-.PHONY: all bootstrap configure build run test fuzz-build fuzz bench check-asan check-tsan format \
+.PHONY: all bootstrap configure build run test fuzz-build fuzz bench bench-vs-ort check-asan check-tsan format \
 	clean
 
 all: build
@@ -71,6 +71,11 @@ bench: build
 	./$(BUILD_DIR)/bench/bench_dispatch --json --comp-node cpu:default
 	./$(BUILD_DIR)/bench/bench_memplan --json
 	@if [ -x ./$(BUILD_DIR)/bench/bench_cuda ]; then ./$(BUILD_DIR)/bench/bench_cuda; fi
+
+# braid against ONNX Runtime on the same ONNX files (installs onnxruntime-node with npm into
+# the build folder on first use; needs the npm registry).
+bench-vs-ort: build
+	bash bench/vs_ort/run.sh $(BUILD_DIR)
 
 format:
 	@git ls-files '*.h' '*.cpp' | xargs clang-format -i
