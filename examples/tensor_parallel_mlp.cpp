@@ -1,0 +1,207 @@
+// Tensor-parallel (Megatron-style) transformer MLP: y = gelu(x W1 + b1) W2 + b2 with W1 and
+// b1 split by columns and W2 by rows over the mesh axis "tp", each rank computing its slice
+// and one all-reduce joining them. One forward and backward pass of the loss sum(y * g) is
+// checked against the same MLP on one device: the output, the input gradient and every
+// weight gradient (assembled from the ranks' shards).
+//
+//     ./build/examples/tensor_parallel_mlp [--ranks 4]
+//         ranks are graphs of this process (parallel::Pmap: backend "local", an in-process
+//         group manager, rank r on comp node cpu<r>)
+//     mpirun -np 2 ./build/examples/tensor_parallel_mlp --backend mpi
+//         one rank per process (parallel::build_spmd_rank, backend "mpi", comm::MpiRendezvous);
+//         every process computes the reference and checks its own shards
+//
+// Exit status: 0 when every value is within 1e-5 of the reference (max |a - b| / max |b|), 1
+// when one is not, 2 on an error.
+#include "braid.h"
+#include "comm/mpi_communicator.h"
+#include "comm/mpi_rendezvous.h"
+#include "parallel/pmap.h"
+#include "parallel/sharded_tensor.h"
+#include "parallel/tensor_parallel.h"
+
+#include <CLI/CLI.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <random>
+
+using namespace braid;
+using namespace braid::parallel;
+
+namespace {
+
+constexpr double kTolerance = 1e-5;
+
+struct Options {
+    std::string backend = "local";
+    uint32_t ranks = 4;
+    size_t tokens = 16, d_model = 64, d_ff = 256;
+};
+
+//! The block's arguments: x and g replicated, W1/b1 by columns, W2 by rows, b2 replicated.
+std::vector<PmapArg> block_args(const Mesh& mesh, const Options& o) {
+    size_t t = o.tokens, d = o.d_model, f = o.d_ff;
+    auto f32 = dtype::Float32();
+    return {{"x", {t, d}, f32, replicated_spec(mesh, 2)},
+            {"g", {t, d}, f32, replicated_spec(mesh, 2)},
+            {"w1", {d, f}, f32, column_parallel_spec(mesh, "tp", 2)},
+            {"b1", {f}, f32, column_parallel_spec(mesh, "tp", 1)},
+            {"w2", {f, d}, f32, row_parallel_spec(mesh, "tp", 2)},
+            {"b2", {d}, f32, replicated_spec(mesh, 1)}};
+}
+
+//! The results' layouts: y and dx replicated, the weight gradients like their weights.
+std::vector<ShardingSpec> result_specs(const std::vector<PmapArg>& args) {
+    std::vector<ShardingSpec> specs = {args[0].spec, args[0].spec};
+    for (size_t i = 2; i < args.size(); ++i) specs.push_back(args[i].spec);
+    return specs;
+}
+
+//! y, then the gradients of sum(y * g) w.r.t. x, w1, b1, w2, b2.
+SymbolVarArray with_grads(SymbolVar y, const SymbolVarArray& in) {
+    auto grads = grad(opr::reduce_sum(y * in[1]), {in[0], in[2], in[3], in[4], in[5]});
+    SymbolVarArray outs = {y};
+    outs.insert(outs.end(), grads.begin(), grads.end());
+    return outs;
+}
+
+//! One rank's computation: the tensor-parallel block and its gradients; the input gradient
+//! is each rank's part, summed over tp.
+SymbolVarArray rank_block(SpmdContext& ctx, const SymbolVarArray& in) {
+    auto y = tensor_parallel_mlp(in[0], {in[2], in[3], in[4], in[5]}, ctx.groups(), "tp");
+    auto outs = with_grads(y, in);
+    outs[1] = ctx.psum(outs[1], "tp");
+    return outs;
+}
+
+std::vector<Tensor> random_values(const std::vector<PmapArg>& args) {
+    std::mt19937 rng(2024);
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    std::vector<Tensor> values;
+    for (auto& a : args) {
+        Tensor t(a.global_shape, a.dtype);
+        for (size_t i = 0; i < t.shape().total_nr_elems(); ++i) t.ptr<float>()[i] = u(rng);
+        values.push_back(t);
+    }
+    return values;
+}
+
+//! The MLP on one device from plain operators.
+std::vector<Tensor> reference(const std::vector<PmapArg>& args, const std::vector<Tensor>& values) {
+    auto g = ComputingGraph::make();
+    SymbolVarArray in;
+    for (auto& a : args) in.push_back(opr::Input::make(*g, a.name, a.dtype, a.global_shape));
+    auto y = opr::matmul(opr::gelu(opr::matmul(in[0], in[2]) + in[3]), in[4]) + in[5];
+    auto outs = with_grads(y, in);
+    auto exec = g->compile(std::vector<OutputSpec>(outs.begin(), outs.end()));
+    for (size_t i = 0; i < args.size(); ++i) exec->feed(args[i].name, values[i]);
+    exec->run();
+    std::vector<Tensor> result;
+    for (size_t i = 0; i < outs.size(); ++i) result.push_back(exec->output(i).copy());
+    return result;
+}
+
+//! max |a - b| / max |b|.
+double relative_difference(const Tensor& a, const Tensor& b) {
+    if (a.shape() != b.shape())
+        BRAID_THROW(ShapeError, "result of shape {}, the reference's is {}", a.shape().to_string(),
+                    b.shape().to_string());
+    double diff = 0, scale = 0;
+    for (size_t i = 0; i < a.shape().total_nr_elems(); ++i) {
+        diff = std::max(diff, double(std::abs(a.ptr<float>()[i] - b.ptr<float>()[i])));
+        scale = std::max(scale, double(std::abs(b.ptr<float>()[i])));
+    }
+    return scale > 0 ? diff / scale : diff;
+}
+
+const char* kNames[] = {"y", "dx", "dw1", "db1", "dw2", "db2"};
+
+bool report(const std::vector<Tensor>& got, const std::vector<Tensor>& expected,
+            const std::string& who) {
+    bool ok = true;
+    for (size_t i = 0; i < got.size(); ++i) {
+        double d = relative_difference(got[i], expected[i]);
+        ok &= d <= kTolerance;
+        std::printf("%s%-4s %-12s relative difference %.3g (%s %.0e)\n", who.c_str(), kNames[i],
+                    got[i].shape().to_string().c_str(), d,
+                    d <= kTolerance ? "within" : "NOT within", kTolerance);
+    }
+    return ok;
+}
+
+int run_threads(const Options& o) {
+    Mesh mesh({o.ranks}, {"tp"});
+    auto args = block_args(mesh, o);
+    Pmap block(rank_block, mesh, args, result_specs(args));
+    auto values = random_values(args);
+    auto got = block(values);
+    std::printf("tensor-parallel MLP %zu x %zu -> %zu -> %zu on %u ranks as threads (backend "
+                "local)\n",
+                o.tokens, o.d_model, o.d_ff, o.d_model, o.ranks);
+    std::printf("%s", block.plan().to_string().c_str());
+    return report(got, reference(args, values), "") ? 0 : 1;
+}
+
+int run_mpi(Options o) {
+    comm::mpi_ensure_initialized();
+    auto rendezvous = std::make_unique<comm::MpiRendezvous>();
+    o.ranks = uint32_t(rendezvous->world_size());
+    uint32_t rank = uint32_t(rendezvous->world_rank());
+    Mesh mesh({o.ranks}, {"tp"});
+    auto args = block_args(mesh, o);
+    SpmdOptions so;
+    so.backend = "mpi";
+    so.client = rendezvous->client();
+    so.comp_node = [](uint32_t) { return std::string("cpu0"); };
+    auto r = build_spmd_rank(rank_block, mesh, args, rank, so);
+    auto exec = r.graph->compile(std::vector<OutputSpec>(r.outputs.begin(), r.outputs.end()));
+    auto values = random_values(args);
+    for (size_t i = 0; i < args.size(); ++i)
+        exec->feed(args[i].name,
+                   ShardedTensor::split(values[i], args[i].spec).shard_of(mesh, rank));
+    exec->run();
+    // This rank's pieces of the reference's results.
+    auto expected = reference(args, values);
+    auto specs = result_specs(args);
+    std::vector<Tensor> got, mine;
+    for (size_t i = 0; i < expected.size(); ++i) {
+        got.push_back(exec->output(i).copy());
+        mine.push_back(ShardedTensor::split(expected[i], specs[i]).shard_of(mesh, rank));
+    }
+    int failed = 0, any_failed = 0;
+    for (uint32_t p = 0; p < o.ranks; ++p) {
+        BRAID_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+        if (p == rank) failed = report(got, mine, fmt::format("rank {}: ", rank)) ? 0 : 1;
+        std::fflush(stdout);
+    }
+    BRAID_MPI_CHECK(MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+    exec.reset();
+    comm::CommunicatorCache::instance().clear();
+    BRAID_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+    rendezvous.reset();
+    return any_failed;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    Options o;
+    CLI::App app{"tensor_parallel_mlp: a Megatron-style MLP checked against one device"};
+    app.add_option("--backend", o.backend, "local (ranks are threads) or mpi (under mpirun)")
+        ->check(CLI::IsMember({"local", "mpi"}));
+    app.add_option("--ranks", o.ranks, "ranks (threads); with mpi: the processes of mpirun")
+        ->check(CLI::Range(1, 64));
+    app.add_option("--tokens", o.tokens, "rows of x")->check(CLI::Range(1, 1 << 16));
+    app.add_option("--d-model", o.d_model, "width of x and y")->check(CLI::Range(1, 1 << 16));
+    app.add_option("--d-ff", o.d_ff, "hidden width, split over the ranks")
+        ->check(CLI::Range(1, 1 << 16));
+    CLI11_PARSE(app, argc, argv);
+    try {
+        register_all_operators();
+        return o.backend == "mpi" ? run_mpi(o) : run_threads(o);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "tensor_parallel_mlp: %s\n", e.what());
+        return 2;
+    }
+}
