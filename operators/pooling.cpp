@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 namespace braid::opr {
 
@@ -93,23 +94,28 @@ struct PoolGeometry {
     ptrdiff_t h, w, oh, ow, kh, kw, sh, sw, ph, pw;
 };
 
-void max_pool_plane(const PoolGeometry& g, const float* x, float* y) {
+//! The larger of a and v, where a NaN on either side wins and stays (written as one select,
+//! so that the loops below vectorize).
+inline float max_nan(float a, float v) {
+    return ((v > a) | (v != v)) ? v : a;
+}
+
+//! Max pooling of one plane, separably: for each output row the maximum of its window's input
+//! rows (a vectorized pass over whole rows), then of each window's columns of that row.
+void max_pool_plane(const PoolGeometry& g, const float* x, float* y, float* rowmax) {
     for (ptrdiff_t i = 0; i < g.oh; ++i) {
         ptrdiff_t h0 = std::max<ptrdiff_t>(i * g.sh - g.ph, 0);
         ptrdiff_t h1 = std::min(i * g.sh - g.ph + g.kh, g.h);
+        for (ptrdiff_t b = 0; b < g.w; ++b) rowmax[b] = -std::numeric_limits<float>::infinity();
+        for (ptrdiff_t a = h0; a < h1; ++a) {
+            const float* row = x + a * g.w;
+            for (ptrdiff_t b = 0; b < g.w; ++b) rowmax[b] = max_nan(rowmax[b], row[b]);
+        }
         for (ptrdiff_t j = 0; j < g.ow; ++j) {
             ptrdiff_t w0 = std::max<ptrdiff_t>(j * g.sw - g.pw, 0);
             ptrdiff_t w1 = std::min(j * g.sw - g.pw + g.kw, g.w);
             float m = -std::numeric_limits<float>::infinity();
-            for (ptrdiff_t a = h0; a < h1; ++a) {
-                const float* row = x + a * g.w;
-                for (ptrdiff_t b = w0; b < w1; ++b) {
-                    float v = row[b];
-                    // NaN wins and stays: later elements never compare greater than it.
-                    if (v > m || std::isnan(v)) m = v;
-                    if (std::isnan(m)) break;
-                }
-            }
+            for (ptrdiff_t b = w0; b < w1; ++b) m = max_nan(m, rowmax[b]);
             y[i * g.ow + j] = m;
         }
     }
@@ -152,11 +158,12 @@ void Pooling::execute(ExecCtx& ctx) {
     bool is_max = p.mode == PoolMode::MAX;
     parallel_for(xs[0] * xs[1], std::max<size_t>(1, 16384 / std::max<size_t>(work, 1)),
                  [&](size_t begin, size_t end) {
+                     std::vector<float> rowmax(is_max ? size_t(g.w) : 0);
                      for (size_t plane = begin; plane < end; ++plane) {
                          const float* xpl = xp + plane * in_plane;
                          float* ypl = yp + plane * out_plane;
                          if (is_max)
-                             max_pool_plane(g, xpl, ypl);
+                             max_pool_plane(g, xpl, ypl, rowmax.data());
                          else
                              avg_pool_plane(g, p.count_include_pad, xpl, ypl);
                      }
