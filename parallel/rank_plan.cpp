@@ -67,10 +67,14 @@ size_t RankPlan::bytes_received() const {
     return total;
 }
 
-RankPlan plan_rank(const Executable& exec, uint32_t rank) {
+namespace {
+
+//! The plan of the comp nodes of `exec` that `take` accepts (by locator), as rank `rank`.
+template <typename Filter> RankPlan plan_of(const Executable& exec, uint32_t rank, Filter take) {
     RankPlan plan;
     plan.rank = rank;
     for (auto& node : exec.memory_report().nodes) {
+        if (!take(node.comp_node)) continue;
         plan.arena_bytes += node.arena_bytes;
         plan.output_bytes += node.own_allocation_bytes;
         plan.dynamic_vars += node.nr_dynamic_vars;
@@ -78,7 +82,8 @@ RankPlan plan_rank(const Executable& exec, uint32_t rank) {
     // Bound outputs (parameters, constants, fed inputs) are outside the arena; a parameter
     // read by several comp nodes is counted once.
     std::unordered_set<const VarNode*> counted;
-    for (auto& [cn, oprs] : exec.sequences())
+    for (auto& [cn, oprs] : exec.sequences()) {
+        if (!take(cn.locator())) continue;
         for (auto* opr : oprs) {
             for (size_t k = 0; k < opr->outputs().size(); ++k) {
                 auto* var = opr->output(k);
@@ -94,16 +99,12 @@ RankPlan plan_rank(const Executable& exec, uint32_t rank) {
             if (auto* coll = dynamic_cast<const opr::CollectiveComm*>(opr))
                 plan.collectives.push_back(plan_collective(*coll));
         }
+    }
     return plan;
 }
 
-DistributedPlan plan_ranks(const std::vector<const Executable*>& execs) {
-    if (execs.empty()) BRAID_THROW(ValueError, "plan_ranks: no executables; expected one per rank");
-    DistributedPlan plan;
-    for (uint32_t r = 0; r < execs.size(); ++r) {
-        if (!execs[r]) BRAID_THROW(ValueError, "plan_ranks: the executable of rank {} is null", r);
-        plan.ranks.push_back(plan_rank(*execs[r], r));
-    }
+//! Fills every collective's group_ranks and lists the keys whose peers disagree.
+void match_collectives(DistributedPlan& plan) {
     // Every key's holders, in rank order.
     struct Holders {
         std::vector<const PlannedCollective*> collectives;
@@ -135,6 +136,34 @@ DistributedPlan plan_ranks(const std::vector<const Executable*>& execs) {
                 "missing ones until their deadline",
                 key, h.collectives.size(), first->group_size, fmt::join(h.ranks, ",")));
     }
+}
+
+} // namespace
+
+RankPlan plan_rank(const Executable& exec, uint32_t rank) {
+    return plan_of(exec, rank, [](const std::string&) { return true; });
+}
+
+DistributedPlan plan_ranks(const std::vector<const Executable*>& execs) {
+    if (execs.empty()) BRAID_THROW(ValueError, "plan_ranks: no executables; expected one per rank");
+    DistributedPlan plan;
+    for (uint32_t r = 0; r < execs.size(); ++r) {
+        if (!execs[r]) BRAID_THROW(ValueError, "plan_ranks: the executable of rank {} is null", r);
+        plan.ranks.push_back(plan_rank(*execs[r], r));
+    }
+    match_collectives(plan);
+    return plan;
+}
+
+DistributedPlan plan_comp_node_ranks(const Executable& exec) {
+    DistributedPlan plan;
+    uint32_t rank = 0;
+    for (auto& [cn, oprs] : exec.sequences()) {
+        std::string locator = cn.locator();
+        plan.ranks.push_back(
+            plan_of(exec, rank++, [&](const std::string& other) { return other == locator; }));
+    }
+    match_collectives(plan);
     return plan;
 }
 

@@ -4,7 +4,8 @@
 // compile() infers every static shape and plans memory without executing an operator and
 // without contacting the group manager (collectives join their groups at their first
 // execution), so a plan can be made for N ranks of a job from N per-rank executables in one
-// process, e.g. braid-inspect MODEL --ranks N loads the model once per rank.
+// process, e.g. braid-inspect MODEL --ranks N loads the model once per rank. A single graph
+// that holds every rank, each on a comp node of its own, is planned per comp node.
 //
 // The bytes a collective sends and receives come from its mode trait
 // (opr::CollectiveModeTrait::traffic): the bandwidth-optimal algorithm's volume for the
@@ -83,5 +84,12 @@ RankPlan plan_rank(const Executable& exec, uint32_t rank);
  * list or a null executable.
  */
 DistributedPlan plan_ranks(const std::vector<const Executable*>& execs);
+
+/*!
+ * The plans of one executable whose graph holds every rank, each rank on a comp node of its
+ * own (N collectives of one key on N comp nodes): one rank per comp node, numbered in the
+ * order of exec.sequences(), with group_ranks and problems as plan_ranks() gives them.
+ */
+DistributedPlan plan_comp_node_ranks(const Executable& exec);
 
 } // namespace braid::parallel

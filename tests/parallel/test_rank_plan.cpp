@@ -178,3 +178,36 @@ TEST_F(RankPlanTest, RefusesAnEmptyOrNullList) {
     EXPECT_THROW(plan_ranks({}), ValueError);
     EXPECT_THROW(plan_ranks({nullptr}), ValueError);
 }
+
+TEST_F(RankPlanTest, PlansOneGraphThatHoldsEveryRankPerCompNode) {
+    // One graph, rank r on comp node cpu<r>: x_r {8,16} times w_r {16,32}, all-reduced with
+    // its peers (one key on both comp nodes), fetched.
+    auto g = ComputingGraph::make();
+    auto client = std::make_shared<comm::InProcessGroupClient>();
+    SymbolVarArray outs;
+    for (int32_t r = 0; r < 2; ++r) {
+        auto cn = CompNode::load(fmt::format("cpu{}", r));
+        auto x = opr::Input::make(*g, fmt::format("x{}", r), dtype::Float32(), {8, 16}, cn);
+        auto w = opr::SharedParam::make(
+            *g, std::make_shared<Tensor>(TensorShape{16, 32}, dtype::Float32()),
+            OperatorConfig::on(cn));
+        opr::Group group{"one_graph", 2, r, client, "local", 0, cn};
+        outs.push_back(opr::all_reduce_sum(opr::matmul(x, w), group));
+    }
+    auto exec = g->compile(std::vector<OutputSpec>(outs.begin(), outs.end()));
+    auto plan = plan_comp_node_ranks(*exec);
+    ASSERT_EQ(plan.ranks.size(), 2u) << plan.to_string();
+    EXPECT_TRUE(plan.problems.empty()) << plan.to_string();
+    for (uint32_t r = 0; r < 2; ++r) {
+        const auto& rp = plan.ranks[r];
+        EXPECT_EQ(rp.param_bytes, 2048u);
+        EXPECT_EQ(rp.input_bytes, 512u);
+        // The all-reduce writes its fetched output in place of h: one {8,32} allocation kept
+        // apart from the arena.
+        EXPECT_EQ(rp.output_bytes, 1024u) << plan.to_string();
+        ASSERT_EQ(rp.collectives.size(), 1u);
+        EXPECT_EQ(rp.collectives[0].comp_node, fmt::format("cpu{}", r));
+        EXPECT_EQ(rp.collectives[0].group_ranks, (std::vector<uint32_t>{0, 1}));
+        EXPECT_EQ(rp.collectives[0].bytes_sent, 1024u);
+    }
+}
