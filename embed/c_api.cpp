@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <new>
 #include <unordered_map>
@@ -187,6 +188,30 @@ braid_status* braid_model_load_file(const char* path, braid_model** out) {
         require(out, "out", "braid_model_load_file");
         *out = nullptr;
         auto model = Model::load(path);
+        *out = publish(new braid_model{std::move(model)}, Registry::MODEL);
+    });
+}
+
+braid_status* braid_model_load_file_bound(const char* path, size_t num_bound,
+                                          const char* const* names, const double* const* values,
+                                          const size_t* counts, braid_model** out) {
+    return call([&] {
+        const char* fn = "braid_model_load_file_bound";
+        require(path, "path", fn);
+        require(out, "out", fn);
+        *out = nullptr;
+        if (num_bound) {
+            require(names, "names", fn);
+            require(values, "values", fn);
+            require(counts, "counts", fn);
+        }
+        std::map<std::string, std::vector<double>> bound;
+        for (size_t i = 0; i < num_bound; ++i) {
+            require(names[i], "names[i]", fn);
+            if (counts[i]) require(values[i], "values[i]", fn);
+            bound[names[i]].assign(values[i], values[i] + counts[i]);
+        }
+        auto model = Model::load(path, {}, bound);
         *out = publish(new braid_model{std::move(model)}, Registry::MODEL);
     });
 }

@@ -141,6 +141,25 @@ std::shared_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
     });
 }
 
+std::shared_ptr<Model> Model::load(const std::string& path, const ModelOptions& options,
+                                   const std::map<std::string, std::vector<double>>& shape_inputs) {
+    if (!onnx_import::is_onnx_path(path))
+        throw Error(Code::INVALID_ARGUMENT,
+                    path + ": shape inputs are bound in ONNX models only (a .onnx path)");
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0)
+        throw Error(Code::NOT_FOUND, path + ": cannot open: " + std::strerror(errno));
+    return translate([&] {
+        LoadOptions lopt = load_options(options);
+        for (auto& [name, values] : shape_inputs) {
+            Tensor t(TensorShape{values.size()}, dtype::Float64());
+            std::copy(values.begin(), values.end(), t.ptr<double>());
+            lopt.input_values[name] = t;
+        }
+        return make_model(onnx_import::load_model(path, lopt), nullptr);
+    });
+}
+
 std::shared_ptr<Model> Model::load_buffer(const void* data, size_t size, bool copy,
                                           const ModelOptions& options) {
     if (!data && size) throw Error(Code::INVALID_ARGUMENT, "load_buffer: data is null");

@@ -1,6 +1,7 @@
 // The embedding C++ API (embed/include/braid/embed.h): loading, binding, concurrent runs on one
 // model, errors, cancellation, deadlines and lifetimes.
 #include "braid.h"
+#include "braid/braid_c.h"
 #include "braid/embed.h"
 #include "helpers.h"
 #include "onnx_import/onnx_import.h"
@@ -320,4 +321,51 @@ TEST(Embed, LoadsOnnxModels) {
     exec->feed(loaded.inputs[0].var, xt).run();
     auto out = ctx->output(model->outputs()[0].name);
     EXPECT_EQ(std::memcmp(out.data, exec->output(0).raw_ptr(), out.bytes), 0);
+}
+
+TEST(Embed, BindsTheShapeInputsOfOnnxModels) {
+    // Reshape's target is a graph input ("shape"): without a value the model does not load,
+    // naming the input; with one it becomes a constant.
+    const std::string path =
+        "/usr/share/libonnx-testdata/data/node/test_reshape_reordered_all_dims/model.onnx";
+    try {
+        em::Model::load(path);
+        FAIL() << "loaded a model whose shape input has no value";
+    } catch (const em::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("graph input(s) shape"), std::string::npos)
+            << e.what();
+    }
+    auto model = em::Model::load(path, {}, {{"shape", {4, 2, 3}}});
+    ASSERT_EQ(model->inputs().size(), 1u);
+    EXPECT_EQ(model->inputs()[0].name, "data");
+    auto ctx = model->create_context();
+    auto x = random_floats(24, 9);
+    ctx->set_input("data", x.data(), em::DType::FLOAT32, {2, 3, 4});
+    ctx->run();
+    auto y = ctx->output(model->outputs()[0].name);
+    EXPECT_EQ(y.shape, (std::vector<int64_t>{4, 2, 3}));
+    EXPECT_EQ(std::memcmp(y.data, x.data(), 24 * sizeof(float)), 0);
+
+    // The C API, and its errors: a wrong value count, a braid file.
+    const char* names[] = {"shape"};
+    const double values[] = {4, 2, 3}, bad[] = {4, 6};
+    const double* vals[] = {values};
+    const double* bad_vals[] = {bad};
+    size_t counts[] = {3}, bad_counts[] = {2};
+    braid_model* m = nullptr;
+    ASSERT_EQ(braid_model_load_file_bound(path.c_str(), 1, names, vals, counts, &m), nullptr);
+    size_t n = 0;
+    braid_model_num_inputs(m, &n);
+    EXPECT_EQ(n, 1u);
+    braid_model_release(m);
+    braid_status* st =
+        braid_model_load_file_bound(path.c_str(), 1, names, bad_vals, bad_counts, &m);
+    ASSERT_NE(st, nullptr);
+    EXPECT_NE(std::string(braid_status_message(st)).find("holds 3"), std::string::npos)
+        << braid_status_message(st);
+    braid_status_free(st);
+    st = braid_model_load_file_bound(path.c_str(), 1, nullptr, vals, counts, &m);
+    ASSERT_NE(st, nullptr);
+    EXPECT_EQ(braid_status_code(st), BRAID_INVALID_ARGUMENT);
+    braid_status_free(st);
 }

@@ -68,6 +68,12 @@ const char* braid_code_name(braid_code code);
 
 /* Models. */
 braid_status* braid_model_load_file(const char* path, braid_model** out);
+/* An ONNX model whose shape inputs (docs/onnx.md) get values when it is imported: input
+ * names[i] takes the counts[i] values at values[i], converted to its dtype; those inputs become
+ * constants and are not listed among the model's inputs. */
+braid_status* braid_model_load_file_bound(const char* path, size_t num_bound,
+                                          const char* const* names, const double* const* values,
+                                          const size_t* counts, braid_model** out);
 /* copy == 0: the buffer is used in place; keep it alive and unchanged while the model lives. */
 braid_status* braid_model_load_buffer(const void* data, size_t size, int copy, braid_model** out);
 /* Releases the caller's reference; contexts keep the model alive until they are destroyed. */

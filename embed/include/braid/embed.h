@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <functional>
 #include <future>
+#include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -126,6 +127,12 @@ public:
     //! Maps the file at `path` (weights are used in place from the mapping, never copied). A
     //! path ending in ".onnx" is imported as ONNX (docs/onnx.md).
     static std::shared_ptr<Model> load(const std::string& path, const ModelOptions& options = {});
+    //! An ONNX model whose shape inputs (graph inputs an op reads as a shape, axes, sizes or
+    //! scales: docs/onnx.md) get the values in `shape_inputs` when it is imported; those inputs
+    //! become constants and are not among inputs(). Values are converted to each input's dtype.
+    static std::shared_ptr<Model>
+    load(const std::string& path, const ModelOptions& options,
+         const std::map<std::string, std::vector<double>>& shape_inputs);
     //! A model in memory. With `copy` false the buffer is used in place (no copy; a 64-byte
     //! aligned buffer also serves the weights in place): keep it alive and unchanged while the
     //! model lives. With `copy` true the bytes may be freed on return.
