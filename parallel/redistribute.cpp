@@ -11,18 +11,6 @@ namespace braid::parallel {
 
 namespace {
 
-const char* reduce_op_name(ReduceOp op) {
-    switch (op) {
-    case ReduceOp::SUM:
-        return "sum";
-    case ReduceOp::MAX:
-        return "max";
-    case ReduceOp::MIN:
-        return "min";
-    }
-    return "?";
-}
-
 //! The permutation that moves `dim` to the front, the others keeping their order.
 std::vector<int> to_front(int dim, size_t ndim) {
     std::vector<int> perm{dim};
@@ -126,7 +114,7 @@ SymbolVar shard_to_shard(SymbolVar x, const Context& c, int from, int to, const 
 std::string placement_name(const Placement& p) {
     if (std::holds_alternative<Replicate>(p)) return "Replicate";
     if (auto* s = std::get_if<Shard>(&p)) return fmt::format("Shard({})", s->dim);
-    return fmt::format("Partial({})", reduce_op_name(std::get<Partial>(p).op));
+    return fmt::format("Partial({})", comm::reduce_op_name(std::get<Partial>(p).op));
 }
 
 TensorShape local_shape(const TensorShape& global, const Placement& p, uint32_t axis_size) {

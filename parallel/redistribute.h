@@ -27,6 +27,7 @@
 // its other collectives over that axis.
 #pragma once
 
+#include "comm/communicator.h"
 #include "graph/symbol_var.h"
 #include "parallel/mesh.h"
 
@@ -44,8 +45,8 @@ struct Shard {
     int dim = 0;
     bool operator==(const Shard&) const = default;
 };
-//! How partial values combine.
-enum class ReduceOp : uint8_t { SUM, MAX, MIN };
+//! How partial values combine (the communicators' reduction).
+using comm::ReduceOp;
 //! Every rank holds a partial value; the tensor is their reduction by `op`.
 struct Partial {
     ReduceOp op = ReduceOp::SUM;
