@@ -15,6 +15,8 @@ using ConverterTable = std::map<std::string, Converter>;
 //! resizing: ops_nn.cpp) to `table`.
 void add_nn_converters(ConverterTable& table);
 
+//! Adds the shape and indexing ops: Reshape, Transpose, Slice, Pad, Gather, ... (ops_shape.cpp).
+void add_shape_converters(ConverterTable& table);
 //! Adds the quantization converters (ops_quant.cpp).
 void add_quant_converters(ConverterTable& table);
 //! Adds the converters of ai.onnx.preview.training (optimizers, Gradient) and of the signal
@@ -39,6 +41,9 @@ void check_size(const NodeCtx& c, double elements, const std::string& what);
 //! `axis` counted from the front; negative values count from the end. Out of range: an error
 //! naming the node.
 int norm_axis(const NodeCtx& c, int64_t axis, size_t rank);
+//! The axes of a node (attribute "axes", else input `input`, else none), counted from the
+//! front and sorted.
+std::vector<int> axes_of(const NodeCtx& c, size_t rank, size_t input);
 //! The rank of v; unsupported when it is known only at run time.
 size_t rank_of(const NodeCtx& c, const SymbolVar& v);
 inline SymbolVarArray one(SymbolVar v) {
