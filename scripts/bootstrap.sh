@@ -14,6 +14,8 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin
   libcli11-dev libasio-dev
   libonnx-dev libonnx-testdata libprotobuf-dev
+  libgloo-dev
+  libcpp-httplib-dev wrk hey curl
   clang clang-format libclang-rt-dev
 )
 
