@@ -2,6 +2,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "comm/gloo_communicator.h"
 #include "comm/local_communicator.h"
 #include "comm/mpi_communicator.h"
 
@@ -195,6 +196,7 @@ CommunicatorRegistry::CommunicatorRegistry() {
     // The built-in backends, listed explicitly (no static registration objects).
     m_factories["local"] = make_local_communicator;
     m_factories["mpi"] = make_mpi_communicator;
+    m_factories["gloo"] = make_gloo_communicator; // refuses in builds without gloo
 #if BRAID_WITH_NCCL
     m_factories["nccl"] = make_nccl_communicator;
 #endif

@@ -154,7 +154,7 @@ private:
 using CommunicatorFactory =
     std::function<std::shared_ptr<Communicator>(const CommunicatorDesc& desc)>;
 
-//! Backends by name. The built-in ones ("local", "mpi", and "nccl" in builds with NCCL) are
+//! Backends by name. The built-in ones ("local", "mpi", "gloo", and "nccl" in builds with NCCL) are
 //! registered when the registry is first used; others call add(). Thread-safe.
 class CommunicatorRegistry {
 public:

@@ -4,6 +4,7 @@
 //     braid-run model.braid --devices 4                      # 4 ranks as threads
 //     braid-run model.braid --server host:port --rank R --world-size N
 //     mpirun -np 2 braid-run model.braid --backend mpi
+//     braid-launch -n 3 -- braid-run model.braid --backend gloo   # ranks from the environment
 //
 // Exit status: 0 success, 2 usage error, 3 bad model or input file, 4 failure while running.
 // Every error is one line on stderr. See docs/cli.md.
@@ -274,8 +275,9 @@ int main(int argc, char** argv) {
     app.add_option("--backend", cfg.backend,
                    "Collective backend: local (ranks as threads, the default), mpi (one rank "
                    "per process under mpirun; MPI rank 0 hosts the group manager unless "
-                   "--server is given), nccl")
-        ->check(CLI::IsMember({"local", "mpi", "nccl"}));
+                   "--server is given), gloo (one rank per process, on any host, meeting at "
+                   "--server; the default under braid-launch), nccl")
+        ->check(CLI::IsMember({"local", "mpi", "gloo", "nccl"}));
     devices->excludes(server);
 
     try {
@@ -292,6 +294,7 @@ int main(int argc, char** argv) {
     if (!std::getenv("BRAID_LOG_LEVEL")) logger()->set_level(spdlog::level::critical);
 
     try {
+        apply_launch_environment(cfg);
         for (auto& s : inputs) cfg.inputs.push_back(parse_input_spec(s));
         for (auto& s : binds) {
             auto [name, value] = parse_binding(s);

@@ -374,6 +374,27 @@ void finish_mpi_ranks(comm::MpiRendezvous& rendezvous) {
 
 } // namespace
 
+void apply_launch_environment(RunConfig& cfg) {
+    const char* server = std::getenv("BRAID_SERVER");
+    const char* rank = std::getenv("BRAID_RANK");
+    const char* world_size = std::getenv("BRAID_WORLD_SIZE");
+    if (cfg.devices > 1 || cfg.backend == "mpi" || !server || !rank || !world_size) return;
+    auto number = [](const char* name, const char* text, int low) {
+        std::string s = text;
+        if (s.empty() || s.size() > 7 || s.find_first_not_of("0123456789") != std::string::npos ||
+            std::stoi(s) < low)
+            throw ToolError(EXIT_USAGE, fmt::format("{}=\"{}\" (set by braid-launch) is not a "
+                                                    "number >= {}",
+                                                    name, s, low));
+        return std::stoi(s);
+    };
+    if (cfg.server.empty()) cfg.server = server;
+    if (cfg.rank < 0) cfg.rank = number("BRAID_RANK", rank, 0);
+    if (cfg.world_size <= 0) cfg.world_size = number("BRAID_WORLD_SIZE", world_size, 1);
+    if (cfg.backend.empty()) cfg.backend = "gloo";
+    cfg.launched = true;
+}
+
 TensorShape parse_shape(const std::string& text, const std::string& what) {
     std::vector<size_t> dims;
     if (text.empty() || text == "scalar") return TensorShape{};
@@ -513,12 +534,13 @@ RunResult run_model(const RunConfig& cfg) {
                                   result.collectives ? ""
                                                      : ": the model has no collective "
                                                        "operators, so this rank runs alone");
-        result.report = cfg.backend != "mpi" || binding.rank == 0;
+        result.report = (cfg.backend != "mpi" && !cfg.launched) || binding.rank == 0;
         if (result.collectives && binding.backend == "local" && binding.world_size > 1)
             throw ToolError(EXIT_USAGE,
                             fmt::format("rank {} of {}: the local backend runs ranks as threads "
                                         "of one process (--devices N); ranks in processes of "
-                                        "their own need --backend mpi (under mpirun) or nccl",
+                                        "their own need --backend gloo, mpi (under mpirun) "
+                                        "or nccl",
                                         binding.rank, binding.world_size));
     }
     if (cfg.devices == 1)

@@ -61,7 +61,9 @@ struct RunConfig {
     std::string server; //!< host:port of the group manager
     int rank = -1;
     int world_size = 0;
-    std::string backend; //!< local, mpi, nccl; empty: local
+    std::string backend; //!< local, mpi, gloo, nccl; empty: local (gloo under braid-launch)
+    //! Rank, world size and server came from braid-launch's environment (rank 0 reports).
+    bool launched = false;
     //! ONNX shape inputs bound at import (--bind).
     std::map<std::string, Tensor> bound_inputs;
 };
@@ -125,6 +127,13 @@ struct LatencyStats {
 };
 LatencyStats latency_stats(std::vector<double> samples);
 
+/*!
+ * Under braid-launch (BRAID_SERVER, BRAID_RANK and BRAID_WORLD_SIZE set) fills --server,
+ * --rank and --world-size where the flags left them unset, and the backend (gloo) when none
+ * was chosen; does nothing under --devices N or --backend mpi. Throws ToolError(EXIT_USAGE)
+ * for a malformed variable.
+ */
+void apply_launch_environment(RunConfig& config);
 //! Runs the model as the config says; throws ToolError with the exit status to use.
 RunResult run_model(const RunConfig& config);
 
