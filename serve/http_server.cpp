@@ -1,0 +1,478 @@
+#include "serve/http_server.h"
+
+#include "serve/json.h"
+#include "serve/protocol.h"
+
+#include <httplib.h>
+#include <pthread.h>
+
+#include <charconv>
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
+#include <functional>
+#include <mutex>
+
+namespace braid::serve {
+
+namespace {
+
+const char* const JSON_TYPE = "application/json";
+
+/*!
+ * httplib's task queue, one job per accepted connection: a thread per connection being served,
+ * up to `max_threads`; further connections wait in order for a thread. Idle threads linger 2 s
+ * for the next connection. shutdown() waits for the connections in progress until the drain
+ * deadline. The state is shared with the (detached) threads, so none outlives it.
+ */
+class ConnectionQueue : public httplib::TaskQueue {
+public:
+    struct State {
+        std::mutex mutex;
+        std::condition_variable work_cv, done_cv;
+        std::deque<std::function<void()>> pending;
+        size_t threads = 0, idle = 0, busy = 0;
+        size_t max_threads = 1;
+        bool shutdown = false;
+    };
+
+    ConnectionQueue(std::shared_ptr<State> state, int drain_timeout_s, bool& drained)
+        : m_state(std::move(state)), m_drain_timeout_s(drain_timeout_s), m_drained(drained) {}
+
+    void enqueue(std::function<void()> fn) override {
+        std::unique_lock lock(m_state->mutex);
+        m_state->pending.push_back(std::move(fn));
+        if (m_state->pending.size() > m_state->idle && m_state->threads < m_state->max_threads)
+            spawn();
+        m_state->work_cv.notify_one();
+    }
+
+    void shutdown() override {
+        std::unique_lock lock(m_state->mutex);
+        m_state->shutdown = true;
+        m_state->work_cv.notify_all();
+        m_drained = m_state->done_cv.wait_for(lock, std::chrono::seconds(m_drain_timeout_s),
+                                              [&] { return m_state->threads == 0; });
+    }
+
+private:
+    static void* run(void* arg) {
+        std::shared_ptr<State> s(*static_cast<std::shared_ptr<State>*>(arg));
+        delete static_cast<std::shared_ptr<State>*>(arg);
+        std::unique_lock lock(s->mutex);
+        for (;;) {
+            if (!s->pending.empty()) {
+                auto fn = std::move(s->pending.front());
+                s->pending.pop_front();
+                ++s->busy;
+                lock.unlock();
+                fn(); // serves the connection, then closes it
+                fn = nullptr;
+                lock.lock();
+                --s->busy;
+                continue;
+            }
+            if (s->shutdown) break;
+            ++s->idle;
+            bool woken = s->work_cv.wait_for(lock, std::chrono::seconds(2),
+                                             [&] { return !s->pending.empty() || s->shutdown; });
+            --s->idle;
+            if (!woken) break;
+        }
+        --s->threads;
+        s->done_cv.notify_all();
+        return nullptr;
+    }
+
+    //! Starts one thread (the lock is held). A failure leaves the job queued for a running one.
+    void spawn() {
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+        pthread_attr_setstacksize(&attr, 4u << 20);
+#else
+        pthread_attr_setstacksize(&attr, 1u << 20);
+#endif
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        auto* arg = new std::shared_ptr<State>(m_state);
+        pthread_t thread;
+        if (pthread_create(&thread, &attr, &ConnectionQueue::run, arg) == 0) {
+            ++m_state->threads;
+        } else {
+            delete arg;
+            if (m_state->threads == 0)
+                std::fprintf(stderr, "braid-serve: cannot start a connection thread\n");
+        }
+        pthread_attr_destroy(&attr);
+    }
+
+    std::shared_ptr<State> m_state;
+    int m_drain_timeout_s;
+    bool& m_drained;
+};
+
+//! The path's segments: "/v2/models/mlp/infer" -> {"v2", "models", "mlp", "infer"}.
+std::vector<std::string> split_path(const std::string& path) {
+    std::vector<std::string> parts;
+    size_t i = 0;
+    while (i < path.size()) {
+        while (i < path.size() && path[i] == '/') ++i;
+        size_t j = path.find('/', i);
+        if (j == std::string::npos) j = path.size();
+        if (j > i) parts.push_back(path.substr(i, j - i));
+        i = j;
+    }
+    return parts;
+}
+
+void reply_json(httplib::Response& res, int status, std::string body) {
+    res.status = status;
+    res.body = std::move(body);
+    res.set_header("Content-Type", JSON_TYPE);
+}
+
+void reply_error(httplib::Response& res, int status, std::string_view message) {
+    reply_json(res, status, error_body(message));
+}
+
+bool parse_int64(const std::string& text, int64_t& out) {
+    auto r = std::from_chars(text.data(), text.data() + text.size(), out);
+    return r.ec == std::errc() && r.ptr == text.data() + text.size() && out >= 0;
+}
+
+std::string join(const std::vector<std::string>& names) {
+    std::string s;
+    for (auto& n : names) s += (s.empty() ? "" : ", ") + n;
+    return s.empty() ? "none" : s;
+}
+
+} // namespace
+
+struct HttpServer::Impl {
+    ServerOptions options;
+    Repository& repository;
+    Metrics& metrics;
+    httplib::Server server;
+    std::shared_ptr<ConnectionQueue::State> connections =
+        std::make_shared<ConnectionQueue::State>();
+    bool drained = true;
+    std::atomic<bool> draining{false};
+
+    Impl(const ServerOptions& o, Repository& r, Metrics& m)
+        : options(o), repository(r), metrics(m) {}
+
+    void route(const httplib::Request& req, httplib::Response& res);
+    void infer(const std::string& name, const httplib::Request& req, httplib::Response& res);
+    void model_metadata(const std::string& name, httplib::Response& res);
+    void repository_call(const std::vector<std::string>& parts, httplib::Response& res);
+    std::string missing_model(const std::string& name) const;
+};
+
+std::string HttpServer::Impl::missing_model(const std::string& name) const {
+    if (repository.exists(name))
+        return "model \"" + name + "\" is not loaded (load it with POST /v2/repository/models/" +
+               name + "/load)";
+    return "no model named \"" + name.substr(0, 64) + "\" (models: " + join(repository.loaded()) +
+           ")";
+}
+
+void HttpServer::Impl::model_metadata(const std::string& name, httplib::Response& res) {
+    auto runner = repository.get(name);
+    if (!runner) return reply_error(res, 404, missing_model(name));
+    const ModelSignature& s = runner->signature();
+    std::string body = "{\"name\":";
+    append_json_string(body, name);
+    body += ",\"versions\":[\"1\"],\"platform\":";
+    append_json_string(body, runner->platform());
+    auto tensors = [&](const char* key, const std::vector<embed::TensorInfo>& infos) {
+        body += ",\"";
+        body += key;
+        body += "\":[";
+        for (size_t k = 0; k < infos.size(); ++k) {
+            body += k ? ",{\"name\":" : "{\"name\":";
+            append_json_string(body, infos[k].name);
+            body += ",\"datatype\":\"";
+            body += datatype_name(infos[k].dtype);
+            body += "\",\"shape\":[";
+            for (size_t i = 0; i < infos[k].shape.size(); ++i) {
+                if (i) body += ',';
+                append_json_number(body, infos[k].shape[i]);
+            }
+            body += "]}";
+        }
+        body += ']';
+    };
+    tensors("inputs", s.inputs);
+    tensors("outputs", s.outputs);
+    const ModelConfig& c = runner->config();
+    body += ",\"parameters\":{\"max_batch_size\":" + std::to_string(c.max_batch_size) +
+            ",\"max_queue_delay_us\":" + std::to_string(c.max_queue_delay_us) +
+            ",\"instances\":" + std::to_string(c.instances) + "}}";
+    reply_json(res, 200, std::move(body));
+}
+
+void HttpServer::Impl::infer(const std::string& name, const httplib::Request& req,
+                             httplib::Response& res) {
+    auto arrival = Clock::now();
+    auto runner = repository.get(name);
+    ModelMetrics& m = metrics.model(runner ? name : "(unknown)");
+    struct InFlight {
+        Metrics& server;
+        ModelMetrics& model;
+        InFlight(Metrics& s, ModelMetrics& m) : server(s), model(m) {
+            model.in_flight.fetch_add(1, std::memory_order_relaxed);
+        }
+        ~InFlight() {
+            server.in_flight.fetch_sub(1, std::memory_order_relaxed);
+            model.in_flight.fetch_sub(1, std::memory_order_relaxed);
+        }
+    };
+    size_t before = size_t(metrics.in_flight.fetch_add(1, std::memory_order_relaxed));
+    InFlight in_flight(metrics, m);
+    auto finish = [&](int status) {
+        m.count_status(status);
+        m.latency.observe(std::chrono::duration<double>(Clock::now() - arrival).count());
+    };
+    if (!runner) {
+        reply_error(res, 404, missing_model(name));
+        return finish(404);
+    }
+    if (before >= options.max_concurrent_requests) {
+        metrics.rejected_overload.fetch_add(1, std::memory_order_relaxed);
+        res.set_header("Retry-After", "1");
+        reply_error(res, 503,
+                    "model \"" + name + "\": " + std::to_string(before) +
+                        " inference requests in flight, the limit is " +
+                        std::to_string(options.max_concurrent_requests) +
+                        " (--max-concurrent-requests); retry later");
+        return finish(503);
+    }
+    try {
+        int64_t json_length = -1;
+        if (req.has_header("Inference-Header-Content-Length")) {
+            std::string v = req.get_header_value("Inference-Header-Content-Length");
+            if (!parse_int64(v, json_length))
+                throw RequestError(400, "model \"" + name +
+                                            "\": Inference-Header-Content-Length must be a "
+                                            "whole number >= 0, got \"" +
+                                            v.substr(0, 32) + "\"");
+        }
+        InferRequest request = decode_infer_request(req.body, json_length, runner->signature());
+        int64_t timeout_us = options.request_timeout_ms * 1000;
+        if (req.has_header("Inference-Timeout-Us")) {
+            std::string v = req.get_header_value("Inference-Timeout-Us");
+            int64_t t;
+            if (!parse_int64(v, t))
+                throw RequestError(400, "model \"" + name +
+                                            "\": Inference-Timeout-Us must be a whole number of "
+                                            "microseconds >= 0, got \"" +
+                                            v.substr(0, 32) + "\"");
+            timeout_us = std::min(timeout_us, t);
+        }
+        if (request.timeout_us >= 0) timeout_us = std::min(timeout_us, request.timeout_us);
+        auto deadline = arrival + std::chrono::microseconds(timeout_us);
+        InferResult result;
+        runner->infer(request, arrival, deadline, result);
+        res.status = 200;
+        res.body = std::move(result.body);
+        if (result.json_length >= 0) {
+            res.set_header("Content-Type", "application/octet-stream");
+            res.set_header("Inference-Header-Content-Length", std::to_string(result.json_length));
+        } else {
+            res.set_header("Content-Type", JSON_TYPE);
+        }
+        finish(200);
+    } catch (const RequestError& e) {
+        reply_error(res, e.status(), e.what());
+        finish(e.status());
+    }
+}
+
+void HttpServer::Impl::repository_call(const std::vector<std::string>& parts,
+                                       httplib::Response& res) {
+    if (!options.model_control)
+        return reply_error(res, 403,
+                           "the model repository endpoints are disabled; start braid-serve with "
+                           "--model-control to enable them");
+    // parts: v2 repository index | v2 repository models NAME load|unload
+    if (parts.size() == 3 && parts[2] == "index") {
+        std::string body = "[";
+        bool first = true;
+        for (auto& e : repository.index()) {
+            body += first ? "{\"name\":" : ",{\"name\":";
+            first = false;
+            append_json_string(body, e.name);
+            body += ",\"version\":\"1\",\"state\":\"";
+            body += e.ready ? "READY" : "UNAVAILABLE";
+            body += "\"}";
+        }
+        return reply_json(res, 200, body + "]");
+    }
+    if (parts.size() == 5 && parts[2] == "models" && (parts[4] == "load" || parts[4] == "unload")) {
+        const std::string& name = parts[3];
+        try {
+            if (parts[4] == "load") {
+                repository.load(name);
+            } else if (!repository.unload(name)) {
+                return reply_error(res, 404, missing_model(name));
+            }
+        } catch (const RequestError& e) {
+            return reply_error(res, e.status(), e.what());
+        }
+        return reply_json(res, 200, "{}");
+    }
+    reply_error(res, 404, "no such repository endpoint");
+}
+
+void HttpServer::Impl::route(const httplib::Request& req, httplib::Response& res) {
+    auto parts = split_path(req.path);
+    bool get = req.method == "GET" || req.method == "HEAD";
+    bool post = req.method == "POST";
+    auto wrong_method = [&](const char* allowed) {
+        res.set_header("Allow", allowed);
+        reply_error(res, 405,
+                    req.method + " " + req.path + ": method not allowed (use " + allowed + ")");
+    };
+    if (parts.size() == 1 && parts[0] == "metrics") {
+        if (!get) return wrong_method("GET");
+        res.status = 200;
+        res.body = metrics.render();
+        res.set_header("Content-Type", "text/plain; version=0.0.4");
+        return;
+    }
+    if (parts.empty() || parts[0] != "v2")
+        return reply_error(res, 404, "no endpoint " + req.path.substr(0, 128));
+    if (parts.size() == 1) {
+        if (!get) return wrong_method("GET");
+        std::string body = "{\"name\":\"braid-serve\",\"version\":";
+        append_json_string(body, embed::version());
+        body += ",\"extensions\":[\"binary_tensor_data\"";
+        if (options.model_control) body += ",\"model_repository\"";
+        return reply_json(res, 200, body + "]}");
+    }
+    if (parts[1] == "health" && parts.size() == 3 && (parts[2] == "live" || parts[2] == "ready")) {
+        if (!get) return wrong_method("GET");
+        if (parts[2] == "live") return reply_json(res, 200, "{\"live\":true}");
+        if (draining.load()) return reply_error(res, 503, "the server is shutting down");
+        return reply_json(res, 200, "{\"ready\":true}");
+    }
+    if (parts[1] == "repository") {
+        if (!post) return wrong_method("POST");
+        return repository_call(parts, res);
+    }
+    if (parts[1] == "models" && parts.size() >= 3) {
+        const std::string& name = parts[2];
+        size_t rest = 3;
+        // /v2/models/NAME/versions/V/...: the one version, "1".
+        if (parts.size() >= 5 && parts[3] == "versions") {
+            if (parts[4] != "1")
+                return reply_error(res, 404,
+                                   "model \"" + name + "\" has no version \"" +
+                                       parts[4].substr(0, 32) + "\" (versions: 1)");
+            rest = 5;
+        }
+        if (parts.size() == rest) {
+            if (!get) return wrong_method("GET");
+            return model_metadata(name, res);
+        }
+        if (parts.size() == rest + 1 && parts[rest] == "ready") {
+            if (!get) return wrong_method("GET");
+            if (!repository.get(name)) return reply_error(res, 404, missing_model(name));
+            if (draining.load()) return reply_error(res, 503, "the server is shutting down");
+            return reply_json(res, 200, "{\"ready\":true}");
+        }
+        if (parts.size() == rest + 1 && parts[rest] == "infer") {
+            if (!post) return wrong_method("POST");
+            return infer(name, req, res);
+        }
+    }
+    reply_error(res, 404, "no endpoint " + req.path.substr(0, 128));
+}
+
+HttpServer::HttpServer(const ServerOptions& options, Repository& repository, Metrics& metrics)
+    : m_impl(std::make_unique<Impl>(options, repository, metrics)) {
+    Impl& s = *m_impl;
+    s.connections->max_threads = std::max<size_t>(1, options.max_connections);
+    auto state = s.connections;
+    metrics.set_connection_gauges(
+        [state] {
+            std::lock_guard lock(state->mutex);
+            return int64_t(state->busy);
+        },
+        [state] {
+            std::lock_guard lock(state->mutex);
+            return int64_t(state->pending.size());
+        });
+    s.server.new_task_queue = [&s] {
+        return new ConnectionQueue(s.connections, s.options.drain_timeout_s, s.drained);
+    };
+    s.server.set_payload_max_length(options.max_body_bytes);
+    s.server.set_keep_alive_max_count(1u << 30);
+    s.server.set_keep_alive_timeout(options.idle_timeout_s);
+    s.server.set_read_timeout(options.read_timeout_s, 0);
+    s.server.set_write_timeout(options.write_timeout_s, 0);
+    s.server.set_tcp_nodelay(true);
+    auto handler = [&s](const httplib::Request& req, httplib::Response& res) { s.route(req, res); };
+    // Every method reaches route(), which answers 404 / 405 itself.
+    s.server.Get(".*", handler);
+    s.server.Post(".*", handler);
+    s.server.Put(".*", handler);
+    s.server.Delete(".*", handler);
+    s.server.Patch(".*", handler);
+    s.server.Options(".*", handler);
+    // httplib's own errors (413 over the body limit, 400 for a malformed request) get a JSON
+    // body too; responses that already have one keep it.
+    s.server.set_error_handler([&s](const httplib::Request& req, httplib::Response& res) {
+        if (!res.body.empty()) return;
+        std::string message;
+        if (res.status == 413)
+            message = "the request body is over the limit of " +
+                      std::to_string(s.options.max_body_bytes) + " bytes (--max-body-bytes)";
+        else if (res.status == 414)
+            message = "the request URI is too long";
+        else
+            message = "HTTP status " + std::to_string(res.status) + " for " + req.method + " " +
+                      req.path.substr(0, 128);
+        reply_error(res, res.status, message);
+    });
+    s.server.set_exception_handler(
+        [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+            std::string what = "unknown exception";
+            try {
+                std::rethrow_exception(ep);
+            } catch (const std::exception& e) {
+                what = e.what();
+            } catch (...) {
+            }
+            reply_error(res, 500, "internal error: " + what);
+        });
+}
+
+HttpServer::~HttpServer() = default;
+
+int HttpServer::bind() {
+    Impl& s = *m_impl;
+    int port;
+    if (s.options.port == 0) {
+        port = s.server.bind_to_any_port(s.options.host);
+    } else {
+        port = s.server.bind_to_port(s.options.host, s.options.port) ? s.options.port : -1;
+    }
+    if (port <= 0)
+        throw std::runtime_error("cannot listen on " + s.options.host + ":" +
+                                 std::to_string(s.options.port) +
+                                 " (address in use, or not an address of this machine)");
+    return port;
+}
+
+bool HttpServer::serve() {
+    m_impl->server.listen_after_bind();
+    return m_impl->drained;
+}
+
+void HttpServer::stop() {
+    m_impl->draining = true;
+    m_impl->server.stop();
+}
+
+} // namespace braid::serve
