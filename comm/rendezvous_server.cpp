@@ -8,6 +8,7 @@
 
 #include <asio.hpp>
 
+#include <fcntl.h>
 #include <sys/resource.h>
 
 #include <atomic>
@@ -458,6 +459,7 @@ void RendezvousServer::Impl::accept() {
         }
         std::error_code ignored;
         socket.set_option(tcp::no_delay(true), ignored);
+        fcntl(socket.native_handle(), F_SETFD, FD_CLOEXEC);
         std::string peer;
         auto endpoint = socket.remote_endpoint(ignored);
         if (!ignored) peer = fmt::format("{}:{}", endpoint.address().to_string(), endpoint.port());
@@ -518,6 +520,9 @@ uint16_t RendezvousServer::start() {
     try {
         tcp::endpoint endpoint(asio::ip::make_address(impl.options.host), impl.options.port);
         impl.acceptor.open(endpoint.protocol());
+        // Processes the host program starts (braid-launch's ranks) must not inherit the
+        // listener: it would keep the port open, unanswered, after stop().
+        fcntl(impl.acceptor.native_handle(), F_SETFD, FD_CLOEXEC);
         impl.acceptor.set_option(tcp::acceptor::reuse_address(true));
         impl.acceptor.bind(endpoint);
         impl.acceptor.listen(asio::socket_base::max_listen_connections);

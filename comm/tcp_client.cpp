@@ -106,10 +106,17 @@ std::unique_ptr<TcpGroupClient::Connection> TcpGroupClient::connect(std::string_
         if (!ec) {
             std::error_code ignored;
             connection->socket.set_option(tcp::no_delay(true), ignored);
+            m_reached = true;
             return connection;
         }
         last = ec;
-        // A refused connection usually means the server is still starting: retry a while.
+        // A refused connection usually means the server is still starting: retry a while. A
+        // server this client reached before has stopped instead.
+        if (ec == asio::error::connection_refused && m_reached)
+            BRAID_THROW(CommError,
+                        "{}(key \"{}\"): the rendezvous server {} refuses connections: {} (it "
+                        "was reachable before; did the server stop?)",
+                        call_name, key, address(), ec.message());
         if (ec != asio::error::connection_refused || Clock::now() >= give_up) break;
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }

@@ -10,6 +10,7 @@
 
 #include "comm/group_client.h"
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -23,7 +24,8 @@ struct TcpClientOptions {
     //! BRAID_TOKEN (empty when unset).
     std::string token = token_from_env();
     //! How long to keep retrying a refused connection (the server may still be starting);
-    //! never longer than the call's own deadline.
+    //! never longer than the call's own deadline. Once this client reached the server, a
+    //! refused connection is not retried: the server stopped.
     Duration connect_retry = std::chrono::seconds(30);
     //! Extra time to wait for the server's own timeout reply past the call's deadline.
     Duration reply_grace = std::chrono::seconds(2);
@@ -86,6 +88,9 @@ private:
     mutable std::mutex m_mutex;
     std::vector<std::unique_ptr<Connection>> m_idle;
     uint64_t m_next_request = 1;
+    //! Set once a connection succeeded: from then on a refused connection means the server
+    //! stopped, and fails at once instead of being retried.
+    std::atomic<bool> m_reached{false};
 };
 
 } // namespace braid::comm
