@@ -278,12 +278,10 @@ SymbolVar scatter_from_root(SymbolVar x, ComputingGraph& graph, const Group& g, 
 namespace braid::opr {
 
 namespace {
-
 //! Largest group size a model may record or a binding may ask for.
 constexpr int64_t MAX_COLLECTIVE_DEVICES = 1 << 20;
+} // namespace
 
-//! The group client a binding names: its own, one TCP client per server address, or the
-//! process-wide in-process group manager.
 std::shared_ptr<comm::GroupClient> binding_client(const CollectiveBinding& b,
                                                   const std::string& what) {
     if (b.group_client) return b.group_client;
@@ -311,8 +309,6 @@ std::shared_ptr<comm::GroupClient> binding_client(const CollectiveBinding& b,
     }
     return client;
 }
-
-} // namespace
 
 static void dump_collective_comm(const OperatorNode& opr, ParamWriter& w) {
     write_param(w, opr_cast<CollectiveComm>(opr).param());

@@ -21,7 +21,17 @@ namespace braid::comm {
 class Communicator;
 }
 
+namespace braid {
+struct CollectiveBinding;
+}
+
 namespace braid::opr {
+
+//! The group client a model's load-time binding names: its own, one TCP client per server
+//! address (shared by every operator naming it), or the process-wide in-process group manager.
+//! `what` prefixes the error for a malformed address.
+std::shared_ptr<comm::GroupClient> binding_client(const CollectiveBinding& binding,
+                                                  const std::string& what);
 
 //! The collectives. See docs/collectives.md for shapes and gradients.
 enum class CollectiveMode : uint8_t {

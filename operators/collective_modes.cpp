@@ -63,22 +63,6 @@ bool shape_from_root(const CollectiveComm& opr, TensorShape& out, bool may_block
     }
 }
 
-//! Zeroes a non-root's {1} placeholder output, in host memory or, for a stream backend, on
-//! the communicator's comp node (a copy queued on its stream, ordered before the collective).
-void zero_fill(const comm::Communicator& c, Tensor& t) {
-    if (!t.nr_bytes()) return;
-    if (t.device().kind == Device::Kind::CPU) {
-        std::memset(t.raw_ptr(), 0, t.nr_bytes());
-        return;
-    }
-    // The copy may still read its source after returning, so the zeros live for good.
-    alignas(16) static const uint8_t zeros[16] = {};
-    BRAID_ASSERT(t.nr_bytes() <= sizeof(zeros), "placeholder of {} bytes", t.nr_bytes());
-    Tensor host(Storage::wrap(const_cast<uint8_t*>(zeros), sizeof(zeros), Device::cpu()), 0,
-                t.layout());
-    c.comp_node().copy(t, host);
-}
-
 //! This rank, which local gradients need when the graph is built.
 long known_rank(const CollectiveComm& opr) {
     if (opr.param().rank < 0)
@@ -336,6 +320,20 @@ VarNode* collective_grad(OperatorNode& node, size_t wrt, const VarNodeArray& out
 }
 
 } // namespace
+
+void zero_fill(const comm::Communicator& c, Tensor& t) {
+    if (!t.nr_bytes()) return;
+    if (t.device().kind == Device::Kind::CPU) {
+        std::memset(t.raw_ptr(), 0, t.nr_bytes());
+        return;
+    }
+    // The copy may still read its source after returning, so the zeros live for good.
+    alignas(16) static const uint8_t zeros[16] = {};
+    BRAID_ASSERT(t.nr_bytes() <= sizeof(zeros), "placeholder of {} bytes", t.nr_bytes());
+    Tensor host(Storage::wrap(const_cast<uint8_t*>(zeros), sizeof(zeros), Device::cpu()), 0,
+                t.layout());
+    c.comp_node().copy(t, host);
+}
 
 const CollectiveModeTrait& mode_trait(CollectiveMode mode) {
     static const AllReduce sum(comm::ReduceOp::SUM), max(comm::ReduceOp::MAX),

@@ -45,6 +45,11 @@ public:
     virtual VarNode* grad(CollectiveComm& opr, size_t wrt, SymbolVar g) const = 0;
 };
 
+//! Zeroes a {1} placeholder output (a non-root's, a send's) in host memory or, for a stream
+//! backend, on the communicator's comp node (a copy queued on its stream, ordered before the
+//! transfer).
+void zero_fill(const comm::Communicator& c, Tensor& t);
+
 //! The trait of `mode`.
 const CollectiveModeTrait& mode_trait(CollectiveMode mode);
 

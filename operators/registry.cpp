@@ -26,6 +26,7 @@ void register_fill_operators();
 void register_optimizer_operators();
 void register_copy_operators();
 void register_collective_comm_operators();
+void register_remote_send_recv_operators();
 void register_cumsum_operators();
 } // namespace braid::opr
 
@@ -57,6 +58,7 @@ void register_all_operators() {
         register_optimizer_operators();
         register_copy_operators();
         register_collective_comm_operators();
+        register_remote_send_recv_operators();
         register_cumsum_operators();
     });
 }

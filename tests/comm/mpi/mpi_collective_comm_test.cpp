@@ -1,12 +1,13 @@
-// CollectiveComm on the "mpi" backend: one graph per process under mpirun. Every process
-// draws every rank's inputs from a seed all ranks share, so each can compute what any rank
-// must get (tests/operators/collective_reference.h). Checked: every mode forward with two
-// roots, the static output shapes of non-roots before any rank executes, and the gradients of
-// a loss summed over ranks for the modes whose backward pass is itself a collective.
+// CollectiveComm (and RemoteSend / RemoteRecv, last) on the "mpi" backend: one graph per process
+// under mpirun. Every process draws every rank's inputs from a seed all ranks share, so each can
+// compute what any rank must get (tests/operators/collective_reference.h). Checked: every mode
+// forward with two roots, the static output shapes of non-roots before any rank executes, and the
+// gradients of a loss summed over ranks for the modes whose backward pass is itself a collective.
 #include "checker.h"
 #include "collective_reference.h"
 #include "comm/mpi_communicator.h"
 #include "mpi_test_main.h"
+#include "operators/remote_send_recv.h"
 
 #include <gtest/gtest.h>
 
@@ -170,6 +171,61 @@ TEST(MpiCollectiveComm, GradientsOfALossSummedOverRanks) {
             expect_tensor_near(exec->output(1), expected_input_grad(mode, weights, in_shape, rank),
                                1e-5, 1e-5, fmt::format("d loss / d x on rank {}", rank));
     }
+}
+
+TEST(MpiRemoteSendRecv, EveryDtypeAndTheGradientBetweenTwoProcesses) {
+    // Rank 0 sends to the last rank; the other ranks take no part. Values of several dtypes,
+    // then h = x * a sent, loss = sum(received * w) on the receiver, and both gradients.
+    register_all_operators();
+    uint32_t n = world_size(), rank = world_rank(), last = n - 1;
+    if (n < 2) GTEST_SKIP() << "needs two processes";
+    auto client = comm::test::mpi_test_client();
+    std::mt19937 rng(11); // the same draws on every rank
+    for (DType dt : {dtype::Float32(), dtype::BFloat16(), dtype::Int64(), dtype::Uint8()}) {
+        Tensor value = random_tensor({3, 4}, dt, rng);
+        std::string key = fresh_key("p2p");
+        auto graph = ComputingGraph::make();
+        if (rank == 0) {
+            auto x = opr::Input::make(*graph, "x", dt, {3, 4});
+            auto exec = graph->compile({opr::remote_send(x, key, int32_t(last), client, "mpi")});
+            exec->feed("x", value);
+            exec->run();
+        } else if (rank == last) {
+            auto y = opr::remote_recv(*graph, key, 0, dt, client, "mpi");
+            auto exec = graph->compile({y});
+            EXPECT_EQ(y.shape(), TensorShape({3, 4}));
+            exec->run();
+            expect_tensor_near(exec->output(0), value, 0, 0, dt.name());
+        }
+        barrier();
+    }
+    Tensor xv = random_tensor({5}, dtype::Float32(), rng),
+           av = random_tensor({5}, dtype::Float32(), rng),
+           wv = random_tensor({5}, dtype::Float32(), rng);
+    std::string key = fresh_key("p2p-grad");
+    auto graph = ComputingGraph::make();
+    if (rank == 0) {
+        auto x = opr::Input::make(*graph, "x", dtype::Float32(), {5});
+        auto a = opr::Input::make(*graph, "a", dtype::Float32(), {5});
+        auto sent = opr::remote_send(x * a, key, int32_t(last), client, "mpi");
+        auto exec = graph->compile({sent, grad(sent, x)});
+        exec->feed("x", xv);
+        exec->feed("a", av);
+        exec->run();
+        for (size_t i = 0; i < 5; ++i)
+            EXPECT_NEAR(exec->output(1).ptr<float>()[i], av.ptr<float>()[i] * wv.ptr<float>()[i],
+                        1e-6);
+    } else if (rank == last) {
+        auto w = opr::Input::make(*graph, "w", dtype::Float32(), {5});
+        auto r = opr::remote_recv(*graph, key, 0, dtype::Float32(), client, "mpi");
+        auto exec = graph->compile({grad(opr::reduce_sum(r * w), w)});
+        exec->feed("w", wv);
+        exec->run();
+        for (size_t i = 0; i < 5; ++i)
+            EXPECT_NEAR(exec->output(0).ptr<float>()[i], xv.ptr<float>()[i] * av.ptr<float>()[i],
+                        1e-6);
+    }
+    barrier();
 }
 
 } // namespace
