@@ -8,6 +8,8 @@
 //     ./build/examples/data_parallel_mlp [--ranks 4] [--steps 20]
 //         ranks are threads of this process (backend "local", in-process group manager),
 //         rank r on comp node cpu<r>
+//     braid-launch -n 2 -- ./build/examples/data_parallel_mlp --backend gloo [--steps 20]
+//         one rank per process (backend "gloo"), meeting through braid-launch's group manager
 //     mpirun -np 2 ./build/examples/data_parallel_mlp --backend mpi [--steps 20]
 //         one rank per process (backend "mpi"); they meet through comm::MpiRendezvous, and
 //         every process computes the reference itself
@@ -18,6 +20,7 @@
 #include "braid.h"
 #include "comm/mpi_communicator.h"
 #include "comm/mpi_rendezvous.h"
+#include "comm/tcp_client.h"
 #include "mlp_classifier.h"
 
 #include <CLI/CLI.hpp>
@@ -237,13 +240,57 @@ int run_mpi(Options opt) {
     return any_failed;
 }
 
+/*!
+ * One rank per process under braid-launch (backend gloo): rank, world size and the group
+ * manager come from BRAID_RANK, BRAID_WORLD_SIZE and BRAID_SERVER. Every process also trains
+ * the reference and reports its own rank; braid-launch fails the job when one rank differs.
+ */
+int run_gloo(Options opt) {
+    const char* server = std::getenv("BRAID_SERVER");
+    const char* rank_text = std::getenv("BRAID_RANK");
+    const char* size_text = std::getenv("BRAID_WORLD_SIZE");
+    if (!server || !rank_text || !size_text)
+        BRAID_THROW(ValueError, "--backend gloo runs under braid-launch (BRAID_SERVER, "
+                                "BRAID_RANK and BRAID_WORLD_SIZE are not set)");
+    uint32_t rank = uint32_t(std::stoul(rank_text)), size = uint32_t(std::stoul(size_text));
+    if (opt.ranks_given && opt.ranks != size)
+        BRAID_THROW(ValueError, "--ranks {} but braid-launch started {} ranks", opt.ranks, size);
+    opt.ranks = size;
+    if (opt.batch % opt.ranks != 0)
+        BRAID_THROW(ValueError, "the batch of {} rows does not split over {} processes", opt.batch,
+                    opt.ranks);
+    std::string address = server;
+    auto colon = address.rfind(':');
+    if (colon == std::string::npos)
+        BRAID_THROW(ValueError, "BRAID_SERVER=\"{}\" is not HOST:PORT", address);
+    auto client = std::make_shared<comm::TcpGroupClient>(
+        address.substr(0, colon), uint16_t(std::stoul(address.substr(colon + 1))));
+    Problem problem = make_problem(opt);
+    MlpParams params = problem.initial.clone();
+    opr::Group group{"dp", size, int32_t(rank), client, "gloo", 0, CompNode::load("cpu0")};
+    auto losses = train_rank(problem, params, group, opt);
+
+    MlpParams reference = problem.initial.clone();
+    auto reference_losses = train_reference(problem, reference, opt);
+    if (rank == 0) {
+        std::printf("%u ranks as processes (backend gloo), %d steps, batch %zu (%zu per rank)\n",
+                    opt.ranks, opt.steps, opt.batch, opt.batch / opt.ranks);
+        print_losses(losses, reference_losses);
+    }
+    bool ok = report({max_relative_difference(params, reference)}, rank);
+    std::fflush(stdout);
+    comm::CommunicatorCache::instance().clear();
+    return ok ? 0 : 1;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
     Options opt;
     CLI::App app{"data_parallel_mlp: data-parallel MLP training checked against one rank"};
-    app.add_option("--backend", opt.backend, "local (ranks are threads) or mpi (under mpirun)")
-        ->check(CLI::IsMember({"local", "mpi"}));
+    app.add_option("--backend", opt.backend,
+                   "local (ranks are threads), mpi (under mpirun) or gloo (under braid-launch)")
+        ->check(CLI::IsMember({"local", "mpi", "gloo"}));
     app.add_option("--ranks", opt.ranks, "ranks (threads); with mpi: the number of processes")
         ->check(CLI::Range(1, 64));
     app.add_option("--steps", opt.steps, "training steps")->check(CLI::Range(1, 100000));
@@ -256,6 +303,7 @@ int main(int argc, char** argv) {
     try {
         register_all_operators();
         if (opt.backend == "mpi") return run_mpi(opt);
+        if (opt.backend == "gloo") return run_gloo(opt);
         if (opt.batch % opt.ranks != 0)
             BRAID_THROW(ValueError, "the batch of {} rows does not split over {} ranks", opt.batch,
                         opt.ranks);
