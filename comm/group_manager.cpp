@@ -256,6 +256,9 @@ void GroupManager::complete_register(const std::string& key, RegisterRound& roun
         if (round.peers[i].is_root) root_rank = uint32_t(rank_of[i]);
     }
     uint64_t generation = m_generation[key]++;
+    // Every non-root read the root's output shape before it registered: the record belongs to
+    // this round, and a later job under the same key must wait for its own root's shape.
+    m_shapes.erase(key);
     Hasher hasher(0x62726169646772ull);
     hasher.add("braid.group").add(key).add_pod(m_nonce).add_pod(generation).add_pod(n);
     for (uint64_t cn : member) hasher.add_pod(cn);
@@ -556,7 +559,10 @@ std::optional<std::string> GroupManager::withdraw(WaitId id, WithdrawReason reas
             ++round.departed.nr_comp_nodes;
         }
         round.peers.erase(peer);
-        if (round.peers.empty()) keep_departed(ref.kind, ref.key);
+        if (round.peers.empty()) {
+            keep_departed(ref.kind, ref.key);
+            m_shapes.erase(ref.key); // the job failed: its root's shape is no one's
+        }
         break;
     }
     case WaitKind::BCAST:

@@ -96,7 +96,12 @@ public:
      */
     WaitId opr_register(const std::string& key, uint32_t nr_devices, bool is_root, int32_t rank,
                         uint64_t comp_node_id, Done<RegisterInfo> done);
-    //! Stores the output shape of `key` (replacing an earlier one) and wakes its readers.
+    /*!
+     * Stores the output shape of `key` (replacing an earlier one) and wakes its readers. The
+     * record lasts until the next registration round of `key` completes (every non-root read
+     * it before registering) or ends with all its peers gone, so a later job under the same
+     * key never reads an earlier root's shape.
+     */
     void set_output_shape(const std::string& key, const TensorShape& shape);
     //! Completes with the shape of `key` once it was set.
     WaitId get_output_shape(const std::string& key, Done<TensorShape> done);

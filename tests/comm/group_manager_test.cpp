@@ -319,6 +319,24 @@ TEST(GroupManager, GetOutputShapeWaitsForSet) {
     EXPECT_THROW(client.get_output_shape("never", 50ms), TimeoutError);
 }
 
+TEST(GroupManager, NextJobUnderTheSameKeyNeverReadsTheLastRootsShape) {
+    InProcessGroupClient client;
+    // A job: the root publishes its shape, the non-root reads it, both register.
+    client.set_output_shape("b", TensorShape{4, 8});
+    EXPECT_EQ(client.get_output_shape("b", 50ms), (TensorShape{4, 8}));
+    for (auto& r : register_all(client, "b", {{2, true, 0, 0}, {2, false, 1, 1}}))
+        ASSERT_EQ(r.error, "");
+    // The next job's non-root waits for its own root instead of reading {4, 8}.
+    EXPECT_THROW(client.get_output_shape("b", 50ms), TimeoutError);
+    client.set_output_shape("b", TensorShape{2, 8});
+    EXPECT_EQ(client.get_output_shape("b", 50ms), (TensorShape{2, 8}));
+    // A job whose registration failed (its peers gave up) leaves no shape behind either.
+    auto out = register_all(client, "b", {{2, true, 0, 0}}, 30ms);
+    ASSERT_TRUE(contains(out[0].error, "timed out")) << out[0].error;
+    EXPECT_THROW(client.get_output_shape("b", 50ms), TimeoutError);
+    EXPECT_EQ(client.manager()->nr_pending(), 0u);
+}
+
 TEST(GroupManager, BcastBytesReturnsTheRootsBytesToEveryone) {
     InProcessGroupClient client;
     std::vector<std::string> got(3);
