@@ -5,6 +5,7 @@
 #include "base/error.h"
 #include "base/hash.h"
 #include "base/thread_pool.h"
+#include "operators/attention_kernels.h"
 #include "operators/dense_kernels.h"
 
 #include <algorithm>
@@ -73,118 +74,17 @@ bool Attention::infer_output_shapes(const InferCtx& ctx, TensorShape* out) const
     return true;
 }
 
-namespace {
-
-//! Most rows of queries per task, and keys per step of the online softmax. A task's score
-//! block (at most QUERY_BLOCK x KEY_BLOCK floats, 256 KiB) stays in L2 between the two GEMMs.
-//! 128 x 512 measured best for D = 64 among 32..256 x 256..2048 (OpenBLAS runs these GEMMs
-//! at about 80% of its large-GEMM rate).
-constexpr size_t QUERY_BLOCK = 128;
-constexpr size_t KEY_BLOCK = 512;
-//! Fewest rows per task when query blocks are narrowed to give every thread work.
-constexpr size_t MIN_QUERY_BLOCK = 32;
-
-struct AttentionGeometry {
-    size_t sq, sk, d, dv;
-    float scale;
-    bool causal;
-};
-
-/*!
- * One block of query rows [q0, q0 + rows) of one (batch, head): writes out rows (Dv each) and
- * lse. Keys are visited KEY_BLOCK at a time; per row the running max m and running sum l of
- * exp(s − m) are kept, and the output accumulator is rescaled whenever m grows.
- */
-void attention_block(const AttentionGeometry& g, const float* q, const float* k, const float* v,
-                     size_t q0, size_t rows, float* out, float* lse, float* scores, float* row_max,
-                     float* row_sum) {
-    const float ninf = -std::numeric_limits<float>::infinity();
-    // Query i sees keys j < i + 1 + (Sk − Sq); `visible_end` is that bound for row r, clamped.
-    ptrdiff_t shift = ptrdiff_t(g.sk) - ptrdiff_t(g.sq);
-    auto visible_end = [&](size_t r) -> size_t {
-        if (!g.causal) return g.sk;
-        ptrdiff_t e = ptrdiff_t(q0 + r) + 1 + shift;
-        return size_t(std::clamp<ptrdiff_t>(e, 0, ptrdiff_t(g.sk)));
-    };
-    size_t key_end = visible_end(rows - 1); // the last row sees the most keys
-    std::fill(out, out + rows * g.dv, 0.f);
-    std::fill(row_max, row_max + rows, ninf);
-    std::fill(row_sum, row_sum + rows, 0.f);
-    for (size_t k0 = 0; k0 < key_end; k0 += KEY_BLOCK) {
-        size_t kn = std::min(KEY_BLOCK, key_end - k0);
-        kern::sgemm(false, true, rows, kn, g.d, g.scale, q, g.d, k + k0 * g.d, g.d, 0.f, scores,
-                    kn);
-        for (size_t r = 0; r < rows; ++r) {
-            float* s = scores + r * kn;
-            size_t vis = std::min(kn, visible_end(r) - std::min(visible_end(r), k0));
-            if (vis < kn) std::fill(s + vis, s + kn, 0.f); // masked keys weigh nothing
-            if (vis == 0) continue;
-            float m_old = row_max[r];
-            float m_new = std::max(m_old, kern::row_max(s, vis));
-            float sum = kern::row_exp_sum(s, vis, m_new);
-            if (m_old != ninf && m_new != m_old) {
-                float alpha = std::exp(m_old - m_new);
-                row_sum[r] *= alpha;
-                kern::row_scale(out + r * g.dv, g.dv, alpha);
-            }
-            row_sum[r] += sum;
-            row_max[r] = m_new;
-        }
-        kern::sgemm(false, false, rows, g.dv, kn, 1.f, scores, kn, v + k0 * g.dv, g.dv, 1.f, out,
-                    g.dv);
-    }
-    for (size_t r = 0; r < rows; ++r) {
-        if (row_sum[r] > 0.f) {
-            kern::row_scale(out + r * g.dv, g.dv, 1.f / row_sum[r]);
-            lse[r] = row_max[r] + std::log(row_sum[r]);
-        } else {
-            // No visible key: out stays 0 and the log of an empty sum is -inf.
-            lse[r] = ninf;
-        }
-    }
-}
-
-} // namespace
-
 void Attention::execute(ExecCtx& ctx) {
     Tensor q = kern::as_float32(ctx.input(0)), k = kern::as_float32(ctx.input(1)),
            v = kern::as_float32(ctx.input(2));
     Tensor& out = ctx.output(0);
     Tensor& lse = ctx.output(1);
     const auto &qs = q.shape(), &ks = k.shape(), &vs = v.shape();
-    AttentionGeometry g{qs[2], ks[2], qs[3], vs[3], 0.f, m_param.causal};
+    kern::AttentionGeometry g{qs[2], ks[2], qs[3], vs[3], 0.f, m_param.causal};
     g.scale = m_param.scale ? *m_param.scale : 1.f / std::sqrt(float(g.d));
-    size_t heads = qs[0] * qs[1];
-    if (heads == 0 || g.sq == 0) return;
     Tensor outf = kern::float32_target(out);
-    const float* qp = q.ptr<float>();
-    const float* kp = k.ptr<float>();
-    const float* vp = v.ptr<float>();
-    float* op = outf.ptr<float>();
-    float* lp = lse.ptr<float>();
-    // Narrow the query blocks while there are fewer than two tasks per thread.
-    size_t qblock = QUERY_BLOCK;
-    while (qblock > MIN_QUERY_BLOCK &&
-           heads * ((g.sq + qblock - 1) / qblock) < 2 * kernel_threads())
-        qblock /= 2;
-    size_t qblocks = (g.sq + qblock - 1) / qblock;
-    kern::blas_single_thread();
-    parallel_for(heads * qblocks, 1, [&](size_t begin, size_t end) {
-        // Scratch kept per thread across runs: no page faults from fresh allocations.
-        thread_local std::vector<float> scratch;
-        size_t need = QUERY_BLOCK * KEY_BLOCK + 2 * QUERY_BLOCK;
-        if (scratch.size() < need) scratch.resize(need);
-        float* scores = scratch.data();
-        float* row_max = scores + QUERY_BLOCK * KEY_BLOCK;
-        float* row_sum = row_max + QUERY_BLOCK;
-        for (size_t t = begin; t < end; ++t) {
-            size_t bh = t / qblocks, q0 = (t % qblocks) * qblock;
-            size_t rows = std::min(qblock, g.sq - q0);
-            attention_block(g, qp + (bh * g.sq + q0) * g.d, kp + bh * g.sk * g.d,
-                            vp + bh * g.sk * g.dv, q0, rows, op + (bh * g.sq + q0) * g.dv,
-                            lp + bh * g.sq + q0, scores, row_max, row_sum);
-        }
-    });
+    kern::attention_forward(g, qs[0] * qs[1], kern::HeadStrides::contiguous(g), q.ptr<float>(),
+                            k.ptr<float>(), v.ptr<float>(), outf.ptr<float>(), lse.ptr<float>());
     kern::store_float32(outf, out);
 }
 

@@ -27,6 +27,7 @@ void register_optimizer_operators();
 void register_copy_operators();
 void register_collective_comm_operators();
 void register_remote_send_recv_operators();
+void register_ring_attention_operators();
 void register_cumsum_operators();
 } // namespace braid::opr
 
@@ -59,6 +60,7 @@ void register_all_operators() {
         register_copy_operators();
         register_collective_comm_operators();
         register_remote_send_recv_operators();
+        register_ring_attention_operators();
         register_cumsum_operators();
     });
 }
