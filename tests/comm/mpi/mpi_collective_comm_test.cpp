@@ -1,13 +1,16 @@
-// CollectiveComm (and RemoteSend / RemoteRecv, last) on the "mpi" backend: one graph per process
-// under mpirun. Every process draws every rank's inputs from a seed all ranks share, so each can
-// compute what any rank must get (tests/operators/collective_reference.h). Checked: every mode
-// forward with two roots, the static output shapes of non-roots before any rank executes, and the
-// gradients of a loss summed over ranks for the modes whose backward pass is itself a collective.
+// CollectiveComm (and, last, RemoteSend / RemoteRecv and ring attention) on the "mpi" backend: one
+// graph per process under mpirun. Every process draws every rank's inputs from a seed all ranks
+// share, so each can compute what any rank must get (tests/operators/collective_reference.h).
+// Checked: every mode forward with two roots, the static output shapes of non-roots before any rank
+// executes, and the gradients of a loss summed over ranks for the modes whose backward pass is
+// itself a collective.
 #include "checker.h"
 #include "collective_reference.h"
 #include "comm/mpi_communicator.h"
 #include "mpi_test_main.h"
 #include "operators/remote_send_recv.h"
+#include "operators/ring_attention.h"
+#include "parallel/context_parallel.h"
 
 #include <gtest/gtest.h>
 
@@ -226,6 +229,54 @@ TEST(MpiRemoteSendRecv, EveryDtypeAndTheGradientBetweenTwoProcesses) {
                         1e-6);
     }
     barrier();
+}
+
+TEST(MpiRingAttention, MatchesSingleRankAttentionForwardAndBackward) {
+    // Every process is one rank of the ring; each also computes single-rank attention on the
+    // whole sequence and compares its shard of out and of the gradients.
+    register_all_operators();
+    uint32_t n = world_size(), rank = world_rank();
+    std::mt19937 rng(29);
+    TensorShape qs{1, 2, 4 * n, 8};
+    Tensor q = random_tensor(qs, dtype::Float32(), rng),
+           k = random_tensor(qs, dtype::Float32(), rng),
+           v = random_tensor(qs, dtype::Float32(), rng),
+           w = random_tensor(qs, dtype::Float32(), rng);
+    for (auto rotation : {opr::RingRotation::ALL_GATHER, opr::RingRotation::RING}) {
+        SCOPED_TRACE(opr::ring_rotation_name(rotation));
+        auto shard = [&](const Tensor& t) { return parallel::shard_sequence(t, 2, n, true)[rank]; };
+        // Single rank, whole sequence: out and the gradients of sum(out * w), then this rank's
+        // shards of them.
+        auto ref = ComputingGraph::make();
+        auto in = [&](ComputingGraph& g, const char* name, const TensorShape& shape) {
+            return opr::Input::make(g, name, dtype::Float32(), shape);
+        };
+        auto rq = in(*ref, "q", qs), rk = in(*ref, "k", qs), rv = in(*ref, "v", qs),
+             rw = in(*ref, "w", qs);
+        auto rout = opr::Attention::make(rq, rk, rv, {true, std::nullopt})[0];
+        auto rgrads = grad(opr::reduce_sum(rout * rw), {rq, rk, rv});
+        auto rexec = ref->compile({rout, rgrads[0], rgrads[1], rgrads[2]});
+        for (auto [name, t] : {std::pair{"q", &q}, {"k", &k}, {"v", &v}, {"w", &w}})
+            rexec->feed(name, *t);
+        rexec->run();
+        // This process's rank of the ring.
+        auto g = ComputingGraph::make();
+        TensorShape ss = shard(q).shape();
+        auto sq = in(*g, "q", ss), sk = in(*g, "k", ss), sv = in(*g, "v", ss), sw = in(*g, "w", ss);
+        opr::RingGroup group{fresh_key("ring"), n, rank, comm::test::mpi_test_client(), "mpi"};
+        auto out =
+            opr::ring_attention(sq, sk, sv, group, {.causal = true, .rotation = rotation})[0];
+        auto grads = grad(opr::reduce_sum(out * sw), {sq, sk, sv});
+        auto exec = g->compile({out, grads[0], grads[1], grads[2]});
+        for (auto [name, t] : {std::pair{"q", &q}, {"k", &k}, {"v", &v}, {"w", &w}})
+            exec->feed(name, shard(*t));
+        exec->run();
+        const char* names[] = {"out", "dq", "dk", "dv"};
+        for (size_t i = 0; i < 4; ++i)
+            expect_tensor_near(exec->output(i), shard(rexec->output(i).copy()), 1e-5, 1e-5,
+                               fmt::format("{} on rank {}", names[i], rank));
+        barrier();
+    }
 }
 
 } // namespace
