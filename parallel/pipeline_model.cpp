@@ -1,0 +1,66 @@
+#include "parallel/pipeline_model.h"
+
+#include "base/error.h"
+#include "operators/elemwise.h"
+#include "operators/matmul.h"
+#include "operators/reduce.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <random>
+
+namespace braid::parallel {
+
+PipelineModel pipeline_mlp_model(const std::vector<size_t>& widths, uint32_t seed) {
+    if (widths.size() < 2)
+        BRAID_THROW(ValueError, "an MLP needs at least 2 widths, got {}", widths.size());
+    std::mt19937 rng(seed);
+    PipelineModel model;
+    model.input_width = widths.front();
+    model.label_width = widths.back();
+    for (size_t l = 0; l + 1 < widths.size(); ++l) {
+        float scale = 1.f / std::sqrt(float(widths[l]));
+        std::uniform_real_distribution<float> u(-scale, scale), ub(-0.1f, 0.1f);
+        auto w = std::make_shared<Tensor>(TensorShape{widths[l], widths[l + 1]}, dtype::Float32());
+        auto b = std::make_shared<Tensor>(TensorShape{widths[l + 1]}, dtype::Float32());
+        for (size_t i = 0; i < w->shape().total_nr_elems(); ++i) w->ptr<float>()[i] = u(rng);
+        for (size_t i = 0; i < b->shape().total_nr_elems(); ++i) b->ptr<float>()[i] = ub(rng);
+        bool activation = l + 2 < widths.size();
+        model.layers.push_back(
+            {fmt::format("dense{}", l), {w, b}, [activation](SymbolVar x, const SymbolVarArray& p) {
+                 auto y = opr::matmul(x, p[0]) + p[1];
+                 return activation ? opr::tanh(y) : y;
+             }});
+    }
+    model.loss = [](SymbolVar y, SymbolVar labels) {
+        return opr::reduce_mean(opr::reduce_sum(opr::square(y - labels), {1}));
+    };
+    return model;
+}
+
+PipelineModel clone_model(const PipelineModel& model) {
+    PipelineModel copy = model;
+    for (auto& layer : copy.layers)
+        for (auto& p : layer.params) p = std::make_shared<Tensor>(p->copy());
+    return copy;
+}
+
+double max_relative_difference(const PipelineModel& a, const PipelineModel& b) {
+    if (a.layers.size() != b.layers.size())
+        BRAID_THROW(ValueError, "models of {} and {} layers", a.layers.size(), b.layers.size());
+    double worst = 0;
+    for (size_t l = 0; l < a.layers.size(); ++l)
+        for (size_t p = 0; p < a.layers[l].params.size(); ++p) {
+            const Tensor &x = *a.layers[l].params[p], &y = *b.layers[l].params[p];
+            double diff = 0, scale = 0;
+            for (size_t i = 0; i < y.shape().total_nr_elems(); ++i) {
+                diff = std::max(diff, std::abs(double(x.ptr<float>()[i]) - y.ptr<float>()[i]));
+                scale = std::max(scale, std::abs(double(y.ptr<float>()[i])));
+            }
+            worst = std::max(worst, scale > 0 ? diff / scale : diff);
+        }
+    return worst;
+}
+
+} // namespace braid::parallel
