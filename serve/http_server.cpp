@@ -161,8 +161,9 @@ struct HttpServer::Impl {
     Impl(const ServerOptions& o, Repository& r, Metrics& m)
         : options(o), repository(r), metrics(m) {}
 
-    void route(const httplib::Request& req, httplib::Response& res);
-    void infer(const std::string& name, const httplib::Request& req, httplib::Response& res);
+    void route(const httplib::Request& req, httplib::Response& res, std::string_view body);
+    void infer(const std::string& name, const httplib::Request& req, httplib::Response& res,
+               std::string_view body);
     void model_metadata(const std::string& name, httplib::Response& res);
     void repository_call(const std::vector<std::string>& parts, httplib::Response& res);
     std::string missing_model(const std::string& name) const;
@@ -212,7 +213,7 @@ void HttpServer::Impl::model_metadata(const std::string& name, httplib::Response
 }
 
 void HttpServer::Impl::infer(const std::string& name, const httplib::Request& req,
-                             httplib::Response& res) {
+                             httplib::Response& res, std::string_view body) {
     auto arrival = Clock::now();
     auto runner = repository.get(name);
     ModelMetrics& m = metrics.model(runner ? name : "(unknown)");
@@ -257,7 +258,7 @@ void HttpServer::Impl::infer(const std::string& name, const httplib::Request& re
                                             "whole number >= 0, got \"" +
                                             v.substr(0, 32) + "\"");
         }
-        InferRequest request = decode_infer_request(req.body, json_length, runner->signature());
+        InferRequest request = decode_infer_request(body, json_length, runner->signature());
         int64_t timeout_us = options.request_timeout_ms * 1000;
         if (req.has_header("Inference-Timeout-Us")) {
             std::string v = req.get_header_value("Inference-Timeout-Us");
@@ -324,7 +325,8 @@ void HttpServer::Impl::repository_call(const std::vector<std::string>& parts,
     reply_error(res, 404, "no such repository endpoint");
 }
 
-void HttpServer::Impl::route(const httplib::Request& req, httplib::Response& res) {
+void HttpServer::Impl::route(const httplib::Request& req, httplib::Response& res,
+                             std::string_view body) {
     auto parts = split_path(req.path);
     bool get = req.method == "GET" || req.method == "HEAD";
     bool post = req.method == "POST";
@@ -383,7 +385,7 @@ void HttpServer::Impl::route(const httplib::Request& req, httplib::Response& res
         }
         if (parts.size() == rest + 1 && parts[rest] == "infer") {
             if (!post) return wrong_method("POST");
-            return infer(name, req, res);
+            return infer(name, req, res, body);
         }
     }
     reply_error(res, 404, "no endpoint " + req.path.substr(0, 128));
@@ -412,13 +414,36 @@ HttpServer::HttpServer(const ServerOptions& options, Repository& repository, Met
     s.server.set_read_timeout(options.read_timeout_s, 0);
     s.server.set_write_timeout(options.write_timeout_s, 0);
     s.server.set_tcp_nodelay(true);
-    auto handler = [&s](const httplib::Request& req, httplib::Response& res) { s.route(req, res); };
+    auto handler = [&s](const httplib::Request& req, httplib::Response& res) {
+        s.route(req, res, req.body);
+    };
+    // Bodies are read here rather than by httplib, which would parse a form-encoded body (what
+    // `curl -d` declares) and refuse one over 8 KiB. The body limit still applies (413).
+    auto with_body = [&s](const httplib::Request& req, httplib::Response& res,
+                          const httplib::ContentReader& read) {
+        std::string body;
+        // A request with neither Content-Length nor chunked encoding has no body (RFC 9112,
+        // 6.3); httplib would read one until the client closes the connection.
+        if (!req.has_header("Content-Length") &&
+            req.get_header_value("Transfer-Encoding").find("chunked") == std::string::npos)
+            return s.route(req, res, body);
+        if (req.has_header("Content-Length")) {
+            uint64_t length = req.get_header_value<uint64_t>("Content-Length");
+            if (length <= s.options.max_body_bytes) body.reserve(length);
+        }
+        if (!read([&](const char* data, size_t n) {
+                body.append(data, n);
+                return true;
+            }))
+            return; // httplib set the status (413 over the limit, 400 for a broken body)
+        s.route(req, res, body);
+    };
     // Every method reaches route(), which answers 404 / 405 itself.
     s.server.Get(".*", handler);
-    s.server.Post(".*", handler);
-    s.server.Put(".*", handler);
+    s.server.Post(".*", with_body);
+    s.server.Put(".*", with_body);
     s.server.Delete(".*", handler);
-    s.server.Patch(".*", handler);
+    s.server.Patch(".*", with_body);
     s.server.Options(".*", handler);
     // httplib's own errors (413 over the body limit, 400 for a malformed request) get a JSON
     // body too; responses that already have one keep it.

@@ -15,15 +15,26 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <pthread.h>
 #include <sys/resource.h>
 #include <thread>
+#include <unistd.h>
 
 using namespace braid::serve;
 
 namespace {
+
+int g_signal_pipe[2] = {-1, -1};
+
+void on_signal(int sig) {
+    int saved = errno;
+    ssize_t n = write(g_signal_pipe[1], &sig, sizeof sig);
+    (void)n;
+    errno = saved;
+}
 
 //! Connections need a descriptor each: raise the soft limit to the hard one.
 void raise_file_limit() {
@@ -101,14 +112,19 @@ int main(int argc, char** argv) {
         return e.get_exit_code() == 0 ? code : 2;
     }
 
-    // SIGTERM and SIGINT go to one thread that waits for them; every other thread inherits the
-    // blocked mask. A client that goes away must not kill the server with SIGPIPE.
+    // SIGTERM and SIGINT write to a pipe that one thread reads (a handler may do little else);
+    // threads the library started before main() could otherwise take the signal's default
+    // action. A client that goes away must not kill the server with SIGPIPE.
     std::signal(SIGPIPE, SIG_IGN);
-    sigset_t signals;
-    sigemptyset(&signals);
-    sigaddset(&signals, SIGTERM);
-    sigaddset(&signals, SIGINT);
-    pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+    if (pipe(g_signal_pipe) != 0) {
+        std::perror("braid-serve: pipe");
+        return 1;
+    }
+    struct sigaction action {};
+    action.sa_handler = on_signal;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGTERM, &action, nullptr);
+    sigaction(SIGINT, &action, nullptr);
     raise_file_limit();
 
     Metrics metrics;
@@ -144,7 +160,8 @@ int main(int argc, char** argv) {
 
     std::thread signal_thread([&] {
         int sig = 0;
-        sigwait(&signals, &sig);
+        while (read(g_signal_pipe[0], &sig, sizeof sig) < 0 && errno == EINTR) {
+        }
         std::printf("braid-serve: %s: draining\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");
         std::fflush(stdout);
         server.stop();
