@@ -1,10 +1,11 @@
 // Collective throughput of a communicator backend, as bus bandwidth (nccl-tests' definition)
 // next to its anchor measured in the same run: single-thread memcpy bandwidth for "local",
-// the raw MPI collective on the same buffers for "mpi", device-to-device copy bandwidth on
-// cuda0 for "nccl".
+// the raw MPI collective on the same buffers for "mpi", braid's mpi backend (and raw MPI) for
+// "gloo", device-to-device copy bandwidth on cuda0 for "nccl".
 //
 //     bench_comm --backend local --ranks 2 --bytes 67108864 --json
 //     mpirun -np 2 bench_comm --backend mpi --bytes 67108864 --json
+//     mpirun -np 2 bench_comm --backend gloo --sweep --json   # gloo beside mpi, 4 KiB..64 MiB
 //     bench_comm --backend nccl --bytes 67108864 --json     # every visible GPU, one thread each
 //     bench_comm --backend local --ranks 2 --bytes 1048576 --via-graph
 //     mpirun -np 2 bench_comm --backend mpi --bytes 1048576 --via-graph
@@ -260,6 +261,77 @@ int bench_mpi(size_t bytes, bool json, const std::vector<std::string>& ops, int 
             print(json, "mpi", op, size_t(size), bytes, braid_s * 1e6, memcpy_bw, raw_s * 1e6);
     }
     comm.reset();
+    CommunicatorCache::instance().clear();
+    BRAID_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+    rendezvous.reset();
+    return 0;
+}
+
+// ---------------------------------------------------------------- gloo
+std::vector<double> alternating_block_medians(const std::vector<std::function<void()>>& calls,
+                                              size_t blocks, size_t block,
+                                              const std::function<void()>& sync);
+
+// Ranks are processes started by mpirun, so that the same run measures gloo, braid's mpi
+// backend and raw MPI side by side: the gloo group meets through the group manager that MPI
+// rank 0 hosts (MpiRendezvous), over TCP like any gloo job. Calls of the three alternate, so
+// all see the same machine noise; each size reports the slowest rank's medians.
+int bench_gloo(const std::vector<size_t>& sizes, bool json, const std::vector<std::string>& ops,
+               int reps) {
+    auto rendezvous = std::make_unique<MpiRendezvous>();
+    int rank = rendezvous->world_rank(), size = rendezvous->world_size();
+    auto gloo = join_group(rendezvous->client(), "gloo", "bench-gloo", uint32_t(size), false,
+                           int32_t(rank), uint64_t(rank))
+                    .communicator;
+    auto mpi = join_group(rendezvous->client(), "mpi", "bench-mpi", uint32_t(size), false,
+                          int32_t(rank), uint64_t(rank))
+                   .communicator;
+    MPI_Comm raw = static_cast<MpiCommunicator&>(*mpi).mpi_comm();
+    auto slowest = [&](double local) {
+        double out = 0;
+        BRAID_MPI_CHECK(MPI_Allreduce(&local, &out, 1, MPI_DOUBLE, MPI_MAX, raw));
+        return out;
+    };
+    for (auto& op : ops)
+        for (size_t bytes : sizes) {
+            Buffers b = make_buffers(op, bytes, size_t(size));
+            for (int i = 0; i < 2; ++i) {
+                run_op(*gloo, op, b);
+                run_op(*mpi, op, b);
+                run_raw_mpi(raw, op, b);
+            }
+            // Blocks of calls, alternating between the three: interleaving single calls would
+            // put gloo's thread wake-ups behind MPI's busy-polling peer, which measures the
+            // interplay of the two, not gloo.
+            size_t iters = std::min<size_t>(iterations_for(bytes), 400);
+            auto t = alternating_block_medians({[&] { run_op(*gloo, op, b); },
+                                                [&] { run_op(*mpi, op, b); },
+                                                [&] { run_raw_mpi(raw, op, b); }},
+                                               size_t(reps) * 4, std::max<size_t>(iters / 4, 1),
+                                               [&] { BRAID_MPI_CHECK(MPI_Barrier(raw)); });
+            double gloo_us = slowest(t[0]) * 1e6;
+            double mpi_us = slowest(t[1]) * 1e6;
+            double raw_us = slowest(t[2]) * 1e6;
+            if (rank != 0) continue;
+            auto busbw = [&](double us) {
+                return double(bytes) / (us * 1e-6) / 1e9 * bus_factor(op, size_t(size));
+            };
+            if (json)
+                std::printf("{\"bench\":\"comm\",\"backend\":\"gloo\",\"op\":\"%s\","
+                            "\"ranks\":%d,\"bytes\":%zu,\"us\":%.2f,\"busbw_gbps\":%.3f,"
+                            "\"mpi_us\":%.2f,\"mpi_busbw_gbps\":%.3f,\"raw_mpi_us\":%.2f,"
+                            "\"gloo_vs_mpi\":%.3f}\n",
+                            op.c_str(), size, bytes, gloo_us, busbw(gloo_us), mpi_us, busbw(mpi_us),
+                            raw_us, mpi_us / gloo_us);
+            else
+                std::printf("gloo   %-15s ranks %d  %10zu B  gloo %10.2f us  busbw %7.3f GB/s  |  "
+                            "mpi %10.2f us  busbw %7.3f GB/s  (raw MPI %.2f us)  gloo/mpi %.3f\n",
+                            op.c_str(), size, bytes, gloo_us, busbw(gloo_us), mpi_us, busbw(mpi_us),
+                            raw_us, mpi_us / gloo_us);
+            std::fflush(stdout);
+        }
+    gloo.reset();
+    mpi.reset();
     CommunicatorCache::instance().clear();
     BRAID_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
     rendezvous.reset();
@@ -626,8 +698,12 @@ int main(int argc, char** argv) {
     int reps = 3;
     std::vector<std::string> ops = OPS;
     CLI::App app{"bench_comm: collective bus bandwidth against memcpy / raw MPI"};
-    app.add_option("--backend", backend, "local, mpi or nccl")
-        ->check(CLI::IsMember({"local", "mpi", "nccl"}));
+    app.add_option("--backend", backend,
+                   "local, mpi, gloo (under mpirun: beside braid's mpi backend and raw MPI) or "
+                   "nccl")
+        ->check(CLI::IsMember({"local", "mpi", "gloo", "nccl"}));
+    bool sweep = false;
+    app.add_flag("--sweep", sweep, "gloo: every size from 4 KiB to 64 MiB (x4 steps)");
     auto* ranks_opt = app.add_option("--ranks", ranks,
                                      "ranks (threads) for the local and nccl backends; nccl: "
                                      "GPUs cuda0.., every visible one by default")
@@ -653,6 +729,16 @@ int main(int argc, char** argv) {
         if (backend == "nccl")
             return bench_nccl(ranks, ranks_opt->count() > 0, bytes, json,
                               ops_opt->count() > 0 ? ops : NCCL_OPS, reps);
+        if (backend == "gloo") {
+            std::vector<size_t> sizes{bytes};
+            if (sweep) {
+                sizes.clear();
+                for (size_t b = size_t(4) << 10; b <= size_t(64) << 20; b *= 4) sizes.push_back(b);
+            }
+            return bench_gloo(sizes, json,
+                              ops_opt->count() > 0 ? ops : std::vector<std::string>{"all_reduce"},
+                              reps);
+        }
         if (via_graph)
             return backend == "mpi"
                        ? bench_mpi_via_graph(bytes, json, ops, reps, inline_run)
