@@ -8,11 +8,14 @@
 //  - `--worker NAME`: one worker of those tests; its exit status is its verdict and it writes
 //    what it saw to the file in BRAID_TEST_REPORT.
 #include "base/error.h"
+#include "checker.h"
 #include "collective_checker.h"
+#include "collective_reference.h"
 #include "comm/gloo_communicator.h"
 #include "comm/group_client.h"
 #include "comm/rendezvous_server.h"
 #include "comm/tcp_client.h"
+#include "operators/registry.h"
 
 #include <gtest/gtest.h>
 
@@ -102,6 +105,40 @@ TEST(GlooCollectives, AllToAllMatchesReference) {
 }
 TEST(GlooCollectives, SendRecvMatchesReference) {
     check_sweep(Collective::SEND_RECV);
+}
+
+// The ten CollectiveComm modes as operators of one graph per process, with the first and the
+// last rank as root: the path `--backend gloo` takes in braid-run and in models.
+TEST(GlooCollectives, EveryCollectiveCommModeMatchesReference) {
+    if (g_rank < 0) GTEST_SKIP() << "runs under braid-launch (BRAID_RANK is not set)";
+    register_all_operators();
+    uint32_t n = uint32_t(g_world_size), rank = uint32_t(g_rank);
+    for (uint32_t root : {0u, n - 1})
+        for (auto mode : braid::test::all_collective_modes()) {
+            SCOPED_TRACE(
+                fmt::format("{}, {} ranks, root {}", opr::collective_mode_name(mode), n, root));
+            std::mt19937 rng(7 * n + uint32_t(mode) + 100 * root);
+            std::vector<Tensor> inputs(n);
+            for (uint32_t r = 0; r < n; ++r)
+                if (braid::test::collective_has_input(mode, r == root))
+                    inputs[r] = braid::test::random_tensor({n * 2, 3}, dtype::Float32(), rng);
+            Tensor expect = braid::test::collective_reference(mode, inputs, rank, root);
+            auto graph = ComputingGraph::make();
+            SymbolVar x;
+            if (!inputs[rank].empty())
+                x = opr::Input::make(*graph, "x", dtype::Float32(), inputs[rank].shape());
+            auto y = opr::CollectiveComm::make(
+                x, *graph,
+                braid::test::collective_param(mode,
+                                              fmt::format("gloo-cc-{}-{}", g_test_counter++, root),
+                                              n, rank, root, g_client, "gloo"));
+            auto exec = graph->compile({y});
+            EXPECT_EQ(y.shape(), expect.shape()); // static: known before execution
+            if (x.valid()) exec->feed("x", inputs[rank]);
+            exec->run();
+            braid::test::expect_tensor_near(exec->output(0), expect, 1e-6, 1e-6,
+                                            fmt::format("rank {}", rank));
+        }
 }
 
 TEST(GlooCollectives, RecvOfAnotherSizeNamesBothSizes) {
