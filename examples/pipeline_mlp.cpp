@@ -1,0 +1,231 @@
+// Pipeline-parallel training of an MLP (parallel/pipeline.h): the layers split into stages, each
+// step's batch into micro-batches, under the GPipe or the 1F1B schedule. A single-device
+// reference trains the same model on the whole batches; after the last step every stage's
+// parameters must equal the reference's.
+//
+//     ./build/examples/pipeline_mlp [--stages 4] [--schedule gpipe|1f1b] [--microbatches 4]
+//         stages are threads of this process (backend "local", in-process group manager),
+//         stage i on comp node cpu<i>
+//     mpirun -np 4 ./build/examples/pipeline_mlp --backend mpi [--schedule ...]
+//         one stage per process (backend "mpi"); they meet through comm::MpiRendezvous, and
+//         every process trains the reference and checks its own stage
+//     --sweep    every schedule and B = 1, 2, 4, 8 in one run (the equality check of both)
+//     --profile  the stages' Alpa-style profiles (parallel/pipeline_profile.h), table and JSON
+//
+// Exit status: 0 when every parameter is within 1e-5 (relative, max |a - b| / max |b| per
+// tensor) of the reference, 1 when one is not, 2 on an error.
+#include "braid.h"
+#include "comm/mpi_communicator.h"
+#include "comm/mpi_rendezvous.h"
+#include "parallel/pipeline.h"
+#include "parallel/pipeline_model.h"
+#include "parallel/pipeline_profile.h"
+
+#include <CLI/CLI.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <random>
+
+using namespace braid;
+using namespace braid::parallel;
+
+namespace {
+
+constexpr double kTolerance = 1e-5;
+
+struct Options {
+    std::string backend = "local", schedule = "1f1b";
+    uint32_t stages = 4, microbatches = 4;
+    int steps = 10;
+    size_t batch = 32;
+    bool sweep = false, profile = false;
+};
+
+//! 8 dense layers, 2 per stage with 4 stages.
+PipelineModel make_model() {
+    return pipeline_mlp_model({16, 64, 64, 64, 64, 64, 64, 64, 4}, 3);
+}
+
+opr::OptimizerConfig sgd() {
+    opr::OptimizerConfig c;
+    c.lr = 0.02f;
+    c.momentum = 0.9f;
+    return c;
+}
+
+std::vector<std::pair<Tensor, Tensor>> make_batches(const PipelineModel& m, const Options& o) {
+    std::mt19937 rng(2024);
+    std::normal_distribution<float> d(0.f, 1.f);
+    std::vector<std::pair<Tensor, Tensor>> out;
+    for (int s = 0; s < o.steps; ++s) {
+        Tensor x({o.batch, m.input_width}, dtype::Float32());
+        Tensor y({o.batch, m.label_width}, dtype::Float32());
+        for (size_t i = 0; i < x.shape().total_nr_elems(); ++i) x.ptr<float>()[i] = d(rng);
+        for (size_t i = 0; i < y.shape().total_nr_elems(); ++i) y.ptr<float>()[i] = d(rng);
+        out.emplace_back(x, y);
+    }
+    return out;
+}
+
+std::vector<double> train_reference(const PipelineModel& model,
+                                    const std::vector<std::pair<Tensor, Tensor>>& data,
+                                    size_t batch) {
+    auto g = ComputingGraph::make();
+    auto l = build_sequential_loss(*g, model, batch);
+    std::vector<OutputSpec> outs{l.loss};
+    for (auto& u : opr::minimize(l.loss, l.params, sgd())) outs.push_back(u);
+    auto exec = g->compile(outs);
+    std::vector<double> losses;
+    for (auto& [x, y] : data) {
+        exec->feed("x", x).feed("labels", y).run();
+        losses.push_back(exec->output(0).at(0));
+    }
+    return losses;
+}
+
+PipelineOptions pipeline_options(const Options& o, const PipelineModel& model,
+                                 PipelineSchedule schedule, uint32_t microbatches) {
+    PipelineOptions p;
+    p.stage_begin = equal_layer_split(model.layers.size(), o.stages);
+    p.microbatches = microbatches;
+    p.schedule = schedule;
+    p.optimizer = sgd();
+    p.batch = o.batch;
+    p.backend = o.backend;
+    p.key = fmt::format("pipeline/{}/{}", pipeline_schedule_name(schedule), microbatches);
+    return p;
+}
+
+//! The largest difference of stage `stage`'s layers (all layers when stage < 0).
+double stage_difference(const PipelineModel& got, const PipelineModel& ref, size_t first,
+                        size_t end) {
+    PipelineModel a, b;
+    a.layers.assign(got.layers.begin() + long(first), got.layers.begin() + long(end));
+    b.layers.assign(ref.layers.begin() + long(first), ref.layers.begin() + long(end));
+    return max_relative_difference(a, b);
+}
+
+std::vector<std::pair<PipelineSchedule, uint32_t>> cases(const Options& o) {
+    if (!o.sweep) return {{parse_pipeline_schedule(o.schedule), o.microbatches}};
+    std::vector<std::pair<PipelineSchedule, uint32_t>> all;
+    for (auto s : {PipelineSchedule::GPIPE, PipelineSchedule::ONE_F_ONE_B})
+        for (uint32_t b : {1u, 2u, 4u, 8u}) all.emplace_back(s, b);
+    return all;
+}
+
+int run_threads(const Options& o) {
+    bool ok = true;
+    for (auto [schedule, b] : cases(o)) {
+        auto model = make_model();
+        auto reference = clone_model(model);
+        auto data = make_batches(model, o);
+        auto ref_losses = train_reference(reference, data, o.batch);
+        PipelineTrainer trainer(model, pipeline_options(o, model, schedule, b));
+        std::printf("%u stages as threads (backend local), schedule %s, %u micro-batches of %zu "
+                    "rows, %d steps\n",
+                    o.stages, pipeline_schedule_name(schedule), b, o.batch / b, o.steps);
+        for (int s = 0; s < o.steps; ++s) {
+            double loss = trainer.step(data[s].first, data[s].second);
+            if (s % 5 == 0 || s + 1 == o.steps)
+                std::printf("step %3d  loss: pipeline %.6f  reference %.6f\n", s, loss,
+                            ref_losses[s]);
+        }
+        for (uint32_t i = 0; i < o.stages; ++i) {
+            auto& st = trainer.stage(i);
+            double d = stage_difference(model, reference, st.first_layer, st.end_layer);
+            ok &= d <= kTolerance;
+            std::printf("stage %u (layers %zu-%zu): max relative difference from the reference "
+                        "%.3g (%s %.0e); arena %zu B, at most %zu micro-batches of activations\n",
+                        i, st.first_layer, st.end_layer - 1, d,
+                        d <= kTolerance ? "within" : "NOT within", kTolerance,
+                        st.step->memory_report().nodes.at(0).arena_bytes,
+                        max_microbatches_in_flight(st));
+        }
+        if (o.profile) {
+            std::vector<StageProfile> profiles;
+            for (uint32_t i = 0; i < o.stages; ++i)
+                profiles.push_back(
+                    profile_stage(trainer.stage(i), pipeline_schedule_name(schedule)));
+            // compute_cost: measured over a few more steps.
+            measure_compute_cost(trainer, data[0].first, data[0].second, 3, profiles);
+            std::printf("%s%s\n", stage_profile_table(profiles).c_str(),
+                        stage_profiles_json(profiles).c_str());
+        }
+    }
+    return ok ? 0 : 1;
+}
+
+int run_mpi(Options o) {
+    comm::mpi_ensure_initialized();
+    auto rendezvous = std::make_unique<comm::MpiRendezvous>();
+    o.stages = uint32_t(rendezvous->world_size());
+    uint32_t rank = uint32_t(rendezvous->world_rank());
+    int failed = 0;
+    for (auto [schedule, b] : cases(o)) {
+        auto model = make_model();
+        auto reference = clone_model(model);
+        auto data = make_batches(model, o);
+        auto ref_losses = train_reference(reference, data, o.batch);
+        auto options = pipeline_options(o, model, schedule, b);
+        options.client = rendezvous->client();
+        options.comp_node = [](uint32_t) { return std::string("cpu0"); };
+        auto stage = build_pipeline_stage(model, options, rank);
+        double loss = 0;
+        for (int s = 0; s < o.steps; ++s) {
+            stage.feed(data[s].first, data[s].second);
+            stage.step->run();
+            loss = stage.loss();
+        }
+        double d = stage_difference(model, reference, stage.first_layer, stage.end_layer);
+        bool within = d <= kTolerance;
+        if (rank + 1 == o.stages)
+            std::printf("%u stages as MPI processes, schedule %s, %u micro-batches: last loss "
+                        "%.6f (reference %.6f)\n",
+                        o.stages, pipeline_schedule_name(schedule), b, loss, ref_losses.back());
+        std::fflush(stdout);
+        for (uint32_t r = 0; r < o.stages; ++r) {
+            BRAID_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+            if (r == rank)
+                std::printf("  stage %u (layers %zu-%zu): max relative difference %.3g (%s "
+                            "%.0e)\n",
+                            rank, stage.first_layer, stage.end_layer - 1, d,
+                            within ? "within" : "NOT within", kTolerance);
+            std::fflush(stdout);
+        }
+        failed |= within ? 0 : 1;
+    }
+    int any_failed = 0;
+    BRAID_MPI_CHECK(MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+    comm::CommunicatorCache::instance().clear();
+    BRAID_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+    rendezvous.reset();
+    return any_failed;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    Options o;
+    CLI::App app{"pipeline_mlp: pipeline-parallel MLP training checked against one device"};
+    app.add_option("--backend", o.backend, "local (stages are threads) or mpi (under mpirun)")
+        ->check(CLI::IsMember({"local", "mpi"}));
+    app.add_option("--stages", o.stages, "stages (threads); with mpi: the processes of mpirun")
+        ->check(CLI::Range(1, 8));
+    app.add_option("--schedule", o.schedule, "gpipe or 1f1b")
+        ->check(CLI::IsMember({"gpipe", "1f1b"}));
+    app.add_option("--microbatches", o.microbatches, "micro-batches per step")
+        ->check(CLI::Range(1, 1024));
+    app.add_option("--steps", o.steps, "training steps")->check(CLI::Range(1, 100000));
+    app.add_option("--batch", o.batch, "rows per step")->check(CLI::Range(1, 1 << 20));
+    app.add_flag("--sweep", o.sweep, "both schedules with 1, 2, 4 and 8 micro-batches");
+    app.add_flag("--profile", o.profile, "print the stages' profiles (threads only)");
+    CLI11_PARSE(app, argc, argv);
+    try {
+        register_all_operators();
+        return o.backend == "mpi" ? run_mpi(o) : run_threads(o);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "pipeline_mlp: %s\n", e.what());
+        return 2;
+    }
+}
