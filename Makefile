@@ -13,7 +13,7 @@ SANITIZER_ENV = ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/scripts/tsan.supp
 
-.PHONY: all bootstrap configure build run test fuzz-build fuzz bench bench-vs-ort check-asan check-tsan format \
+.PHONY: all bootstrap configure build run test fuzz-build fuzz bench bench-vs-ort bench-serve check-asan check-tsan format \
 	clean
 
 all: build
@@ -76,6 +76,12 @@ bench: build
 # the build folder on first use; needs the npm registry).
 bench-vs-ort: build
 	bash bench/vs_ort/run.sh $(BUILD_DIR)
+
+# braid-serve under wrk: the example mlp, batch-1 requests, concurrency 1/8/64, batching off/on
+# (docs/performance.md). Builds only what it runs.
+bench-serve: configure
+	@cmake --build $(BUILD_DIR) -j$(JOBS) --target braid-serve braid-run example_models
+	bash bench/bench_serve.sh $(BUILD_DIR) 5
 
 format:
 	@git ls-files '*.h' '*.cpp' | xargs clang-format -i
