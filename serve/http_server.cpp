@@ -146,13 +146,27 @@ std::string join(const std::vector<std::string>& names) {
     return s.empty() ? "none" : s;
 }
 
+/*!
+ * httplib's server with its listening socket reachable: the library listens with a backlog of
+ * 5, so a burst of new connections (a load generator starting, hundreds of clients at once)
+ * overflows the accept queue and each dropped SYN costs its client a 1 s retransmission.
+ * listen() again on the bound socket raises the backlog.
+ */
+class Server : public httplib::Server {
+public:
+    void raise_backlog(int backlog) {
+        socket_t sock = svr_sock_;
+        if (sock != INVALID_SOCKET) ::listen(sock, backlog);
+    }
+};
+
 } // namespace
 
 struct HttpServer::Impl {
     ServerOptions options;
     Repository& repository;
     Metrics& metrics;
-    httplib::Server server;
+    Server server;
     std::shared_ptr<ConnectionQueue::State> connections =
         std::make_shared<ConnectionQueue::State>();
     bool drained = true;
@@ -487,6 +501,7 @@ int HttpServer::bind() {
         throw std::runtime_error("cannot listen on " + s.options.host + ":" +
                                  std::to_string(s.options.port) +
                                  " (address in use, or not an address of this machine)");
+    s.server.raise_backlog(SOMAXCONN);
     return port;
 }
 

@@ -35,7 +35,15 @@ namespace {
 
 class Parser {
 public:
-    Parser(std::string_view text, size_t max_depth) : m_text(text), m_max_depth(max_depth) {}
+    Parser(std::string_view text, size_t max_depth, std::string_view lazy_key = {})
+        : m_text(text), m_max_depth(max_depth), m_lazy_key(lazy_key) {}
+
+    //! Parses the value at `pos` (a leaf of an already checked array); returns the end.
+    size_t parse_leaf_at(size_t pos, Json& v) {
+        m_pos = pos;
+        parse_value(v, 0);
+        return m_pos;
+    }
 
     Json parse_document() {
         Json v;
@@ -50,6 +58,7 @@ private:
     std::string_view m_text;
     size_t m_pos = 0;
     size_t m_max_depth;
+    std::string_view m_lazy_key;
 
     [[noreturn]] void fail(const std::string& what) const {
         throw JsonError("invalid JSON at byte " + std::to_string(m_pos) + ": " + what);
@@ -124,14 +133,58 @@ private:
             skip_space();
             expect(':');
             skip_space();
+            bool lazy = !m_lazy_key.empty() && key == m_lazy_key && peek() == '[';
             v.members.emplace_back(std::move(key), Json{});
-            parse_value(v.members.back().second, depth + 1);
+            Json& member = v.members.back().second;
+            if (lazy) {
+                // Checked as usual, but into a scratch value whose items are dropped as soon
+                // as parsed; the member keeps only the text.
+                size_t start = m_pos;
+                check_array(depth + 1);
+                member.type = Json::Type::ARRAY;
+                member.lazy = true;
+                member.raw = m_text.substr(start, m_pos - start);
+            } else {
+                parse_value(member, depth + 1);
+            }
             skip_space();
             if (peek() == ',') {
                 ++m_pos;
                 continue;
             }
             expect('}');
+            return;
+        }
+    }
+
+    //! Checks an array without keeping its items.
+    void check_array(size_t depth) {
+        if (depth > m_max_depth)
+            fail("nesting deeper than " + std::to_string(m_max_depth) + " levels");
+        ++m_pos;
+        skip_space();
+        if (peek() == ']') {
+            ++m_pos;
+            return;
+        }
+        Json scratch;
+        for (;;) {
+            skip_space();
+            char c = peek();
+            if (c == '[') {
+                check_array(depth + 1);
+            } else if (c == '-' || (c >= '0' && c <= '9')) {
+                parse_number(scratch);
+            } else {
+                scratch = Json{};
+                parse_value(scratch, depth + 1);
+            }
+            skip_space();
+            if (peek() == ',') {
+                ++m_pos;
+                continue;
+            }
+            expect(']');
             return;
         }
     }
@@ -294,8 +347,40 @@ template <typename T> void append_shortest(std::string& out, T v) {
 
 } // namespace
 
-Json parse_json(std::string_view text, size_t max_depth) {
-    return Parser(text, max_depth).parse_document();
+Json parse_json(std::string_view text, size_t max_depth, std::string_view lazy_key) {
+    return Parser(text, max_depth, lazy_key).parse_document();
+}
+
+bool JsonLeafReader::next(Json& leaf) {
+    for (;;) {
+        while (m_pos < m_text.size()) {
+            char c = m_text[m_pos];
+            if (c != '[' && c != ']' && c != ',' && c != ' ' && c != '\n' && c != '\r' && c != '\t')
+                break;
+            ++m_pos;
+        }
+        if (m_pos >= m_text.size()) return false;
+        char c = m_text[m_pos];
+        if (c == '-' || (c >= '0' && c <= '9')) {
+            size_t start = m_pos;
+            while (m_pos < m_text.size()) {
+                char d = m_text[m_pos];
+                if (!((d >= '0' && d <= '9') || d == '-' || d == '+' || d == '.' || d == 'e' ||
+                      d == 'E'))
+                    break;
+                ++m_pos;
+            }
+            leaf.type = Json::Type::NUMBER;
+            leaf.number = m_text.substr(start, m_pos - start);
+            return true;
+        }
+        // A string, literal or object: the full parser (the text was checked already).
+        leaf = Json{};
+        Parser parser(m_text, 1u << 20);
+        m_pos = parser.parse_leaf_at(m_pos, leaf);
+        if (leaf.is_object() || leaf.is_array()) leaf = Json{};
+        return true;
+    }
 }
 
 void append_json_string(std::string& out, std::string_view s) {

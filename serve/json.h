@@ -29,6 +29,9 @@ public:
 
     Type type = Type::NUL;
     bool boolean = false;
+    //! An array left unparsed (see parse_json's `lazy_key`): its text, read with JsonLeafReader.
+    bool lazy = false;
+    std::string_view raw;
     std::string_view number;                           //!< a number's text
     std::string string;                                //!< a string, unescaped
     std::vector<Json> array;                           //!< an array's items
@@ -46,8 +49,27 @@ public:
     const char* type_name() const;
 };
 
-//! Parses `text` (one value, optional surrounding whitespace). Throws JsonError.
-Json parse_json(std::string_view text, size_t max_depth = 64);
+/*!
+ * Parses `text` (one value, optional surrounding whitespace). Throws JsonError. An array that is
+ * the value of an object member named `lazy_key` (when not empty) is checked but not built: its
+ * Json has `lazy` set and `raw` holding its text, for JsonLeafReader. A tensor's "data" array
+ * is read that way, straight into the tensor, without a Json per element.
+ */
+Json parse_json(std::string_view text, size_t max_depth = 64, std::string_view lazy_key = {});
+
+//! Reads the leaves (non-array values) of a checked array's text in order, flattening nested
+//! arrays. The text must come from a Json with `lazy` set (already checked).
+class JsonLeafReader {
+public:
+    explicit JsonLeafReader(std::string_view raw) : m_text(raw) {}
+    //! The next leaf into `leaf` (a number, string, bool or null; objects are not expected in
+    //! tensor data and come back as null); false after the last one.
+    bool next(Json& leaf);
+
+private:
+    std::string_view m_text;
+    size_t m_pos = 0;
+};
 
 //! Appends `s` as a JSON string literal (quoted and escaped).
 void append_json_string(std::string& out, std::string_view s);

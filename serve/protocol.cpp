@@ -111,15 +111,6 @@ std::string names_of(const std::vector<embed::TensorInfo>& infos) {
     return s;
 }
 
-//! Appends the leaves of a (possibly nested) data array to `leaves`.
-void flatten(const Json& v, std::vector<const Json*>& leaves) {
-    if (v.is_array()) {
-        for (auto& item : v.array) flatten(item, leaves);
-    } else {
-        leaves.push_back(&v);
-    }
-}
-
 bool special_float(const Json& v, double& out) {
     if (!v.is_string()) return false;
     if (v.string == "NaN")
@@ -168,47 +159,61 @@ std::string leaf_text(const Json& v) {
 }
 
 void decode_json_data(const Where& where, const Json& data, HostTensor& t, size_t nr_elems) {
-    std::vector<const Json*> leaves;
-    leaves.reserve(nr_elems);
-    flatten(data, leaves);
-    if (leaves.size() != nr_elems)
+    if (!data.is_array() || !data.lazy)
+        where.fail("input \"" + t.name + "\": \"data\" must be an array, got " + data.type_name());
+    JsonLeafReader reader(data.raw);
+    Json leaf;
+    size_t count = 0;
+    auto too_few_or_many = [&] {
+        while (reader.next(leaf)) ++count;
         where.fail("input \"" + t.name + "\" has shape " + shape_text(t.shape) + " (" +
-                   std::to_string(nr_elems) + " elements), its data has " +
-                   std::to_string(leaves.size()));
+                   std::to_string(nr_elems) + " elements), its data has " + std::to_string(count));
+    };
     auto bad = [&](size_t i) {
-        where.fail("input \"" + t.name + "\": data[" + std::to_string(i) + "] = " +
-                   leaf_text(*leaves[i]) + " is not a " + datatype_name(t.dtype) + " value");
+        where.fail("input \"" + t.name + "\": data[" + std::to_string(i) +
+                   "] = " + leaf_text(leaf) + " is not a " + datatype_name(t.dtype) + " value");
+    };
+    // Reads every element with `convert(leaf, i)`; the count must match the shape.
+    auto each = [&](auto convert) {
+        for (count = 0; count < nr_elems; ++count) {
+            if (!reader.next(leaf)) too_few_or_many();
+            if (!convert(count)) bad(count);
+        }
+        if (reader.next(leaf)) {
+            ++count;
+            too_few_or_many();
+        }
     };
     auto ints = [&](auto* out, int64_t lo, int64_t hi) {
-        for (size_t i = 0; i < nr_elems; ++i) {
+        each([&](size_t i) {
             int64_t v;
-            if (!parse_int(*leaves[i], lo, hi, v)) bad(i);
+            if (!parse_int(leaf, lo, hi, v)) return false;
             out[i] = static_cast<std::remove_pointer_t<decltype(out)>>(v);
-        }
+            return true;
+        });
     };
     void* p = t.data();
     switch (t.dtype) {
     case embed::DType::FLOAT32: {
         auto* out = static_cast<float*>(p);
-        for (size_t i = 0; i < nr_elems; ++i)
-            if (!parse_float(*leaves[i], out[i])) bad(i);
+        each([&](size_t i) { return parse_float(leaf, out[i]); });
         break;
     }
     case embed::DType::FLOAT64: {
         auto* out = static_cast<double*>(p);
-        for (size_t i = 0; i < nr_elems; ++i)
-            if (!parse_float(*leaves[i], out[i])) bad(i);
+        each([&](size_t i) { return parse_float(leaf, out[i]); });
         break;
     }
     case embed::DType::FLOAT16:
     case embed::DType::BFLOAT16: {
         auto* out = static_cast<uint16_t*>(p);
         bool half = t.dtype == embed::DType::FLOAT16;
-        for (size_t i = 0; i < nr_elems; ++i) {
+        each([&](size_t i) {
             float f;
-            if (!parse_float(*leaves[i], f)) bad(i);
+            if (!parse_float(leaf, f)) return false;
             out[i] = half ? float_to_half(f) : float_to_bf16(f);
-        }
+            return true;
+        });
         break;
     }
     case embed::DType::INT32:
@@ -272,7 +277,7 @@ InferRequest decode_infer_request(std::string_view body, int64_t json_length,
     std::string_view binary = json_length >= 0 ? body.substr(size_t(json_length)) : "";
     Json doc;
     try {
-        doc = parse_json(json_text);
+        doc = parse_json(json_text, 64, "data");
     } catch (const JsonError& e) {
         throw RequestError(400, "model \"" + model.name + "\": " + e.what());
     }
