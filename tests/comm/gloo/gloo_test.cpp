@@ -356,7 +356,8 @@ TEST(GlooFaults, KilledRankIsNamedByEveryPeerAndTheNextJobRuns) {
         double seconds = std::stod(text);
         // Within the 4 s timeout plus the wait for the peers' failure reports (1 s).
         EXPECT_LT(seconds, 5.5) << text;
-        EXPECT_NE(text.find("peer rank 2 did not report"), std::string::npos)
+        // "peer rank 2 did not report ..." (or "peer ranks 1, 2 ..." on a very slow machine).
+        EXPECT_NE(text.find("2 did not report this failure"), std::string::npos)
             << "rank " << r << ": " << text;
     }
     // The next job on the same server, same key and size, runs as if nothing happened.
