@@ -141,6 +141,29 @@ TEST(GlooCollectives, EveryCollectiveCommModeMatchesReference) {
         }
 }
 
+TEST(GlooCollectives, RankThatNeverEntersIsNamedAfterTheDeadline) {
+    if (g_rank < 0) GTEST_SKIP() << "runs under braid-launch (BRAID_RANK is not set)";
+    auto comm = join_world();
+    comm->set_timeout(std::chrono::milliseconds(1000));
+    uint32_t absent = uint32_t(g_world_size - 1);
+    if (uint32_t(g_rank) == absent) return; // stays away from the all-reduce
+    std::vector<float> data(64, 1.f);
+    auto start = Clock::now();
+    try {
+        comm->all_reduce(data.data(), data.data(), data.size(), dtype::Float32(), ReduceOp::SUM);
+        FAIL() << "an all-reduce without rank " << absent << " completed";
+    } catch (const CommError& e) {
+        double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+        std::string text = e.what();
+        // The first rank to give up times out; the others see its connections close.
+        EXPECT_NE(text.find(fmt::format("{} did not report this failure", absent)),
+                  std::string::npos)
+            << text;
+        EXPECT_LT(seconds, 1.0 + 0.25 + 1.0) << text; // deadline + report wait + slack
+    }
+    EXPECT_TRUE(comm->broken());
+}
+
 TEST(GlooCollectives, RecvOfAnotherSizeNamesBothSizes) {
     if (g_rank < 0) GTEST_SKIP() << "runs under braid-launch (BRAID_RANK is not set)";
     auto comm = join_world();
