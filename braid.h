@@ -27,6 +27,8 @@
 #include "operators/pooling_grad_ops.h"
 #include "operators/reduce.h"
 #include "operators/registry.h"
+#include "operators/remote_send_recv.h"
+#include "operators/ring_attention.h"
 #include "operators/scatter.h"
 #include "operators/subtensor.h"
 #include "operators/tensor_manip.h"

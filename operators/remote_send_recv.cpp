@@ -160,6 +160,12 @@ bool RemoteRecv::infer_output_shapes(const InferCtx& ctx, TensorShape* out) cons
     // The sender in this graph, when it is here; else the shape it published.
     for (auto& other : graph()->operators()) {
         auto* peer = dynamic_cast<RemoteSend*>(other.get());
+        if (peer && peer->param().key == m_param.key && peer->comp_node() == comp_node())
+            BRAID_THROW(GraphError,
+                        "{}: the sender is on this receiver's comp node {}; each comp node runs "
+                        "one operator at a time, so a transfer needs its two sides on different "
+                        "comp nodes (or ranks)",
+                        what(), comp_node().locator());
         if (peer && peer->param().key == m_param.key && peer->output(0)->shape_known()) {
             out[0] = peer->input(0)->shape();
             return true;

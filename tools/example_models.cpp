@@ -29,7 +29,8 @@ SymbolVarArray build_mlp(ComputingGraph& graph, size_t batch, size_t in, size_t 
     return {(opr::matmul(h, w2) + b2).rename("logits")};
 }
 
-SymbolVarArray build_every_operator(ComputingGraph& graph) {
+SymbolVarArray build_every_operator(ComputingGraph& graph, bool point_to_point) {
+    register_all_operators(); // grad() below needs the gradient rules
     std::mt19937 rng(7);
     auto x = opr::Input::make(graph, "x", dtype::Float32(), {4, 6});
     auto w = opr::SharedParam::make(graph, uniform_param({6, 5}, rng, 0.5f), "w");
@@ -193,6 +194,23 @@ SymbolVarArray build_every_operator(ComputingGraph& graph) {
 
     // Copy to another comp node.
     out(opr::Copy::make(opr::sigmoid(y), CompNode::load("cpu1")), "copied");
+
+    // Ring attention over a ring of one rank (plain attention) and its backward operator.
+    auto qkv = mixed.reshape(std::vector<long>{1, 2, 2, 5});
+    auto ring = opr::ring_attention(qkv, qkv, qkv, {"every_operator:ring", 1, 0, solo.client},
+                                    {.causal = true});
+    out(ring[0], "ring_out");
+    auto ring_loss = opr::reduce_sum(ring[0]);
+    out(ring_loss, "ring_loss");
+    out(braid::grad(ring_loss, qkv), "ring_grad");
+
+    // A point-to-point transfer from cpu0 to cpu1 (both sides in this graph).
+    if (point_to_point) {
+        out(opr::remote_send(mixed, "every_operator:p2p", 1, solo.client), "sent");
+        out(opr::remote_recv(graph, "every_operator:p2p", 0, dtype::Float32(), solo.client, "local",
+                             OperatorConfig::on(CompNode::load("cpu1"))),
+            "received");
+    }
     return outs;
 }
 
