@@ -105,6 +105,7 @@ struct ModelRunner::Pending {
     std::condition_variable cv;
     bool done = false;      //!< the worker finished with it (outputs or error set)
     bool abandoned = false; //!< its HTTP thread gave up (deadline): do no work for it
+    bool started = false;   //!< a worker took it into a batch
     int error_status = 0;
     std::string error;
     std::vector<HostTensor> outputs; //!< every model output, this request's rows
@@ -319,7 +320,8 @@ void ModelRunner::infer_batched(InferRequest& request, Clock::time_point arrival
             throw RequestError(504, "model \"" + m_name + "\", request \"" + request.id +
                                         "\": deadline passed after " +
                                         ms_text(Clock::now() - arrival) +
-                                        " waiting for its batch to run");
+                                        (pending->started ? " while its batch was running"
+                                                          : " in the batch queue; it was not run"));
         }
     }
     if (pending->error_status) throw RequestError(pending->error_status, pending->error);
@@ -391,6 +393,10 @@ void ModelRunner::batch_worker(size_t instance) {
                                    p.inputs[k].shape.begin() + 1, p.inputs[k].shape.end());
                 if (same && rows + p.rows <= m_config.max_batch_size) {
                     rows += p.rows;
+                    {
+                        std::lock_guard plock(p.mutex);
+                        p.started = true;
+                    }
                     batch.push_back(*it);
                     it = m_queue.erase(it);
                 } else {
