@@ -30,7 +30,17 @@ std::vector<OperatorNode*> schedule_operators(const ComputingGraph& graph,
         units[u].push_back(opr);
         unit_of[opr] = u;
     }
-    if (!any_group) return oprs; // insertion order is already topological
+    // Inputs always come earlier in insertion order; an extra dependency may name a later
+    // operator (an order imposed after the fact, e.g. a send delayed past a later recv).
+    bool any_later_dep = false;
+    for (size_t u = 0; u < units.size() && !any_later_dep; ++u)
+        for (auto* opr : units[u])
+            for (auto* out : opr->outputs())
+                for (auto* dep : graph.extra_deps(out)) {
+                    auto it = unit_of.find(dep->owner());
+                    any_later_dep |= it != unit_of.end() && it->second > u;
+                }
+    if (!any_group && !any_later_dep) return oprs; // insertion order is already topological
 
     // Kahn's algorithm over the units, always taking the earliest ready unit: with no merged
     // groups this reproduces insertion order exactly.

@@ -18,9 +18,9 @@ class OperatorNode;
 /*!
  * Orders `oprs` (every operator to run, in insertion order; their dependencies among
  * themselves via inputs and extra dependencies) topologically, keeping insertion order
- * wherever the peer groups allow. Throws GraphError naming the group when the members of a
- * peer group depend on one another, or when groups depend on each other in a cycle (ranks
- * that would wait for each other forever).
+ * wherever the peer groups and extra dependencies on later operators allow. Throws GraphError
+ * naming the group when the members of a peer group depend on one another, or when groups depend on
+ * each other in a cycle (ranks that would wait for each other forever).
  */
 std::vector<OperatorNode*> schedule_operators(const ComputingGraph& graph,
                                               const std::vector<OperatorNode*>& oprs);
