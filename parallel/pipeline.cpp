@@ -105,16 +105,18 @@ std::vector<std::vector<PipelineOp>> pipeline_program(PipelineSchedule schedule,
     for (uint32_t i = 0; i < nr_stages; ++i) {
         bool first = i == 0, last = i + 1 == nr_stages;
         // Where the recv of activation j goes: before F_j, unless the previous stage sends a_j
-        // before it receives the gradient of some k whose backward comes earlier here. Stage i
-        // sends g_k right after B_k, and the previous stage only takes g_k after sending a_j,
-        // so a_j must be taken here before B_k.
-        std::vector<std::vector<uint32_t>> recvs_before(tasks[i].size());
+        // before it receives the gradient of some k whose backward comes earlier here. The
+        // previous stage only takes g_k after sending a_j, so a_j must be taken here before
+        // g_k is sent: between B_k's computation and its send (Megatron's
+        // send_backward_recv_forward), so that B_k still overlaps the previous stage's F_j.
+        std::vector<std::vector<uint32_t>> recvs_before(tasks[i].size()),
+            recvs_after_backward(tasks[i].size());
         if (!first)
             for (uint32_t j = 0; j < microbatches; ++j) {
                 size_t at = fpos[i][j];
                 for (uint32_t k = 0; k < microbatches; ++k)
                     if (bpos[i][k] < at && fpos[i - 1][j] < bpos[i - 1][k]) at = bpos[i][k];
-                recvs_before[at].push_back(j);
+                (at == fpos[i][j] ? recvs_before : recvs_after_backward)[at].push_back(j);
             }
         for (size_t t = 0; t < tasks[i].size(); ++t) {
             for (uint32_t j : recvs_before[t])
@@ -126,6 +128,8 @@ std::vector<std::vector<PipelineOp>> pipeline_program(PipelineSchedule schedule,
             } else {
                 if (!last) programs[i].push_back({PipelineOp::RECV_GRAD, task.microbatch});
                 programs[i].push_back(task);
+                for (uint32_t j : recvs_after_backward[t])
+                    programs[i].push_back({PipelineOp::RECV_ACTIVATION, j});
                 if (!first) programs[i].push_back({PipelineOp::SEND_GRAD, task.microbatch});
             }
         }
@@ -247,6 +251,7 @@ PipelineStage build_pipeline_stage(const PipelineModel& model, const PipelineOpt
     std::vector<SymbolVar> input(nr_mb), output(nr_mb), loss(nr_mb), placeholder(nr_mb);
     SymbolVarArray acc(params.size());
     SymbolVar loss_sum;
+    std::map<uint32_t, size_t> backward_entry; // program entry of B_j
     std::vector<OutputSpec> outputs;
     st.program = pipeline_program(o.schedule, nr_stages, nr_mb)[stage];
 
@@ -315,10 +320,23 @@ PipelineStage build_pipeline_stage(const PipelineModel& model, const PipelineOpt
                 loss_sum = loss_sum.valid() ? loss_sum + loss[j] : loss[j];
             }
             tag(begin, j, "b");
+            backward_entry[j] = st.op_range.size();
             break;
         }
-        case PipelineOp::SEND_GRAD:
-            break; // inserted by BACKWARD's grad()
+        case PipelineOp::SEND_GRAD: {
+            // Inserted by BACKWARD's grad(); recvs the program puts between the two must run
+            // first: an extra dependency on each (graph/schedule.h orders by them).
+            size_t b = backward_entry.at(j);
+            OperatorNode* send = nullptr;
+            for (size_t k = st.op_range[b].first; k < st.op_range[b].second; ++k)
+                if (std::string(g.operators()[k]->type_name()) == "RemoteSend")
+                    send = g.operators()[k].get();
+            BRAID_ASSERT(send, "pipeline stage {}: B{} inserted no gradient send", stage, j);
+            for (size_t e = b + 1; e < st.op_range.size(); ++e)
+                if (st.program[e].kind == PipelineOp::RECV_ACTIVATION)
+                    g.add_extra_dep(send->output(0), input[st.program[e].microbatch].node());
+            break;
+        }
         }
         st.op_range.emplace_back(begin, g.operators().size());
     }
