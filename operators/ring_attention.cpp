@@ -486,7 +486,13 @@ static void dump_ring_attention(const OperatorNode& opr, ParamWriter& w) {
 static RingAttentionParam load_ring_param(const OprLoadContext& ctx) {
     auto p = read_param<RingAttentionParam>(ctx.params);
     const CollectiveBinding& bind = ctx.collective;
-    if (bind.world_size > 0) p.nr_devices = uint32_t(bind.world_size);
+    // The layout of a rank's share of the sequence (and the graph around it) was built for
+    // the recorded number of ranks: another world size would attend to the wrong positions.
+    if (bind.world_size > 0 && uint32_t(bind.world_size) != p.nr_devices)
+        BRAID_THROW(SerializationError,
+                    "{}: ring attention \"{}\" was built for {} ranks (each holding 1/{} of the "
+                    "sequence), but the model is loaded for {}; rebuild it for that many",
+                    ctx.params.context(), p.key, p.nr_devices, p.nr_devices, bind.world_size);
     if (bind.rank >= 0) p.rank = bind.rank;
     if (!bind.backend.empty()) p.backend = bind.backend;
     p.group_client = binding_client(bind, ctx.params.context());

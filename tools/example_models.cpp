@@ -1,5 +1,7 @@
 #include "tools/example_models.h"
 
+#include "parallel/context_parallel.h"
+
 #include <cmath>
 #include <random>
 
@@ -215,7 +217,8 @@ SymbolVarArray build_every_operator(ComputingGraph& graph, bool point_to_point) 
 }
 
 SymbolVarArray build_transformer_block(ComputingGraph& graph, size_t seq, size_t d_model,
-                                       size_t nr_heads, size_t d_ff) {
+                                       size_t nr_heads, size_t d_ff,
+                                       const ContextParallelPlan* cp) {
     if (nr_heads == 0 || d_model % nr_heads != 0)
         BRAID_THROW(ValueError, "transformer block: d_model {} does not split into {} heads",
                     d_model, nr_heads);
@@ -243,16 +246,38 @@ SymbolVarArray build_transformer_block(ComputingGraph& graph, size_t seq, size_t
         return opr::dimshuffle(t.reshape(std::vector<long>{1, -1, heads, d_head}), {0, 2, 1, 3});
     };
 
-    auto x = opr::Input::make(graph, "x", dtype::Float32(), {seq, d_model});
+    auto input = opr::Input::make(graph, "x", dtype::Float32(), {seq, d_model});
+    opr::Group group;
+    SymbolVar x = input;
+    if (cp) {
+        group.key_prefix = cp->key;
+        group.size = cp->nranks;
+        group.rank = int32_t(cp->rank);
+        group.client = cp->client;
+        group.backend = cp->backend;
+        // Block r of the laid-out input is rank r's share; after the all-to-all every block
+        // of this rank's result is its own share, and it keeps the first.
+        auto laid = parallel::sequence_layout(input, 0, cp->nranks, true);
+        x = opr::subtensor(opr::all_to_all(laid, group, "shard"),
+                           {opr::AxisIndex::slice(0, 0, long(seq / cp->nranks))});
+    }
     auto h = norm(x, "ln1");
     auto q = split_heads(linear(h, d_model, d_model, "attn.q"));
     auto k = split_heads(linear(h, d_model, d_model, "attn.k"));
     auto v = split_heads(linear(h, d_model, d_model, "attn.v"));
-    auto ctx = opr::scaled_dot_product_attention(q, k, v, /*causal=*/true)[0]; // [1,H,S,Dh]
+    SymbolVar ctx; // [1, H, S (this rank's share), Dh]
+    if (cp) {
+        opr::RingGroup ring{cp->key + ":attention", cp->nranks, cp->rank, cp->client, cp->backend};
+        ctx = opr::ring_attention(q, k, v, ring, {.causal = true, .rotation = cp->rotation})[0];
+    } else {
+        ctx = opr::scaled_dot_product_attention(q, k, v, /*causal=*/true)[0];
+    }
     auto merged = opr::dimshuffle(ctx, {0, 2, 1, 3}).reshape(std::vector<long>{-1, long(d_model)});
     auto x1 = x + linear(merged, d_model, d_model, "attn.out");
     auto m = opr::gelu(linear(norm(x1, "ln2"), d_model, d_ff, "mlp.fc1"));
     auto y = x1 + linear(m, d_ff, d_model, "mlp.fc2");
+    if (cp)
+        y = parallel::sequence_restore(opr::all_gather(y, group, "gather"), 0, cp->nranks, true);
     return {y.rename("y")};
 }
 

@@ -32,6 +32,23 @@ std::vector<ExampleModel> example_models();
 SymbolVarArray build_mlp(ComputingGraph& graph, size_t batch = 64, size_t in = 784,
                          size_t hidden = 256, size_t out = 10);
 
+/*!
+ * For build_transformer_block(): the block split over `nranks` ranks along the
+ * sequence (context parallelism): every rank reads the whole input "x", keeps its share in the
+ * load-balanced (zigzag) layout (an all-to-all of the laid-out input hands each rank its block),
+ * runs the per-token layers on it and ring attention across the ranks, then all-gathers the
+ * shares and restores sequence order, so every rank's "y" is the whole block's output. Same
+ * weights as the single-rank block. Keys "<key>:..." with the group manager of `client`.
+ */
+struct ContextParallelPlan {
+    uint32_t nranks = 1;
+    uint32_t rank = 0;
+    std::shared_ptr<comm::GroupClient> client;
+    std::string backend = "local";
+    opr::RingRotation rotation = opr::RingRotation::RING;
+    std::string key = "cp";
+};
+
 //! One pre-norm transformer block on input "x" {seq, d_model} (the sequence dim may change
 //! at load time): x1 = x + attn(layer_norm(x)), y = x1 + mlp(layer_norm(x1)) as "y", where
 //! attn projects q, k, v (d_model x d_model matmuls with bias), splits them into heads
@@ -40,7 +57,8 @@ SymbolVarArray build_mlp(ComputingGraph& graph, size_t batch = 64, size_t in = 7
 //! from a fixed seed.
 SymbolVarArray build_transformer_block(ComputingGraph& graph, size_t seq = 128,
                                        size_t d_model = 256, size_t nr_heads = 4,
-                                       size_t d_ff = 1024);
+                                       size_t d_ff = 1024,
+                                       const ContextParallelPlan* context_parallel = nullptr);
 
 //! One data-parallel training step of a small classifier on input "x" float32 {batch, in} and
 //! "label" int32 {batch}: logits = relu(x·w1 + b1)·w2 + b2, loss = mean cross-entropy; outputs

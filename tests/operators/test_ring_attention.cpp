@@ -242,6 +242,15 @@ TEST_F(RingAttentionTest, ErrorsNameTheOperatorAndTheValues) {
     auto y = opr::Input::make(*g, "y", dtype::Float32(), {1, 2, 2, 4});
     e = message([&] { opr::ring_attention(x, y, y, {"kv", 2, 0, client}); });
     EXPECT_NE(e.find("as many keys as queries"), std::string::npos) << e;
+    // A model built for 2 ranks refuses another world size at load.
+    auto z = opr::Input::make(*g, "z", dtype::Float32(), {1, 2, 4, 4});
+    std::vector<uint8_t> bytes;
+    dump(opr::ring_attention(z, z, z, {"load", 2, 0, client}, {.causal = true}), bytes);
+    LoadOptions lopt;
+    lopt.collective.world_size = 3;
+    lopt.collective.rank = 1;
+    e = message([&] { load(bytes, lopt); });
+    EXPECT_NE(e.find("was built for 2 ranks"), std::string::npos) << e;
     e = message([&] { parallel::sequence_positions(10, 3, 0, true); });
     EXPECT_NE(e.find("10 positions does not split into 6 equal chunks"), std::string::npos) << e;
 }
