@@ -8,8 +8,8 @@
 // GPipe's formula (S - 1) / (B + S - 1); the arena bytes of each stage's memory plan; and
 // the speed-up over one device.
 //
-//     bench_pipeline [--json] [--stages 2] [--iterations 5] [--batch 128] [--width 256]
-//                    [--hidden 1024] [--layers 4]
+//     bench_pipeline [--json] [--stages 2] [--iterations 5] [--batch 256] [--width 512]
+//                    [--hidden 2048] [--layers 4]
 #include "base/thread_pool.h"
 #include "braid.h"
 #include "parallel/pipeline.h"
@@ -33,7 +33,7 @@ struct Options {
     bool json = false;
     uint32_t stages = 2;
     int iterations = 5;
-    size_t batch = 128, width = 256, hidden = 1024, layers = 4;
+    size_t batch = 256, width = 512, hidden = 2048, layers = 4;
 };
 
 double median(std::vector<double> v) {
@@ -164,7 +164,7 @@ int main(int argc, char** argv) {
         } catch (const std::exception& e) {
             std::fprintf(stderr,
                          "bench_pipeline: %s\nusage: bench_pipeline [--json] [--stages 2] "
-                         "[--iterations 5] [--batch 128] [--width 256] [--hidden 1024] "
+                         "[--iterations 5] [--batch 256] [--width 512] [--hidden 2048] "
                          "[--layers 4]\n",
                          e.what());
             return 2;

@@ -10,7 +10,9 @@
 //         one stage per process (backend "mpi"); they meet through comm::MpiRendezvous, and
 //         every process trains the reference and checks its own stage
 //     --sweep    every schedule and B = 1, 2, 4, 8 in one run (the equality check of both)
-//     --profile  the stages' Alpa-style profiles (parallel/pipeline_profile.h), table and JSON
+//     --profile  the stages' Alpa-style profiles (parallel/pipeline_profile.h), table and JSON,
+//                instead of the check; --widths, --activation, --activate-last, --stage-begin
+//                and --batch pick the model (docs/parallel.md profiles the seed's MLP stage)
 //
 // Exit status: 0 when every parameter is within 1e-5 (relative, max |a - b| / max |b| per
 // tensor) of the reference, 1 when one is not, 2 on an error.
@@ -39,12 +41,14 @@ struct Options {
     uint32_t stages = 4, microbatches = 4;
     int steps = 10;
     size_t batch = 32;
-    bool sweep = false, profile = false;
+    bool sweep = false, profile = false, activate_last = false;
+    std::vector<size_t> widths{16, 64, 64, 64, 64, 64, 64, 64, 4}; //!< 8 layers, 2 per stage
+    std::vector<size_t> stage_begin;                               //!< empty: equal layers
+    std::string activation = "tanh";
 };
 
-//! 8 dense layers, 2 per stage with 4 stages.
-PipelineModel make_model() {
-    return pipeline_mlp_model({16, 64, 64, 64, 64, 64, 64, 64, 4}, 3);
+PipelineModel make_model(const Options& o) {
+    return pipeline_mlp_model(o.widths, 3, o.activation, o.activate_last);
 }
 
 opr::OptimizerConfig sgd() {
@@ -87,7 +91,8 @@ std::vector<double> train_reference(const PipelineModel& model,
 PipelineOptions pipeline_options(const Options& o, const PipelineModel& model,
                                  PipelineSchedule schedule, uint32_t microbatches) {
     PipelineOptions p;
-    p.stage_begin = equal_layer_split(model.layers.size(), o.stages);
+    p.stage_begin =
+        o.stage_begin.empty() ? equal_layer_split(model.layers.size(), o.stages) : o.stage_begin;
     p.microbatches = microbatches;
     p.schedule = schedule;
     p.optimizer = sgd();
@@ -114,10 +119,27 @@ std::vector<std::pair<PipelineSchedule, uint32_t>> cases(const Options& o) {
     return all;
 }
 
+//! The stages' profiles after one warm-up step, compute_cost over `steps` more; no reference.
+int run_profile(const Options& o) {
+    auto [schedule, b] = cases(o).front();
+    auto model = make_model(o);
+    auto data = make_batches(model, o);
+    PipelineTrainer trainer(model, pipeline_options(o, model, schedule, b));
+    std::vector<StageProfile> profiles;
+    for (uint32_t i = 0; i < trainer.nr_stages(); ++i)
+        profiles.push_back(profile_stage(trainer.stage(i), pipeline_schedule_name(schedule)));
+    trainer.step(data[0].first, data[0].second);
+    measure_compute_cost(trainer, data[0].first, data[0].second, o.steps, profiles);
+    std::printf("%s%s\n", stage_profile_table(profiles).c_str(),
+                stage_profiles_json(profiles).c_str());
+    return 0;
+}
+
 int run_threads(const Options& o) {
+    if (o.profile) return run_profile(o);
     bool ok = true;
     for (auto [schedule, b] : cases(o)) {
-        auto model = make_model();
+        auto model = make_model(o);
         auto reference = clone_model(model);
         auto data = make_batches(model, o);
         auto ref_losses = train_reference(reference, data, o.batch);
@@ -142,16 +164,6 @@ int run_threads(const Options& o) {
                         st.step->memory_report().nodes.at(0).arena_bytes,
                         max_microbatches_in_flight(st));
         }
-        if (o.profile) {
-            std::vector<StageProfile> profiles;
-            for (uint32_t i = 0; i < o.stages; ++i)
-                profiles.push_back(
-                    profile_stage(trainer.stage(i), pipeline_schedule_name(schedule)));
-            // compute_cost: measured over a few more steps.
-            measure_compute_cost(trainer, data[0].first, data[0].second, 3, profiles);
-            std::printf("%s%s\n", stage_profile_table(profiles).c_str(),
-                        stage_profiles_json(profiles).c_str());
-        }
     }
     return ok ? 0 : 1;
 }
@@ -163,7 +175,7 @@ int run_mpi(Options o) {
     uint32_t rank = uint32_t(rendezvous->world_rank());
     int failed = 0;
     for (auto [schedule, b] : cases(o)) {
-        auto model = make_model();
+        auto model = make_model(o);
         auto reference = clone_model(model);
         auto data = make_batches(model, o);
         auto ref_losses = train_reference(reference, data, o.batch);
@@ -219,8 +231,17 @@ int main(int argc, char** argv) {
     app.add_option("--steps", o.steps, "training steps")->check(CLI::Range(1, 100000));
     app.add_option("--batch", o.batch, "rows per step")->check(CLI::Range(1, 1 << 20));
     app.add_flag("--sweep", o.sweep, "both schedules with 1, 2, 4 and 8 micro-batches");
-    app.add_flag("--profile", o.profile, "print the stages' profiles (threads only)");
+    app.add_flag("--profile", o.profile,
+                 "print the stages' profiles instead of checking against one device (threads)");
+    app.add_option("--widths", o.widths, "the MLP's widths, input first (comma-separated)")
+        ->delimiter(',');
+    app.add_option("--stage-begin", o.stage_begin, "first layer of each stage (comma-separated)")
+        ->delimiter(',');
+    app.add_option("--activation", o.activation, "tanh or relu")
+        ->check(CLI::IsMember({"tanh", "relu"}));
+    app.add_flag("--activate-last", o.activate_last, "the activation after the last layer too");
     CLI11_PARSE(app, argc, argv);
+    if (!o.stage_begin.empty()) o.stages = uint32_t(o.stage_begin.size());
     try {
         register_all_operators();
         return o.backend == "mpi" ? run_mpi(o) : run_threads(o);

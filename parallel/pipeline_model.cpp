@@ -12,9 +12,13 @@
 
 namespace braid::parallel {
 
-PipelineModel pipeline_mlp_model(const std::vector<size_t>& widths, uint32_t seed) {
+PipelineModel pipeline_mlp_model(const std::vector<size_t>& widths, uint32_t seed,
+                                 const std::string& activation, bool activate_last) {
     if (widths.size() < 2)
         BRAID_THROW(ValueError, "an MLP needs at least 2 widths, got {}", widths.size());
+    if (activation != "tanh" && activation != "relu")
+        BRAID_THROW(ValueError, "MLP activation \"{}\": expected \"tanh\" or \"relu\"", activation);
+    bool relu = activation == "relu";
     std::mt19937 rng(seed);
     PipelineModel model;
     model.input_width = widths.front();
@@ -26,12 +30,14 @@ PipelineModel pipeline_mlp_model(const std::vector<size_t>& widths, uint32_t see
         auto b = std::make_shared<Tensor>(TensorShape{widths[l + 1]}, dtype::Float32());
         for (size_t i = 0; i < w->shape().total_nr_elems(); ++i) w->ptr<float>()[i] = u(rng);
         for (size_t i = 0; i < b->shape().total_nr_elems(); ++i) b->ptr<float>()[i] = ub(rng);
-        bool activation = l + 2 < widths.size();
-        model.layers.push_back(
-            {fmt::format("dense{}", l), {w, b}, [activation](SymbolVar x, const SymbolVarArray& p) {
-                 auto y = opr::matmul(x, p[0]) + p[1];
-                 return activation ? opr::tanh(y) : y;
-             }});
+        bool activate = activate_last || l + 2 < widths.size();
+        model.layers.push_back({fmt::format("dense{}", l),
+                                {w, b},
+                                [activate, relu](SymbolVar x, const SymbolVarArray& p) {
+                                    auto y = opr::matmul(x, p[0]) + p[1];
+                                    if (!activate) return y;
+                                    return relu ? opr::relu(y) : opr::tanh(y);
+                                }});
     }
     model.loss = [](SymbolVar y, SymbolVar labels) {
         return opr::reduce_mean(opr::reduce_sum(opr::square(y - labels), {1}));

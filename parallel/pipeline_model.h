@@ -6,16 +6,20 @@
 #include "parallel/pipeline.h"
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace braid::parallel {
 
 /*!
  * Dense layers widths[0] -> widths[1] -> ... -> widths.back(): layer l is
- * tanh(x W_l + b_l) (the last one without tanh), W_l uniform in +-1/sqrt(fan-in) from `seed`,
- * b_l small; the loss is the mean over rows of the squared error summed over the row.
+ * act(x W_l + b_l) with act "tanh" or "relu" (the last layer without it unless
+ * `activate_last`), W_l uniform in +-1/sqrt(fan-in) from `seed`, b_l small; the loss is the
+ * mean over rows of the squared error summed over the row.
  */
-PipelineModel pipeline_mlp_model(const std::vector<size_t>& widths, uint32_t seed);
+PipelineModel pipeline_mlp_model(const std::vector<size_t>& widths, uint32_t seed,
+                                 const std::string& activation = "tanh",
+                                 bool activate_last = false);
 
 //! Independent copies of the model's parameter tensors (a model to train elsewhere).
 PipelineModel clone_model(const PipelineModel& model);
