@@ -192,9 +192,13 @@ ModelRunner::~ModelRunner() {
     for (auto& t : m_workers) t.join();
 }
 
+std::string ModelRunner::where(const std::string& request_id) const {
+    return "model \"" + m_name + "\"" +
+           (request_id.empty() ? "" : ", request \"" + request_id + "\"") + ":";
+}
+
 void ModelRunner::rethrow(const embed::Error& e, const std::string& request_id) const {
-    std::string where = "model \"" + m_name + "\"" +
-                        (request_id.empty() ? "" : ", request \"" + request_id + "\"") + ": ";
+    std::string where = this->where(request_id) + " ";
     int status = 500;
     switch (e.code()) {
     case embed::Code::INVALID_ARGUMENT:
@@ -236,8 +240,7 @@ void ModelRunner::infer_direct(InferRequest& request, Clock::time_point arrival,
             m_waiters.push_back(&self);
             if (!self.cv.wait_until(lock, deadline, [&] { return self.slot != SIZE_MAX; })) {
                 m_waiters.erase(std::find(m_waiters.begin(), m_waiters.end(), &self));
-                throw RequestError(504, "model \"" + m_name + "\", request \"" + request.id +
-                                            "\": deadline passed after waiting " +
+                throw RequestError(504, where(request.id) + " deadline passed after waiting " +
                                             ms_text(Clock::now() - arrival) + " for one of its " +
                                             std::to_string(m_contexts.size()) +
                                             " instances; it was not run");
@@ -263,8 +266,7 @@ void ModelRunner::infer_direct(InferRequest& request, Clock::time_point arrival,
     auto start = Clock::now();
     m_metrics.queue_time.observe(seconds(start - arrival));
     if (start >= deadline)
-        throw RequestError(504, "model \"" + m_name + "\", request \"" + request.id +
-                                    "\": deadline passed " + ms_text(start - arrival) +
+        throw RequestError(504, where(request.id) + " deadline passed " + ms_text(start - arrival) +
                                     " after arrival, before its run; it was not run");
     embed::Context& ctx = *m_contexts[slot];
     try {
@@ -297,14 +299,13 @@ void ModelRunner::infer_batched(InferRequest& request, Clock::time_point arrival
     pending->rows = pending->inputs.empty() ? 1 : pending->inputs[0].shape[0];
     for (auto& t : pending->inputs)
         if (t.shape[0] != pending->rows)
-            throw RequestError(400, "model \"" + m_name + "\", request \"" + request.id +
-                                        "\": batched inputs need the same dimension 0; input \"" +
-                                        t.name + "\" has " + std::to_string(t.shape[0]) +
-                                        ", input \"" + pending->inputs[0].name + "\" has " +
-                                        std::to_string(pending->rows));
+            throw RequestError(
+                400, where(request.id) + " batched inputs need the same dimension 0; input \"" +
+                         t.name + "\" has " + std::to_string(t.shape[0]) + ", input \"" +
+                         pending->inputs[0].name + "\" has " + std::to_string(pending->rows));
     if (pending->rows > m_config.max_batch_size || pending->rows < 1)
-        throw RequestError(400, "model \"" + m_name + "\", request \"" + request.id +
-                                    "\": dimension 0 is " + std::to_string(pending->rows) +
+        throw RequestError(400, where(request.id) + " dimension 0 is " +
+                                    std::to_string(pending->rows) +
                                     ", the model takes 1 to max_batch_size " +
                                     std::to_string(m_config.max_batch_size) + " rows");
     {
@@ -317,8 +318,7 @@ void ModelRunner::infer_batched(InferRequest& request, Clock::time_point arrival
         std::unique_lock lock(pending->mutex);
         if (!pending->cv.wait_until(lock, deadline, [&] { return pending->done; })) {
             pending->abandoned = true;
-            throw RequestError(504, "model \"" + m_name + "\", request \"" + request.id +
-                                        "\": deadline passed after " +
+            throw RequestError(504, where(request.id) + " deadline passed after " +
                                         ms_text(Clock::now() - arrival) +
                                         (pending->started ? " while its batch was running"
                                                           : " in the batch queue; it was not run"));
@@ -354,8 +354,8 @@ void ModelRunner::batch_worker(size_t instance) {
                         abandoned = p.abandoned;
                     }
                     if (abandoned || p.deadline <= now) {
-                        p.finish(504, "model \"" + m_name + "\", request \"" + p.request_id +
-                                          "\": deadline passed after " + ms_text(now - p.arrival) +
+                        p.finish(504, where(p.request_id) + " deadline passed after " +
+                                          ms_text(now - p.arrival) +
                                           " in the batch queue; it was not run");
                         it = m_queue.erase(it);
                     } else {

@@ -78,6 +78,8 @@ private:
                        InferResult& result);
     void batch_worker(size_t instance);
     void run_batch(size_t instance, std::vector<std::shared_ptr<Pending>>& batch);
+    //! "model \"mlp\", request \"7\":" (no request part when the id is empty).
+    std::string where(const std::string& request_id) const;
     [[noreturn]] void rethrow(const embed::Error& e, const std::string& request_id) const;
 
     std::string m_name, m_platform;

@@ -386,6 +386,11 @@ InferRequest decode_infer_request(std::string_view body, int64_t json_length,
             binary_offset += nr_bytes;
         } else {
             if (!data) where.fail("input \"" + t.name + "\" has no \"data\"");
+            // Each element takes at least two characters of JSON: check before allocating.
+            if (nr_elems > json_text.size() / 2 + 1)
+                where.fail("input \"" + t.name + "\" has shape " + shape_text(t.shape) + " (" +
+                           std::to_string(nr_elems) + " elements), more than its " +
+                           std::to_string(json_text.size()) + " bytes of JSON can hold");
             t.allocate(nr_bytes);
             decode_json_data(where, *data, t, nr_elems);
         }

@@ -12,6 +12,9 @@ ROUNDS=${3:-1}
 source "$(dirname "$0")/lib.sh"
 trap "" PIPE # writes to a connection the server closed must not kill the script
 ulimit -n 8192 2>/dev/null || ulimit -n "$(ulimit -Hn)"
+if [ "$(ulimit -n)" != unlimited ] && [ "$(ulimit -n)" -lt $((IDLE + 200)) ]; then
+    echo "note: the open-file limit is $(ulimit -n); $((IDLE = $(ulimit -n) - 200)) idle connections instead"
+fi
 
 WORK=$(mktemp -d)
 VALID_PID=""
@@ -55,6 +58,11 @@ for round in $(seq "$ROUNDS"); do
             expect_body_has 'no input named'
     done
     expect_status 400 POST "$INFER" -d "$(printf '%0.s[' $(seq 5000))" && expect_body_has 'nesting deeper'
+    # A shape of 3 GiB with one value of data: refused before any memory is taken.
+    expect_status 400 POST "$INFER" -d '{"inputs":[{"name":"x","shape":[1000000,784],"datatype":"FP32","data":[1]}]}' &&
+        expect_body_has 'more than its'
+    expect_status 400 POST "$INFER" -d '{"inputs":[{"name":"x","shape":[1099511627776,784],"datatype":"FP32","data":[1]}]}' &&
+        expect_body_has 'too large'
     expect_status 400 POST "$INFER" --data-binary $'\xff\xfe\x00garbage'
 
     # A body over the limit: 413 (sent whole, and announced only by Content-Length).

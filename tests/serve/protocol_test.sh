@@ -94,8 +94,11 @@ expect_status 400 POST /v2/models/mlp/infer \
     expect_body_has 'no input named \"y\" (inputs: x)'
 expect_status 400 POST /v2/models/mlp/infer -d '{"inputs":[]}' && expect_body_has 'input \"x\" is missing'
 expect_status 400 POST /v2/models/mlp/infer \
+    -d '{"inputs":[{"name":"x","shape":[1,784],"datatype":"FP32","data":['"${X1%,*}"']}]}' &&
+    expect_body_has '784 elements), its data has 783'
+expect_status 400 POST /v2/models/mlp/infer \
     -d '{"inputs":[{"name":"x","shape":[1,784],"datatype":"FP32","data":[1,2,3]}]}' &&
-    expect_body_has '784 elements), its data has 3'
+    expect_body_has 'more than its 74 bytes of JSON can hold'
 expect_status 400 POST /v2/models/mlp/infer \
     -d '{"inputs":[{"name":"x","shape":[1,2],"datatype":"FP32","data":["a",2]}]}'
 expect_status 400 POST /v2/models/mlp/infer -d "${JSON_MLP%\}}"',"outputs":[{"name":"probs"}]}' &&
