@@ -95,6 +95,12 @@ void Attention::execute(ExecCtx& ctx) {
 
 namespace braid::opr {
 
+static SymbolVarArray load_attention_grad(const OprLoadContext& ctx) {
+    ctx.expect_inputs(6, 7);
+    return AttentionGrad::make(ctx.inputs, read_param<AttentionGrad::Param>(ctx.params),
+                               ctx.config);
+}
+
 static SymbolVarArray load_attention(const OprLoadContext& ctx) {
     ctx.expect_inputs(3, 3);
     // make() refuses a non-finite scale.
@@ -117,6 +123,7 @@ void register_attention_kernels();
 void register_attention_operators() {
     auto& reg = OperatorRegistry::instance();
     reg.add("Attention", "attention", dump_param<Attention>, load_attention);
+    reg.add("AttentionGrad", "attention", dump_param<AttentionGrad>, load_attention_grad);
     register_attention_grad();
 #if BRAID_WITH_CUDA
     cuda::register_attention_kernels(); // operators/cuda/attention.cpp

@@ -25,6 +25,7 @@
 #include "graph/param_fields.h"
 #include "graph/symbol_var.h"
 
+#include <map>
 #include <optional>
 
 namespace braid::opr {
@@ -51,6 +52,30 @@ public:
                                const OperatorConfig& config = {});
 
     const char* type_name() const override { return "Attention"; }
+    void init_output_dtypes() override;
+    bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
+    void execute(ExecCtx& ctx) override;
+    //! {dq, dk, dv} from the gradients of out and lse (either may be invalid), on a CPU comp
+    //! node: one AttentionGrad per pair, shared by the gradient rule's calls for q, k and v.
+    SymbolVarArray backward(SymbolVar gout, SymbolVar glse);
+
+private:
+    std::map<std::pair<VarNode*, VarNode*>, SymbolVarArray> m_backward;
+};
+
+/*!
+ * The gradients of Attention on CPU in one operator: inputs q, k, v, out, lse, dout [, dlse],
+ * outputs {dq, dk, dv} in q's dtype. The probabilities are recomputed tile by tile from q, k
+ * and the forward's lse (operators/attention_kernels.h), so nothing of size Sq × Sk is stored.
+ * No CUDA kernel: on CUDA comp nodes the gradient rule builds the same maths from primitives.
+ */
+class AttentionGrad final : public ParamOperator<AttentionGrad, AttentionParam> {
+public:
+    AttentionGrad(const VarNodeArray& inputs, Param param, const OperatorConfig& config);
+    static SymbolVarArray make(const SymbolVarArray& inputs, Param param,
+                               const OperatorConfig& config = {});
+
+    const char* type_name() const override { return "AttentionGrad"; }
     void init_output_dtypes() override;
     bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
     void execute(ExecCtx& ctx) override;

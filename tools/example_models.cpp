@@ -105,6 +105,10 @@ SymbolVarArray build_every_operator(ComputingGraph& graph, bool point_to_point) 
     auto full = opr::scaled_dot_product_attention(q, v, k);
     out(full[0], "attn_full");
     out(full[1], "attn_full_lse");
+    // Its gradient on CPU: AttentionGrad.
+    auto attn_loss = opr::reduce_sum(full[0]) + opr::reduce_sum(full[1]);
+    out(attn_loss, "attn_loss");
+    out(braid::grad(attn_loss, x), "attn_grad");
 
     // ArgReduce both modes, feeding Gather and IndexingOneHot.
     auto am = opr::argmax(x, 1, true); // {4,1} int32
