@@ -6,7 +6,8 @@
 // Reported per case: the median step time; the measured bubble, 1 - (a stage's kernel time
 // in the step, sends and recvs excluded) / (step time), averaged over the stages, beside
 // GPipe's formula (S - 1) / (B + S - 1); the arena bytes of each stage's memory plan; and
-// the speed-up over one device.
+// the speed-up over one device. A last line runs an unbalanced MLP (wide layers first) with
+// the equal-layer split and with auto_partition()'s split.
 //
 //     bench_pipeline [--json] [--stages 2] [--iterations 5] [--batch 256] [--width 512]
 //                    [--hidden 2048] [--layers 4]
@@ -14,6 +15,7 @@
 #include "braid.h"
 #include "parallel/pipeline.h"
 #include "parallel/pipeline_model.h"
+#include "parallel/pipeline_profile.h"
 
 #include <algorithm>
 #include <chrono>
@@ -134,6 +136,57 @@ void run_case(const Options& o, PipelineSchedule schedule, uint32_t b, double an
     std::fflush(stdout);
 }
 
+//! An unbalanced MLP (four wide layers, then five narrow ones) on S stages, 1F1B with B = 4:
+//! the equal-layer split against auto_partition() over measured per-layer profiles, same run.
+void run_partition(const Options& o) {
+    std::vector<size_t> widths{o.width, o.hidden, o.width, o.hidden, o.width / 4};
+    for (int l = 0; l < 5; ++l) widths.push_back(o.width / 4);
+    auto model = pipeline_mlp_model(widths, 1);
+    uint32_t b = 4;
+    auto layers = profile_layers(model, o.batch / b, 5, 2);
+    auto equal = equal_layer_split(model.layers.size(), o.stages);
+    auto best = auto_partition(layers, o.stages, b);
+    auto [x, y] = make_batch(model, o.batch);
+    auto step_ms = [&](const std::vector<size_t>& begin) {
+        PipelineOptions po;
+        po.stage_begin = begin;
+        po.microbatches = b;
+        po.optimizer = sgd();
+        po.batch = o.batch;
+        po.key = fmt::format("bench/partition/{}", begin[1]);
+        PipelineTrainer trainer(model, po);
+        trainer.step(x, y);
+        std::vector<double> ms;
+        for (int it = 0; it < o.iterations; ++it) {
+            auto t0 = Clock::now();
+            trainer.step(x, y);
+            ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+        }
+        return median(ms);
+    };
+    auto list = [](const std::vector<size_t>& v) {
+        std::string out;
+        for (size_t i = 0; i < v.size(); ++i) out += fmt::format("{}{}", i ? "," : "", v[i]);
+        return out;
+    };
+    double equal_ms = step_ms(equal), auto_ms = step_ms(best.stage_begin);
+    double equal_obj = partition_objective(layers, equal, b);
+    if (o.json)
+        std::printf("{\"bench\":\"pipeline_partition\",\"stages\":%u,\"microbatches\":%u,"
+                    "\"schedule\":\"1f1b\",\"layers\":%zu,\"equal_split\":[%s],"
+                    "\"auto_split\":[%s],\"equal_objective_ms\":%.3f,\"auto_objective_ms\":%.3f,"
+                    "\"equal_step_ms\":%.3f,\"auto_step_ms\":%.3f,\"speedup\":%.3f}\n",
+                    o.stages, b, model.layers.size(), list(equal).c_str(),
+                    list(best.stage_begin).c_str(), equal_obj * 1e3, best.objective * 1e3, equal_ms,
+                    auto_ms, equal_ms / auto_ms);
+    else
+        std::printf("unbalanced %zu-layer MLP, S=%u B=%u: equal split [%s] %.2f ms (objective "
+                    "%.2f ms), auto split [%s] %.2f ms (objective %.2f ms): %.2fx\n",
+                    model.layers.size(), o.stages, b, list(equal).c_str(), equal_ms,
+                    equal_obj * 1e3, list(best.stage_begin).c_str(), auto_ms, best.objective * 1e3,
+                    equal_ms / auto_ms);
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -176,6 +229,7 @@ int main(int argc, char** argv) {
         double anchor = single_device_ms(o);
         for (auto schedule : {PipelineSchedule::GPIPE, PipelineSchedule::ONE_F_ONE_B})
             for (uint32_t b : {1u, 2u, 4u, 8u}) run_case(o, schedule, b, anchor);
+        run_partition(o);
         return 0;
     } catch (const std::exception& e) {
         std::fprintf(stderr, "bench_pipeline: %s\n", e.what());
