@@ -15,7 +15,11 @@
 #include "comm/group_client.h"
 #include "comm/rendezvous_server.h"
 #include "comm/tcp_client.h"
+#include "graph/grad.h"
 #include "operators/registry.h"
+#include "operators/remote_send_recv.h"
+#include "operators/ring_attention.h"
+#include "parallel/context_parallel.h"
 
 #include <gtest/gtest.h>
 
@@ -26,6 +30,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <random>
 #include <spawn.h>
 #include <sstream>
 #include <string>
@@ -139,6 +144,102 @@ TEST(GlooCollectives, EveryCollectiveCommModeMatchesReference) {
             braid::test::expect_tensor_near(exec->output(0), expect, 1e-6, 1e-6,
                                             fmt::format("rank {}", rank));
         }
+}
+
+// RemoteSend / RemoteRecv as operators: rank 0 sends to the last rank values of several
+// dtypes, then h = x * a whose gradient the receiver sends back.
+TEST(GlooCollectives, RemoteSendRecvOperatorsAndTheirGradients) {
+    if (g_rank < 0) GTEST_SKIP() << "runs under braid-launch (BRAID_RANK is not set)";
+    register_all_operators();
+    int last = g_world_size - 1;
+    std::mt19937 rng(13); // the same draws on every rank
+    for (DType dt : {dtype::Float32(), dtype::Float16(), dtype::Int32(), dtype::Int8()}) {
+        Tensor value = braid::test::random_tensor({4, 3}, dt, rng);
+        std::string key = fmt::format("gloo-p2p-{}", g_test_counter++);
+        auto graph = ComputingGraph::make();
+        if (g_rank == 0) {
+            auto x = opr::Input::make(*graph, "x", dt, {4, 3});
+            auto exec = graph->compile({opr::remote_send(x, key, last, g_client, "gloo")});
+            exec->feed("x", value);
+            exec->run();
+        } else if (g_rank == last) {
+            auto y = opr::remote_recv(*graph, key, 0, dt, g_client, "gloo");
+            auto exec = graph->compile({y});
+            EXPECT_EQ(y.shape(), TensorShape({4, 3}));
+            exec->run();
+            braid::test::expect_tensor_near(exec->output(0), value, 0, 0, dt.name());
+        }
+    }
+    Tensor xv = braid::test::random_tensor({6}, dtype::Float32(), rng),
+           av = braid::test::random_tensor({6}, dtype::Float32(), rng),
+           wv = braid::test::random_tensor({6}, dtype::Float32(), rng);
+    std::string key = fmt::format("gloo-p2p-grad-{}", g_test_counter++);
+    auto graph = ComputingGraph::make();
+    if (g_rank == 0) {
+        auto x = opr::Input::make(*graph, "x", dtype::Float32(), {6});
+        auto a = opr::Input::make(*graph, "a", dtype::Float32(), {6});
+        auto sent = opr::remote_send(x * a, key, last, g_client, "gloo");
+        auto exec = graph->compile({sent, grad(sent, x)});
+        exec->feed("x", xv);
+        exec->feed("a", av);
+        exec->run();
+        for (size_t i = 0; i < 6; ++i)
+            EXPECT_NEAR(exec->output(1).ptr<float>()[i], av.ptr<float>()[i] * wv.ptr<float>()[i],
+                        1e-6);
+    } else if (g_rank == last) {
+        auto w = opr::Input::make(*graph, "w", dtype::Float32(), {6});
+        auto r = opr::remote_recv(*graph, key, 0, dtype::Float32(), g_client, "gloo");
+        auto exec = graph->compile({grad(opr::reduce_sum(r * w), w)});
+        exec->feed("w", wv);
+        exec->run();
+        for (size_t i = 0; i < 6; ++i)
+            EXPECT_NEAR(exec->output(0).ptr<float>()[i], xv.ptr<float>()[i] * av.ptr<float>()[i],
+                        1e-6);
+    }
+}
+
+// Ring attention with one rank per process: each rank's out and gradients equal its shard of
+// single-rank attention's.
+TEST(GlooCollectives, RingAttentionMatchesSingleRankAttention) {
+    if (g_rank < 0) GTEST_SKIP() << "runs under braid-launch (BRAID_RANK is not set)";
+    register_all_operators();
+    uint32_t n = uint32_t(g_world_size), rank = uint32_t(g_rank);
+    std::mt19937 rng(31);
+    TensorShape qs{1, 2, 4 * n, 4};
+    auto rnd = [&] { return braid::test::random_tensor(qs, dtype::Float32(), rng); };
+    Tensor q = rnd(), k = rnd(), v = rnd(), w = rnd();
+    auto shard = [&](const Tensor& t) { return parallel::shard_sequence(t, 2, n, true)[rank]; };
+    auto step = [&](ComputingGraph& g, const TensorShape& shape, bool ring,
+                    opr::RingRotation rotation) {
+        auto in = [&](const char* name) {
+            return opr::Input::make(g, name, dtype::Float32(), shape);
+        };
+        auto sq = in("q"), sk = in("k"), sv = in("v"), sw = in("w");
+        SymbolVar out = ring ? opr::ring_attention(sq, sk, sv,
+                                                   {fmt::format("gloo-ring-{}", g_test_counter++),
+                                                    n, rank, g_client, "gloo"},
+                                                   {.causal = true, .rotation = rotation})[0]
+                             : opr::Attention::make(sq, sk, sv, {true, std::nullopt})[0];
+        auto grads = grad(opr::reduce_sum(out * sw), {sq, sk, sv});
+        return g.compile({out, grads[0], grads[1], grads[2]});
+    };
+    auto ref_graph = ComputingGraph::make();
+    auto ref = step(*ref_graph, qs, false, opr::RingRotation::RING);
+    for (auto [name, t] : {std::pair{"q", &q}, {"k", &k}, {"v", &v}, {"w", &w}})
+        ref->feed(name, *t);
+    ref->run();
+    for (auto rotation : {opr::RingRotation::ALL_GATHER, opr::RingRotation::RING}) {
+        auto g = ComputingGraph::make();
+        auto exec = step(*g, shard(q).shape(), true, rotation);
+        for (auto [name, t] : {std::pair{"q", &q}, {"k", &k}, {"v", &v}, {"w", &w}})
+            exec->feed(name, shard(*t));
+        exec->run();
+        for (size_t i = 0; i < 4; ++i)
+            braid::test::expect_tensor_near(exec->output(i), shard(ref->output(i).copy()), 1e-5,
+                                            1e-5,
+                                            fmt::format("output {} on rank {} ({})", i, rank,
+                                                        opr::ring_rotation_name(rotation)));
+    }
 }
 
 TEST(GlooCollectives, RankThatNeverEntersIsNamedAfterTheDeadline) {
