@@ -189,8 +189,10 @@ tail -1 "$WORK/draining" | grep -q 'HTTP 200' || fail "request in flight at SIGT
 
 # Without --model-control the repository endpoints are refused.
 rm -rf "$REPO/broken"
-start_server "$WORK/server2.log" "$REPO" || exit 1
+# This one is configured through the environment.
+BRAID_SERVE_MAX_BODY_BYTES=5000 start_server "$WORK/server2.log" "$REPO" || exit 1
 expect_status 403 POST /v2/repository/index && expect_body_has '--model-control'
+expect_status 413 POST /v2/models/mlp/infer -d "$JSON_MLP" && expect_body_has 'limit of 5000 bytes'
 expect_status 403 POST /v2/repository/models/mlp/unload
 stop_server
 [ "$SERVER_STATUS" = 0 ] || fail "second server exited $SERVER_STATUS"
