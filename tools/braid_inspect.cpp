@@ -5,10 +5,15 @@
 //
 //     braid-inspect model.braid            braid-inspect model.braid --dot | dot -Tsvg > g.svg
 //     braid-inspect dp.braid --ranks 4
+//     braid-inspect --pipeline-mlp 2048,8192,2048,8192,2048 --microbatches 2 [--json]
+//         the Alpa-style stage profiles of an MLP trained on a pipeline (parallel/
+//         pipeline_profile.h): static memory figures; compute_cost with --measure N steps
 //
 // Exit status: 0 success, 2 usage error, 3 a file that is not a readable model or that this
 // build cannot load (what it holds is still printed first).
 #include "onnx_import/onnx_import.h"
+#include "parallel/pipeline_model.h"
+#include "parallel/pipeline_profile.h"
 #include "parallel/rank_plan.h"
 #include "tools/mem_summary.h"
 #include "tools/printable.h"
@@ -180,6 +185,46 @@ void print_rank_plan(const std::string& path, uint32_t nr_ranks) {
                 nr_ranks, plan.to_string().c_str());
 }
 
+//! What --pipeline-mlp profiles.
+struct PipelineProfileOptions {
+    std::vector<size_t> widths, stage_begin;
+    std::string activation = "tanh", schedule = "1f1b";
+    bool activate_last = false, json = false;
+    uint32_t microbatches = 1;
+    size_t batch = 0; //!< 0: 64 rows per micro-batch
+    int measure = 0;
+};
+
+//! Builds the pipeline's stages (threads, nothing run unless `measure`) and prints their
+//! profiles.
+void print_pipeline_profiles(const PipelineProfileOptions& p) {
+    using namespace braid::parallel;
+    auto model = pipeline_mlp_model(p.widths, 1, p.activation, p.activate_last);
+    PipelineOptions o;
+    o.stage_begin = p.stage_begin.empty() ? std::vector<size_t>{0} : p.stage_begin;
+    o.microbatches = p.microbatches;
+    o.schedule = parse_pipeline_schedule(p.schedule);
+    o.batch = p.batch ? p.batch : 64 * size_t(p.microbatches);
+    PipelineTrainer trainer(model, o);
+    std::vector<StageProfile> profiles;
+    for (uint32_t i = 0; i < trainer.nr_stages(); ++i)
+        profiles.push_back(profile_stage(trainer.stage(i), p.schedule));
+    if (p.measure > 0) {
+        Tensor x({o.batch, model.input_width}, dtype::Float32());
+        Tensor y({o.batch, model.label_width}, dtype::Float32());
+        for (size_t i = 0; i < x.shape().total_nr_elems(); ++i) x.ptr<float>()[i] = 0.01f;
+        for (size_t i = 0; i < y.shape().total_nr_elems(); ++i) y.ptr<float>()[i] = 0.02f;
+        trainer.step(x, y); // warm-up
+        measure_compute_cost(trainer, x, y, p.measure, profiles);
+    }
+    if (p.json)
+        std::printf("%s\n", stage_profiles_json(profiles).c_str());
+    else
+        std::printf("%s%s", stage_profile_table(profiles).c_str(),
+                    p.measure > 0 ? ""
+                                  : "(compute_cost 0: nothing run; --measure N measures it)\n");
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -187,7 +232,41 @@ int main(int argc, char** argv) {
     std::string path;
     bool dot = false;
     uint32_t ranks = 0;
-    app.add_option("model", path, "Model file (.braid)")->required();
+    PipelineProfileOptions pp;
+    auto* model_opt = app.add_option("model", path, "Model file (.braid)");
+    auto* pipeline_opt =
+        app.add_option("--pipeline-mlp", pp.widths,
+                       "Print the stage profiles of this MLP (widths, comma-separated) trained on "
+                       "a pipeline, instead of reading a model")
+            ->delimiter(',')
+            ->excludes(model_opt);
+    app.add_option("--stage-begin", pp.stage_begin,
+                   "With --pipeline-mlp: first layer of each "
+                   "stage (default: one stage)")
+        ->delimiter(',')
+        ->needs(pipeline_opt);
+    app.add_option("--microbatches", pp.microbatches, "With --pipeline-mlp: micro-batches")
+        ->check(CLI::Range(1u, 1024u))
+        ->needs(pipeline_opt);
+    app.add_option("--batch", pp.batch,
+                   "With --pipeline-mlp: rows per step (default 64 per "
+                   "micro-batch)")
+        ->needs(pipeline_opt);
+    app.add_option("--schedule", pp.schedule, "With --pipeline-mlp: gpipe or 1f1b")
+        ->check(CLI::IsMember({"gpipe", "1f1b"}))
+        ->needs(pipeline_opt);
+    app.add_option("--activation", pp.activation, "With --pipeline-mlp: tanh or relu")
+        ->check(CLI::IsMember({"tanh", "relu"}))
+        ->needs(pipeline_opt);
+    app.add_flag("--activate-last", pp.activate_last,
+                 "With --pipeline-mlp: the activation after the last layer too")
+        ->needs(pipeline_opt);
+    app.add_option("--measure", pp.measure,
+                   "With --pipeline-mlp: run N steps to measure compute_cost")
+        ->check(CLI::Range(0, 1000))
+        ->needs(pipeline_opt);
+    app.add_flag("--json", pp.json, "With --pipeline-mlp: one JSON line instead of the table")
+        ->needs(pipeline_opt);
     auto* dot_flag = app.add_flag("--dot", dot, "Print the graph in Graphviz dot format instead");
     app.add_option("--ranks", ranks,
                    "Print the plan of every rank of an N-rank run instead of the memory plan: "
@@ -204,8 +283,17 @@ int main(int argc, char** argv) {
         return EXIT_USAGE;
     }
     if (!std::getenv("BRAID_LOG_LEVEL")) logger()->set_level(spdlog::level::critical);
+    if (!*model_opt && !*pipeline_opt) {
+        std::fprintf(stderr, "braid-inspect: error: a model file or --pipeline-mlp is required "
+                             "(see braid-inspect --help)\n");
+        return EXIT_USAGE;
+    }
     try {
         register_all_operators();
+        if (*pipeline_opt) {
+            print_pipeline_profiles(pp);
+            return EXIT_OK;
+        }
         if (onnx_import::is_onnx_path(path)) {
             if (ranks) {
                 std::fprintf(stderr, "braid-inspect: --ranks reads braid model files; convert "
