@@ -11,7 +11,10 @@ source "$(dirname "$0")/lib.sh"
 WORK=$(mktemp -d)
 trap 'kill -KILL ${SERVER_PID:-} 2>/dev/null; rm -rf "$WORK"' EXIT
 REPO=$WORK/repo
-mkdir -p "$REPO/mlp" "$REPO/transformer_block" "$REPO/mlp_batched" "$REPO/spare"
+mkdir -p "$REPO/mlp" "$REPO/transformer_block" "$REPO/mlp_batched" "$REPO/spare" "$REPO/mlp_1m"
+ln -s "$MODELS/mlp.braid" "$REPO/mlp_1m/model.braid"
+# A memory budget that the default batch fits and 2,000 rows do not.
+echo '{"memory_budget": "1M"}' >"$REPO/mlp_1m/config.json"
 ln -s "$MODELS/mlp.braid" "$REPO/mlp/model.braid"
 ln -s "$MODELS/transformer_block.braid" "$REPO/transformer_block/model.braid"
 ln -s "$MODELS/mlp.braid" "$REPO/mlp_batched/model.braid"
@@ -24,7 +27,7 @@ if [ -n "$RELU_ONNX" ] && [ -f "$RELU_ONNX" ]; then
     ln -s "$RELU_ONNX" "$REPO/relu_onnx/model.onnx"
 fi
 
-start_server "$WORK/server.log" "$REPO" --model-control --max-body-bytes 200000 \
+start_server "$WORK/server.log" "$REPO" --model-control --max-body-bytes 8000000 \
     --max-concurrent-requests 2 || exit 1
 
 X1=$(awk 'BEGIN { for (i = 0; i < 784; i++) printf "%s%g", (i ? "," : ""), (i % 13) / 13 - 0.5 }')
@@ -115,10 +118,17 @@ expect_status 400 POST /v2/models/mlp_batched/infer \
     expect_body_has 'max_batch_size 8'
 expect_status 404 POST /v2/models/nosuch/infer -d "$JSON_MLP" && expect_body_has 'no model named'
 
+# 500: a run that fails inside braid (over the model's memory budget).
+H2000='{"inputs":[{"name":"x","shape":[2000,784],"datatype":"FP32","parameters":{"binary_data_size":6272000}}]}'
+{ printf '%s' "$H2000"; head -c 6272000 /dev/zero; } >"$WORK/rows_2000"
+expect_status 500 POST /v2/models/mlp_1m/infer -H "Inference-Header-Content-Length: ${#H2000}" \
+    --data-binary @"$WORK/rows_2000" && expect_body_has 'OUT_OF_MEMORY'
+expect_status 200 POST /v2/models/mlp_1m/infer -d "$JSON_MLP"
+
 # 413: a body over --max-body-bytes.
-head -c 250000 /dev/zero | tr '\0' ' ' >"$WORK/big"
+head -c 9000000 /dev/zero | tr '\0' ' ' >"$WORK/big"
 expect_status 413 POST /v2/models/mlp/infer --data-binary @"$WORK/big" &&
-    expect_body_has 'over the limit of 200000 bytes'
+    expect_body_has 'over the limit of 8000000 bytes'
 
 # 504: deadlines, from the header and from the JSON parameter; no work is done.
 expect_status 504 POST /v2/models/mlp/infer -H 'Inference-Timeout-Us: 0' -d "$JSON_MLP" &&
