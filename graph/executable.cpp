@@ -3,12 +3,14 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "graph/graph_pass.h"
 #include "graph/input_node.h"
 #include "graph/kernel_registry.h"
 #include "graph/schedule.h"
 
 #include <algorithm>
 #include <map>
+#include <unordered_set>
 
 namespace braid {
 
@@ -125,6 +127,24 @@ void Executable::build_sequences(const std::vector<OutputSpec>& outputs) {
         if (needed.count(opr.get())) order.push_back(opr.get());
     order = schedule_operators(*m_graph, order);
 
+    // Compile-time passes (fusion) may replace operators of the order by new ones; a var they
+    // removed is then an alias of the var that holds its value now.
+    std::unordered_map<VarNode*, VarNode*> replaced;
+    if (fusion_enabled(m_graph->options())) {
+        std::unordered_set<VarNode*> pinned;
+        for (auto& o : outputs) pinned.insert(o.var);
+        for (auto* opr : order)
+            for (auto* out : opr->outputs())
+                for (auto* dep : m_graph->extra_deps(out)) pinned.insert(dep);
+        // Passes insert operators into the graph: serialise them with other executables.
+        std::lock_guard lk(m_graph->inference_mutex());
+        replaced = run_compile_passes(*m_graph, order, pinned);
+    }
+    auto resolve = [&](VarNode* var) {
+        auto it = replaced.find(var);
+        return it == replaced.end() ? var : it->second;
+    };
+
     for (auto* opr : order) {
         for (auto* out : opr->outputs()) {
             m_var_idx[out] = m_vars.size();
@@ -132,6 +152,7 @@ void Executable::build_sequences(const std::vector<OutputSpec>& outputs) {
         }
         if (auto* in = dynamic_cast<InputNode*>(opr)) m_inputs.push_back(in);
     }
+    for (auto& [from, to] : replaced) m_var_idx[from] = var_index(to);
     m_tensors.resize(m_vars.size());
     m_fed.resize(m_inputs.size());
 
@@ -156,6 +177,7 @@ void Executable::build_sequences(const std::vector<OutputSpec>& outputs) {
         step.inputs_wired = std::all_of(opr->inputs().begin(), opr->inputs().end(),
                                         [&](VarNode* in) { return m_var_idx.count(in) > 0; });
         for (auto* in : step.inputs_wired ? opr->inputs() : VarNodeArray{}) {
+            in = resolve(in);
             step.input_idx.push_back(var_index(in));
             auto [pn, ps] = producer.at(in);
             if (pn != ni) {
@@ -188,7 +210,7 @@ void Executable::build_sequences(const std::vector<OutputSpec>& outputs) {
     m_fetched.resize(outputs.size());
     for (auto& o : outputs) {
         size_t idx = var_index(o.var);
-        auto [ni, si] = producer.at(o.var);
+        auto [ni, si] = producer.at(resolve(o.var));
         if (o.callback)
             m_nodes[ni]->steps[si].callbacks.emplace_back(idx, o.callback);
         else if (m_nodes[ni]->device_queue)
@@ -267,6 +289,12 @@ Executable& Executable::feed(const std::string& name, Tensor value) {
     for (auto* in : m_inputs) known += (known.empty() ? "" : ", ") + in->input_name();
     BRAID_THROW(GraphError, "feed(): no input named \"{}\" in this executable (inputs: {})", name,
                 known.empty() ? "none" : known);
+}
+
+bool Executable::takes(const SymbolVar& input) const {
+    for (auto* in : m_inputs)
+        if (in->output(0) == input.node()) return true;
+    return false;
 }
 
 Executable& Executable::feed(const SymbolVar& input, Tensor value) {

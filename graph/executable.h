@@ -40,6 +40,9 @@ public:
     Executable& feed(const std::string& name, Tensor value);
     //! Same, naming the input by its var.
     Executable& feed(const SymbolVar& input, Tensor value);
+    //! Whether `input` is an input of this executable (an Input whose value no output needs,
+    //! one read only for its shape say, is not, and feeding it is an error).
+    bool takes(const SymbolVar& input) const;
 
     //! Starts one run. A run still in flight is waited for first. Throws GraphError when an
     //! input was never fed. A changed input shape re-infers shapes and re-plans memory.

@@ -29,8 +29,11 @@ inline Compiled compile(RandomGraph& rg, bool plan, const std::string& planner) 
     rg.graph->options().memory_planner = planner;
     Compiled c;
     // Callbacks on the chosen vars and on every var nobody reads, so the whole graph runs.
-    auto observed = rg.callbacks;
-    for (auto& v : rg.sinks()) observed.push_back(v);
+    if (rg.observed.empty()) {
+        rg.observed = rg.callbacks;
+        for (auto& v : rg.sinks()) rg.observed.push_back(v);
+    }
+    const auto& observed = rg.observed;
     c.callback_values = std::make_shared<std::vector<Tensor>>(observed.size());
     std::vector<OutputSpec> specs(rg.fetched.begin(), rg.fetched.end());
     for (size_t i = 0; i < observed.size(); ++i) {

@@ -36,6 +36,9 @@ struct RandomGraph {
     std::vector<SymbolVar> fetched;   //!< outputs read after execution (the last var first)
     std::vector<SymbolVar> callbacks; //!< outputs observed through callbacks
     std::vector<std::pair<std::string, Tensor>> feeds;
+    //! What a memory-plan check observes, fixed at its first compile: compiling may add
+    //! operators (copies between comp nodes), which would change sinks() for later compiles.
+    std::vector<SymbolVar> observed;
 
     //! Every var no operator reads: compiling them all covers the whole graph.
     std::vector<SymbolVar> sinks() const {
