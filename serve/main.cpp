@@ -158,17 +158,22 @@ int main(int argc, char** argv) {
     }
     std::fflush(stdout);
 
+    // Waits for a signal, or for 0 written by main once serving ended another way.
     std::thread signal_thread([&] {
         int sig = 0;
         while (read(g_signal_pipe[0], &sig, sizeof sig) < 0 && errno == EINTR) {
         }
+        if (sig == 0) return;
         std::printf("braid-serve: %s: draining\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");
         std::fflush(stdout);
         server.stop();
     });
-    signal_thread.detach();
 
     bool drained = server.serve();
+    // The signal thread uses the server: it ends before the server does.
+    int wake = 0;
+    if (write(g_signal_pipe[1], &wake, sizeof wake) != sizeof wake) std::perror("braid-serve");
+    signal_thread.join();
     if (!drained) {
         std::fprintf(stderr,
                      "braid-serve: connections still open after the drain timeout of %d s; "
