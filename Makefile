@@ -58,9 +58,9 @@ check-asan: bootstrap
 	cd $(ASAN_DIR) && $(SANITIZER_ENV) ctest --output-on-failure -j$(JOBS) -LE 'slow|fuzz'
 
 # ThreadSanitizer on the suites whose tests run threads at once: graph execution, comm and
-# the embedding API with its 8-thread stress test, and parallel (redistribution over ranks as
-# threads) (CONCURRENCY_TESTS, a ctest name filter).
-CONCURRENCY_TESTS ?= ^(graph|comm|embed|parallel)\.
+# the embedding API with its 8-thread stress test, parallel (redistribution over ranks as
+# threads), and braid-serve (HTTP threads, batch workers) (CONCURRENCY_TESTS, a ctest name filter).
+CONCURRENCY_TESTS ?= ^(graph|comm|embed|parallel|serve)\.
 check-tsan: bootstrap
 	@cmake -S . -B $(TSAN_DIR) $(SANITIZER_FLAGS) -DBRAID_SANITIZE=thread $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(TSAN_DIR) -j$(JOBS)
