@@ -30,6 +30,10 @@ struct GraphOptions {
     //! checks each var against it too. 0: BRAID_MEMORY_BUDGET, else physical memory (see
     //! memory/memory_budget.h).
     size_t memory_budget = 0;
+    //! Let compile() fuse operators (matmul + bias + activation, convolution + batch norm +
+    //! activation; graph/graph_pass.h). Off, or BRAID_FUSION=0 in the environment: every
+    //! operator runs as built.
+    bool enable_fusion = true;
 };
 
 //! What compile() should do with an output var: fetch it into a host tensor readable after

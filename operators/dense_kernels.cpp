@@ -108,23 +108,43 @@ void sgemm(bool ta, bool tb, size_t m, size_t n, size_t k, float alpha, const fl
                 int(m), int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
 }
 
-void sgemm_parallel(bool ta, bool tb, size_t m, size_t n, size_t k, float alpha, const float* a,
-                    size_t lda, const float* b, size_t ldb, float beta, float* c, size_t ldc) {
+namespace {
+
+void sgemm_parallel_impl(bool ta, bool tb, size_t m, size_t n, size_t k, float alpha,
+                         const float* a, size_t lda, const float* b, size_t ldb, float beta,
+                         float* c, size_t ldc, const TileEpilogue* epilogue) {
     blas_single_thread();
     size_t threads = kernel_threads();
-    if (threads <= 1 || double(m) * double(n) * double(k) < MIN_PARALLEL_MACS) {
-        sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-        return;
-    }
-    TileGrid grid = choose_grid(m, n, threads);
+    TileGrid grid;
+    if (threads > 1 && double(m) * double(n) * double(k) >= MIN_PARALLEL_MACS)
+        grid = choose_grid(m, n, threads);
     if (grid.count() <= 1) {
         sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+        if (epilogue && m && n) (*epilogue)(0, m, 0, n);
         return;
     }
     parallel_for(grid.count(), 1, [&](size_t begin, size_t end) {
-        for (size_t t = begin; t < end; ++t)
+        for (size_t t = begin; t < end; ++t) {
             run_tile(grid, t, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+            if (!epilogue) continue;
+            size_t r0 = (t / grid.cols) * grid.tile_m, c0 = (t % grid.cols) * grid.tile_n;
+            (*epilogue)(r0, std::min(m, r0 + grid.tile_m) - r0, c0,
+                        std::min(n, c0 + grid.tile_n) - c0);
+        }
     });
+}
+
+} // namespace
+
+void sgemm_parallel(bool ta, bool tb, size_t m, size_t n, size_t k, float alpha, const float* a,
+                    size_t lda, const float* b, size_t ldb, float beta, float* c, size_t ldc) {
+    sgemm_parallel_impl(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, nullptr);
+}
+
+void sgemm_parallel_epilogue(bool ta, bool tb, size_t m, size_t n, size_t k, float alpha,
+                             const float* a, size_t lda, const float* b, size_t ldb, float beta,
+                             float* c, size_t ldc, const TileEpilogue& epilogue) {
+    sgemm_parallel_impl(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, &epilogue);
 }
 
 void sgemm_batched(bool ta, bool tb, size_t m, size_t n, size_t k, float alpha,

@@ -20,6 +20,7 @@
 #include "memory/tensor.h"
 
 #include <cstddef>
+#include <functional>
 
 namespace braid::opr::kern {
 
@@ -37,6 +38,15 @@ void sgemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, float alpha
 void sgemm_parallel(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, float alpha,
                     const float* a, size_t lda, const float* b, size_t ldb, float beta, float* c,
                     size_t ldc);
+
+//! Called by sgemm_parallel_epilogue() for each finished tile of C: rows [r0, r0 + rows), columns
+//! [c0, c0 + cols), on the thread that computed it, while the tile is still in its cache.
+using TileEpilogue = std::function<void(size_t r0, size_t rows, size_t c0, size_t cols)>;
+
+//! sgemm_parallel() followed by `epilogue` over every tile of C (fused bias and activation).
+void sgemm_parallel_epilogue(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, float alpha,
+                             const float* a, size_t lda, const float* b, size_t ldb, float beta,
+                             float* c, size_t ldc, const TileEpilogue& epilogue);
 
 //! `batch` GEMMs of one shape, C[i] = alpha * op(A[i]) * op(B[i]) + beta * C[i], run by the
 //! pool: batch items in parallel, and each GEMM split into tiles when there are fewer items

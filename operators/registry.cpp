@@ -10,6 +10,7 @@ void register_io_operators();
 void register_elemwise_operators();
 void register_tensor_manip_operators();
 void register_matmul_operators();
+void register_fused_matmul_operators();
 void register_reduce_operators();
 void register_conv_operators();
 void register_conv_grad_ops_operators();
@@ -43,6 +44,7 @@ void register_all_operators() {
         register_elemwise_operators();
         register_tensor_manip_operators();
         register_matmul_operators();
+        register_fused_matmul_operators();
         register_reduce_operators();
         register_conv_operators();
         register_conv_grad_ops_operators();

@@ -1,0 +1,104 @@
+#include "graph/graph_pass.h"
+
+#include "base/error.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+namespace braid {
+
+namespace {
+
+struct RegisteredPass {
+    std::string name;
+    CompilePass pass;
+};
+
+std::vector<RegisteredPass>& passes() {
+    static std::vector<RegisteredPass> list;
+    return list;
+}
+
+} // namespace
+
+CompilePassCtx::CompilePassCtx(ComputingGraph& graph, std::vector<OperatorNode*>& order,
+                               const std::unordered_set<VarNode*>& pinned,
+                               std::unordered_map<VarNode*, VarNode*>& replaced)
+    : m_graph(graph), m_order(order), m_pinned(pinned), m_replaced(replaced) {
+    index_readers();
+}
+
+void CompilePassCtx::index_readers() {
+    m_readers.clear();
+    for (auto* opr : m_order) {
+        for (auto* in : opr->inputs()) {
+            // A reader of a replaced var reads its replacement.
+            for (auto it = m_replaced.find(in); it != m_replaced.end(); it = m_replaced.find(in))
+                in = it->second;
+            auto& r = m_readers[in];
+            if (r.empty() || r.back() != opr) r.push_back(opr);
+        }
+    }
+}
+
+size_t CompilePassCtx::nr_readers(VarNode* var) const {
+    auto it = m_readers.find(var);
+    return it == m_readers.end() ? 0 : it->second.size();
+}
+
+bool CompilePassCtx::removable(VarNode* var, size_t readers) const {
+    return nr_readers(var) == readers && !m_pinned.count(var) && m_graph.extra_deps(var).empty();
+}
+
+OperatorNode* CompilePassCtx::single_reader(VarNode* var) const {
+    auto it = m_readers.find(var);
+    return it != m_readers.end() && it->second.size() == 1 ? it->second.front() : nullptr;
+}
+
+void CompilePassCtx::replace(const std::vector<OperatorNode*>& old_oprs, OperatorNode* new_opr) {
+    BRAID_ASSERT(!old_oprs.empty(), "replace() needs operators to replace");
+    auto last = std::find(m_order.begin(), m_order.end(), old_oprs.back());
+    BRAID_ASSERT(last != m_order.end(), "{} is not in the order", old_oprs.back()->describe());
+    *last = new_opr;
+    for (size_t i = 0; i + 1 < old_oprs.size(); ++i) {
+        auto it = std::find(m_order.begin(), m_order.end(), old_oprs[i]);
+        BRAID_ASSERT(it != m_order.end(), "{} is not in the order", old_oprs[i]->describe());
+        m_order.erase(it);
+    }
+    m_replaced[old_oprs.back()->output(0)] = new_opr->output(0);
+    index_readers();
+}
+
+void register_compile_pass(const char* name, CompilePass pass) {
+    for (auto& p : passes())
+        if (p.name == name) return;
+    passes().push_back({name, pass});
+}
+
+bool fusion_enabled(const GraphOptions& options) {
+    if (!options.enable_fusion) return false;
+    const char* env = std::getenv("BRAID_FUSION");
+    return !(env && std::strcmp(env, "0") == 0);
+}
+
+std::unordered_map<VarNode*, VarNode*>
+run_compile_passes(ComputingGraph& graph, std::vector<OperatorNode*>& order,
+                   const std::unordered_set<VarNode*>& pinned) {
+    std::unordered_map<VarNode*, VarNode*> replaced;
+    if (passes().empty()) return replaced;
+    CompilePassCtx ctx(graph, order, pinned, replaced);
+    for (auto& p : passes()) p.pass(ctx);
+    // Resolve chains (a var replaced by a var that a later pass replaced again).
+    for (auto& [from, to] : replaced) {
+        auto it = replaced.find(to);
+        while (it != replaced.end()) {
+            to = it->second;
+            it = replaced.find(to);
+        }
+    }
+    return replaced;
+}
+
+} // namespace braid

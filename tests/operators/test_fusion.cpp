@@ -1,0 +1,126 @@
+// The compile-time fusion pass (graph/graph_pass.h, operators/fused_matmul.h): fused results
+// equal unfused ones, the switch turns it off, and gradients are unaffected.
+#include "checker.h"
+
+#include "graph/graph_pass.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+using namespace braid;
+using namespace braid::test;
+
+namespace {
+
+size_t count_type(const Executable& exec, const std::string& type) {
+    size_t n = 0;
+    for (auto& [cn, oprs] : exec.sequences())
+        for (auto* opr : oprs) n += type == opr->type_name();
+    return n;
+}
+
+//! x [batch.., in] -> act(x w + b) for one activation; returns the output and the executable.
+struct Dense {
+    std::unique_ptr<Executable> exec;
+    Tensor y;
+};
+
+Dense run_dense(const TensorShape& xs, size_t out, SymbolVar (*act)(SymbolVar), bool fusion,
+                const char* cn, bool fetch_product = false) {
+    register_all_operators(); // the fusion pass is registered with the operators
+    std::mt19937 rng(11);
+    size_t in = xs[xs.ndim() - 1];
+    auto w = std::make_shared<Tensor>(random_tensor({in, out}, dtype::Float32(), rng, -.2, .2));
+    auto b = std::make_shared<Tensor>(random_tensor({out}, dtype::Float32(), rng, -.5, .5));
+    Tensor x = random_tensor(xs, dtype::Float32(), rng, -1, 1);
+    GraphOptions opt;
+    opt.default_comp_node = cn;
+    opt.enable_fusion = fusion;
+    auto g = ComputingGraph::make(opt);
+    auto xv = opr::Input::make(*g, "x", dtype::Float32(), xs);
+    auto wv = opr::SharedParam::make(*g, w);
+    auto prod = xs.ndim() == 2 ? opr::matmul(xv, wv) : opr::batched_matmul(xv, wv);
+    auto y = prod + opr::SharedParam::make(*g, b);
+    if (act) y = act(y);
+    std::vector<OutputSpec> outs{y};
+    if (fetch_product) outs.emplace_back(prod);
+    Dense d;
+    d.exec = g->compile(outs);
+    d.exec->feed("x", x).run();
+    d.y = d.exec->output(0);
+    return d;
+}
+
+} // namespace
+
+TEST(Fusion, MatMulBiasActivationEqualsUnfused) {
+    SymbolVar (*acts[])(SymbolVar) = {nullptr,   opr::relu, opr::sigmoid,
+                                      opr::tanh, opr::gelu, opr::gelu_tanh};
+    for (const char* cn : {"cpu0", "cpu:default"})
+        for (auto act : acts) {
+            // 64x784x256 is split into tiles on several threads; 5x7x3 runs as one GEMM.
+            for (auto [xs, out] : {std::pair{TensorShape{64, 784}, size_t(256)},
+                                   std::pair{TensorShape{5, 7}, size_t(3)}}) {
+                auto fused = run_dense(xs, out, act, true, cn);
+                auto plain = run_dense(xs, out, act, false, cn);
+                EXPECT_EQ(count_type(*fused.exec, "FusedMatMul"), 1u);
+                EXPECT_EQ(count_type(*fused.exec, "Elemwise"), 0u);
+                EXPECT_EQ(count_type(*plain.exec, "FusedMatMul"), 0u);
+                expect_tensor_near(fused.y, plain.y, 1e-6, 1e-6, std::string("dense on ") + cn);
+            }
+        }
+}
+
+TEST(Fusion, BatchedProductWithSharedWeightFuses) {
+    auto fused = run_dense({2, 16, 32}, 48, opr::gelu, true, "cpu0");
+    auto plain = run_dense({2, 16, 32}, 48, opr::gelu, false, "cpu0");
+    EXPECT_EQ(count_type(*fused.exec, "FusedMatMul"), 1u);
+    EXPECT_EQ(fused.y.shape(), (TensorShape{2, 16, 48}));
+    expect_tensor_near(fused.y, plain.y, 1e-6, 1e-6, "batched dense");
+}
+
+TEST(Fusion, EnvironmentSwitchTurnsFusionOff) {
+    ASSERT_EQ(setenv("BRAID_FUSION", "0", 1), 0);
+    auto off = run_dense({8, 16}, 4, opr::relu, true, "cpu0");
+    unsetenv("BRAID_FUSION");
+    EXPECT_EQ(count_type(*off.exec, "FusedMatMul"), 0u);
+    EXPECT_EQ(count_type(*off.exec, "MatMul"), 1u);
+    auto on = run_dense({8, 16}, 4, opr::relu, true, "cpu0");
+    EXPECT_EQ(count_type(*on.exec, "FusedMatMul"), 1u);
+}
+
+TEST(Fusion, FetchedIntermediateKeepsItsOperator) {
+    // The product is an output: only bias and activation could fuse, so nothing does.
+    auto d = run_dense({8, 16}, 4, opr::relu, true, "cpu0", true);
+    auto plain = run_dense({8, 16}, 4, opr::relu, false, "cpu0", true);
+    EXPECT_EQ(count_type(*d.exec, "FusedMatMul"), 0u);
+    expect_tensor_near(d.exec->output(1), plain.exec->output(1), 0, 0, "product");
+    expect_tensor_near(d.y, plain.y, 0, 0, "result");
+}
+
+TEST(Fusion, GradientsMatchUnfused) {
+    register_all_operators();
+    std::mt19937 rng(5);
+    auto w = std::make_shared<Tensor>(random_tensor({12, 6}, dtype::Float32(), rng, -.5, .5));
+    auto b = std::make_shared<Tensor>(random_tensor({6}, dtype::Float32(), rng, -.5, .5));
+    Tensor x = random_tensor({4, 12}, dtype::Float32(), rng, -1, 1);
+    std::vector<Tensor> results[2];
+    for (int fusion = 0; fusion < 2; ++fusion) {
+        GraphOptions opt;
+        opt.enable_fusion = fusion;
+        auto g = ComputingGraph::make(opt);
+        auto xv = opr::Input::make(*g, "x", dtype::Float32(), {4, 12});
+        auto wv = opr::SharedParam::make(*g, w);
+        auto h = opr::tanh(opr::matmul(xv, wv) + opr::SharedParam::make(*g, b));
+        auto loss = opr::reduce_sum(h * h);
+        auto gw = grad(loss, wv);
+        auto exec = g->compile({loss, gw, h});
+        exec->feed("x", x).run();
+        // The gradient reads x, w and h, none of them inside the chain: it still fuses.
+        EXPECT_EQ(count_type(*exec, "FusedMatMul"), size_t(fusion));
+        for (size_t i = 0; i < 3; ++i) results[fusion].push_back(exec->output(i));
+    }
+    for (size_t i = 0; i < 3; ++i)
+        expect_tensor_near(results[1][i], results[0][i], 1e-6, 1e-6, "output " + std::to_string(i));
+}
