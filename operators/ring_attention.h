@@ -64,7 +64,7 @@ struct RingAttentionParam {
     bool causal = false;
     bool load_balance = true; //!< zigzag layout (see the file comment)
     RingRotation rotation = RingRotation::RING;
-    std::optional<float> scale;                      //!< unset: 1 / sqrt(D)
+    std::optional<float> scale = std::nullopt;       //!< unset: 1 / sqrt(D)
     std::shared_ptr<comm::GroupClient> group_client; //!< set at run time, never stored
     static constexpr auto fields() {
         using P = RingAttentionParam;
@@ -147,7 +147,7 @@ struct RingAttentionOptions {
     bool causal = false;
     RingRotation rotation = RingRotation::RING;
     bool load_balance = true;
-    std::optional<float> scale;
+    std::optional<float> scale = std::nullopt;
 };
 
 //! A group of ranks that ring_attention() runs over.
@@ -155,7 +155,7 @@ struct RingGroup {
     std::string key; //!< unique per call site; equal on every rank
     uint32_t size = 1;
     uint32_t rank = 0;
-    std::shared_ptr<comm::GroupClient> client;
+    std::shared_ptr<comm::GroupClient> client = nullptr;
     std::string backend = "local";
 };
 
