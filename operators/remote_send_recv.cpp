@@ -195,30 +195,32 @@ void RemoteRecv::execute(ExecCtx& ctx) {
 
 // ---- helpers
 
-SymbolVar remote_send(SymbolVar x, const std::string& key, int32_t peer,
-                      std::shared_ptr<comm::GroupClient> client, const std::string& backend,
-                      const OperatorConfig& config) {
-    RemoteParam p;
-    p.key = key;
-    p.peer = peer;
-    p.backend = backend;
-    p.dtype = x.dtype();
-    p.group_client = std::move(client);
-    OperatorConfig cfg = config;
-    if (!cfg.comp_node.valid()) cfg.comp_node = x.comp_node();
-    return RemoteSend::make(x, std::move(p), cfg);
-}
-
-SymbolVar remote_recv(ComputingGraph& graph, const std::string& key, int32_t peer, DType dtype,
-                      std::shared_ptr<comm::GroupClient> client, const std::string& backend,
-                      const OperatorConfig& config) {
+namespace {
+RemoteParam remote_param(const std::string& key, int32_t peer, const std::string& backend,
+                         DType dtype, std::shared_ptr<comm::GroupClient> client) {
     RemoteParam p;
     p.key = key;
     p.peer = peer;
     p.backend = backend;
     p.dtype = dtype;
     p.group_client = std::move(client);
-    return RemoteRecv::make(graph, std::move(p), config);
+    return p;
+}
+} // namespace
+
+SymbolVar remote_send(SymbolVar x, const std::string& key, int32_t peer,
+                      std::shared_ptr<comm::GroupClient> client, const std::string& backend,
+                      const OperatorConfig& config) {
+    OperatorConfig cfg = config;
+    if (!cfg.comp_node.valid()) cfg.comp_node = x.comp_node();
+    return RemoteSend::make(x, remote_param(key, peer, backend, x.dtype(), std::move(client)), cfg);
+}
+
+SymbolVar remote_recv(ComputingGraph& graph, const std::string& key, int32_t peer, DType dtype,
+                      std::shared_ptr<comm::GroupClient> client, const std::string& backend,
+                      const OperatorConfig& config) {
+    return RemoteRecv::make(graph, remote_param(key, peer, backend, dtype, std::move(client)),
+                            config);
 }
 
 } // namespace braid::opr

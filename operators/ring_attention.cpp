@@ -135,22 +135,53 @@ void pack_kv(const Tensor& k, const Tensor& v, float* dst) {
     std::memcpy(dst + kn, v.ptr<float>(), v.shape().total_nr_elems() * sizeof(float));
 }
 
+//! One execution's sizes: heads (B·H), rows per rank, head dims, and the ring's shape.
 struct Dims {
     size_t heads, rows, d, dv;
+    float scale;
+    uint32_t n, rank;
+    bool ring; //!< RING rotation (else ALL_GATHER)
     size_t k_floats() const { return heads * rows * d; }
     size_t kv_floats() const { return heads * rows * (d + dv); }
 };
 
-Dims dims_of(const TensorShape& q, const TensorShape& v) {
-    return {q[0] * q[1], q[2], q[3], v[3]};
+Dims dims_of(const RingAttentionParam& p, const TensorShape& q, const TensorShape& v) {
+    float scale = p.scale ? *p.scale : 1.f / std::sqrt(float(q[3]));
+    return {q[0] * q[1],
+            q[2],
+            q[3],
+            v[3],
+            scale,
+            p.nr_devices,
+            uint32_t(p.rank),
+            p.rotation == RingRotation::RING};
+}
+
+//! The key/value blocks a pass starts from: this rank's packed in slot 0 of two (RING), or
+//! every rank's gathered into N slots (ALL_GATHER).
+void load_blocks(std::vector<float>& blocks, const Dims& dims, const Tensor& k, const Tensor& v,
+                 comm::Communicator& c) {
+    size_t kv = dims.kv_floats();
+    blocks.resize((dims.ring ? std::min<size_t>(dims.n, 2) : dims.n) * kv);
+    if (dims.ring) {
+        pack_kv(k, v, blocks.data());
+        return;
+    }
+    pack_kv(k, v, blocks.data() + dims.rank * kv);
+    if (dims.n > 1)
+        c.all_gather(blocks.data() + dims.rank * kv, blocks.data(), kv, dtype::Float32());
 }
 
 //! The geometry and strides of `plan`'s block: queries from a shard of `dims.rows` rows, keys
 //! from a packed block of as many rows.
-std::pair<kern::AttentionGeometry, kern::HeadStrides>
-block_geometry(const Dims& dims, const BlockPlan& plan, float scale) {
-    kern::AttentionGeometry g{
-        plan.q_end - plan.q_begin, plan.k_end - plan.k_begin, dims.d, dims.dv, scale, plan.causal};
+std::pair<kern::AttentionGeometry, kern::HeadStrides> block_geometry(const Dims& dims,
+                                                                     const BlockPlan& plan) {
+    kern::AttentionGeometry g{plan.q_end - plan.q_begin,
+                              plan.k_end - plan.k_begin,
+                              dims.d,
+                              dims.dv,
+                              dims.scale,
+                              plan.causal};
     kern::HeadStrides st{dims.rows * dims.d, dims.rows * dims.d, dims.rows * dims.dv,
                          dims.rows * dims.dv, dims.rows};
     return {g, st};
@@ -264,26 +295,19 @@ void RingAttention::execute(ExecCtx& ctx) {
     Tensor q = ctx.input(0).contiguous(), k = ctx.input(1).contiguous(),
            v = ctx.input(2).contiguous();
     Tensor &out = ctx.output(0), &lse = ctx.output(1);
-    Dims dims = dims_of(q.shape(), v.shape());
-    float scale = m_param.scale ? *m_param.scale : 1.f / std::sqrt(float(dims.d));
+    Dims dims = dims_of(m_param, q.shape(), v.shape());
     comm::Communicator& c = communicator();
-    uint32_t n = m_param.nr_devices, r = uint32_t(m_param.rank);
-    bool ring = m_param.rotation == RingRotation::RING;
+    uint32_t n = dims.n, r = dims.rank;
+    bool ring = dims.ring;
     size_t kv = dims.kv_floats();
 
     float* o = out.ptr<float>();
     float* l = lse.ptr<float>();
     std::fill(o, o + dims.heads * dims.rows * dims.dv, 0.f);
     std::fill(l, l + dims.heads * dims.rows, NINF);
-    m_blocks.resize((ring ? std::min<size_t>(n, 2) : n) * kv);
     m_block_out.resize(dims.heads * dims.rows * dims.dv);
     m_block_lse.resize(dims.heads * dims.rows);
-    if (ring) {
-        pack_kv(k, v, m_blocks.data());
-    } else {
-        pack_kv(k, v, m_blocks.data() + r * kv);
-        if (n > 1) c.all_gather(m_blocks.data() + r * kv, m_blocks.data(), kv, dtype::Float32());
-    }
+    load_blocks(m_blocks, dims, k, v, c);
     for (uint32_t step = 0; step < n; ++step) {
         uint32_t src = (r + n - step) % n;
         float* cur = ring ? m_blocks.data() + (step % 2) * kv : m_blocks.data() + src * kv;
@@ -294,7 +318,7 @@ void RingAttention::execute(ExecCtx& ctx) {
         }
         BlockPlan plan = plan_step(m_param, step, dims.rows);
         if (!plan.skip) {
-            auto [g, st] = block_geometry(dims, plan, scale);
+            auto [g, st] = block_geometry(dims, plan);
             st.out = g.sq * dims.dv; // the block's own out and lse are contiguous
             st.lse = g.sq;
             kern::attention_forward(g, dims.heads, st, q.ptr<float>() + plan.q_begin * dims.d,
@@ -360,11 +384,10 @@ void RingAttentionGrad::execute(ExecCtx& ctx) {
            lse = ctx.input(4).contiguous(), dout = ctx.input(5).contiguous();
     Tensor dlse = inputs().size() > 6 ? ctx.input(6).contiguous() : Tensor();
     Tensor &dq = ctx.output(0), &dk = ctx.output(1), &dv = ctx.output(2);
-    Dims dims = dims_of(q.shape(), v.shape());
-    float scale = m_param.scale ? *m_param.scale : 1.f / std::sqrt(float(dims.d));
+    Dims dims = dims_of(m_param, q.shape(), v.shape());
     comm::Communicator& c = communicator();
-    uint32_t n = m_param.nr_devices, r = uint32_t(m_param.rank);
-    bool ring = m_param.rotation == RingRotation::RING;
+    uint32_t n = dims.n, r = dims.rank;
+    bool ring = dims.ring;
     size_t kv = dims.kv_floats();
 
     m_delta.resize(dims.heads * dims.rows);
@@ -374,15 +397,9 @@ void RingAttentionGrad::execute(ExecCtx& ctx) {
     std::fill(dqp, dqp + dims.heads * dims.rows * dims.d, 0.f);
     // RING: blocks cur/next, grads [this step's, the one travelling on, the one arriving].
     // ALL_GATHER: every block, and every block's gradient (reduce-scattered at the end).
-    m_blocks.resize((ring ? std::min<size_t>(n, 2) : n) * kv);
     m_grads.assign((ring ? 3 : n) * kv, 0.f);
     float *grad_step = m_grads.data(), *grad_out = grad_step + kv, *grad_in = grad_out + kv;
-    if (ring) {
-        pack_kv(k, v, m_blocks.data());
-    } else {
-        pack_kv(k, v, m_blocks.data() + r * kv);
-        if (n > 1) c.all_gather(m_blocks.data() + r * kv, m_blocks.data(), kv, dtype::Float32());
-    }
+    load_blocks(m_blocks, dims, k, v, c);
     PendingTransfer grads_moving; // the gradient ring's transfer of the previous step
     for (uint32_t step = 0; step < n; ++step) {
         uint32_t src = (r + n - step) % n;
@@ -397,7 +414,7 @@ void RingAttentionGrad::execute(ExecCtx& ctx) {
         if (ring) std::fill(grad_step, grad_step + kv, 0.f);
         BlockPlan plan = plan_step(m_param, step, dims.rows);
         if (!plan.skip) {
-            auto [g, st] = block_geometry(dims, plan, scale);
+            auto [g, st] = block_geometry(dims, plan);
             size_t qb = plan.q_begin, kb = plan.k_begin;
             kern::attention_backward(g, dims.heads, st, q.ptr<float>() + qb * dims.d,
                                      cur + kb * dims.d, cur + dims.k_floats() + kb * dims.dv,
