@@ -205,6 +205,7 @@ TEST(PipelineMemory, GradientAccumulatorsAreUpdatedInPlace) {
 }
 
 TEST(PipelineFailure, AStageThatNeverRunsIsNamedByEveryOtherWithinTheDeadline) {
+    // Before anything is built: a communicator takes its deadline when it is created.
     setenv("BRAID_COMM_TIMEOUT", "1", 1);
     auto model = small_model();
     PipelineTrainer t(model, options(3, 2, PipelineSchedule::ONE_F_ONE_B, 6));
