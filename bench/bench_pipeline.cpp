@@ -65,7 +65,9 @@ opr::OptimizerConfig sgd() {
 double single_device_ms(const Options& o) {
     auto model = make_model(o);
     auto [x, y] = make_batch(model, o.batch);
-    auto g = ComputingGraph::make();
+    GraphOptions go;
+    go.enable_fusion = false; // as the pipeline's stages compile
+    auto g = ComputingGraph::make(go);
     auto l = build_sequential_loss(*g, model, o.batch);
     std::vector<OutputSpec> outs{l.loss};
     for (auto& u : opr::minimize(l.loss, l.params, sgd())) outs.push_back(u);

@@ -210,8 +210,10 @@ std::vector<LayerProfile> profile_layers(const PipelineModel& model, size_t rows
                                          uint32_t in_flight) {
     std::vector<LayerProfile> result;
     size_t width = model.input_width;
+    GraphOptions go;
+    go.enable_fusion = false; // like the stages (parallel/pipeline.cpp), and names stay whole
     for (auto& layer : model.layers) {
-        auto g = ComputingGraph::make();
+        auto g = ComputingGraph::make(go);
         auto x = opr::Input::make(*g, "x", dtype::Float32(), {rows, width});
         SymbolVarArray params;
         size_t param_bytes = 0;
