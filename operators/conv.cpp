@@ -154,8 +154,15 @@ constexpr size_t COLS_BLOCK_FLOATS = 256 * 1024;
 void Conv2d::execute(ExecCtx& ctx) {
     Tensor x = kern::as_float32(ctx.input(0)), w = kern::as_float32(ctx.input(1));
     Tensor& y = ctx.output(0);
-    const auto &xs = x.shape(), &ws = w.shape(), &ys = y.shape();
-    const auto& pr = m_param;
+    if (y.shape().is_empty()) return;
+    Tensor yf = kern::float32_target(y);
+    conv2d_forward(m_param, x, w, yf, nullptr);
+    kern::store_float32(yf, y);
+}
+
+void conv2d_forward(const Conv2dParam& pr, const Tensor& x, const Tensor& w, Tensor& yf,
+                    const ConvEpilogue* epilogue) {
+    const auto &xs = x.shape(), &ws = w.shape(), &ys = yf.shape();
     ConvGeometry g{xs[0],
                    xs[1],
                    xs[2],
@@ -179,7 +186,6 @@ void Conv2d::execute(ExecCtx& ctx) {
     g.k = g.cg * g.kh * g.kw;
     g.p = g.oh * g.ow;
     if (ys.is_empty()) return;
-    Tensor yf = kern::float32_target(y);
     bool direct = g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 && g.pw == 0;
 
     // Tasks: (batch item, group, block of output pixels). The block is as wide as fits the
@@ -214,9 +220,9 @@ void Conv2d::execute(ExecCtx& ctx) {
                 kern::sgemm(false, false, g.og, p1 - p0, g.k, 1.f, wg, g.k, cols.data(), p1 - p0,
                             0.f, yb, g.p);
             }
+            if (epilogue) (*epilogue)(yb, grp * g.og, g.og, p1 - p0, g.p);
         }
     });
-    kern::store_float32(yf, y);
 }
 
 } // namespace braid::opr

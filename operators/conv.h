@@ -14,6 +14,8 @@
 #include "graph/param_fields.h"
 #include "graph/symbol_var.h"
 
+#include <functional>
+
 namespace braid::opr {
 
 //! Geometry of Conv2d. Strides and dilations must be >= 1, paddings >= 0 (zero padding),
@@ -48,6 +50,17 @@ public:
     bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
     void execute(ExecCtx& ctx) override;
 };
+
+/*!
+ * Called by conv2d_forward() for each finished block of the output: channels [o0, o0 + rows) of
+ * one batch item, `cols` pixels starting at `y` (row stride `ld`), on the thread that computed
+ * them while they are in its cache.
+ */
+using ConvEpilogue = std::function<void(float* y, size_t o0, size_t rows, size_t cols, size_t ld)>;
+//! Conv2d's CPU kernel on float32 tensors (y allocated with the output shape), with an optional
+//! epilogue per block (fused bias, batch norm and activation; operators/fused_conv.h).
+void conv2d_forward(const Conv2dParam& param, const Tensor& x, const Tensor& w, Tensor& y,
+                    const ConvEpilogue* epilogue);
 
 //! conv2d with the same stride, padding and dilation along both spatial dims.
 SymbolVar conv2d(SymbolVar x, SymbolVar w, int stride = 1, int padding = 0, int dilation = 1,

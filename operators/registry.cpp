@@ -13,6 +13,7 @@ void register_matmul_operators();
 void register_fused_matmul_operators();
 void register_reduce_operators();
 void register_conv_operators();
+void register_fused_conv_operators();
 void register_conv_grad_ops_operators();
 void register_pooling_operators();
 void register_pooling_grad_ops_operators();
@@ -47,6 +48,7 @@ void register_all_operators() {
         register_fused_matmul_operators();
         register_reduce_operators();
         register_conv_operators();
+        register_fused_conv_operators();
         register_conv_grad_ops_operators();
         register_pooling_operators();
         register_pooling_grad_ops_operators();

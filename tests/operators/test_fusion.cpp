@@ -124,3 +124,50 @@ TEST(Fusion, GradientsMatchUnfused) {
     for (size_t i = 0; i < 3; ++i)
         expect_tensor_near(results[1][i], results[0][i], 1e-6, 1e-6, "output " + std::to_string(i));
 }
+
+namespace {
+
+//! conv (+ bias) + batch norm + activation over a random NCHW input, fusion on or off.
+Dense run_conv(bool with_bias, int groups, SymbolVar (*act)(SymbolVar), bool fusion) {
+    register_all_operators();
+    std::mt19937 rng(3);
+    const size_t n = 2, c = 4, h = 9, w = 9, o = 6;
+    auto wt = std::make_shared<Tensor>(
+        random_tensor({o, c / size_t(groups), 3, 3}, dtype::Float32(), rng, -.3, .3));
+    auto stat = [&](double lo, double hi) {
+        return std::make_shared<Tensor>(random_tensor({o}, dtype::Float32(), rng, lo, hi));
+    };
+    auto bias = stat(-.5, .5), scale = stat(.5, 1.5), shift = stat(-.5, .5), mean = stat(-.2, .2),
+         var = stat(.5, 2);
+    Tensor x = random_tensor({n, c, h, w}, dtype::Float32(), rng, -1, 1);
+    GraphOptions opt;
+    opt.enable_fusion = fusion;
+    auto g = ComputingGraph::make(opt);
+    auto param = [&](const std::shared_ptr<Tensor>& t) { return opr::SharedParam::make(*g, t); };
+    auto xv = opr::Input::make(*g, "x", dtype::Float32(), {n, c, h, w});
+    auto y = opr::conv2d(xv, param(wt), 2, 1, 1, groups);
+    if (with_bias) y = y + param(bias).reshape({1, long(o), 1, 1});
+    y = opr::batch_norm(y, param(scale), param(shift), param(mean), param(var), 1e-3f);
+    if (act) y = act(y);
+    Dense d;
+    d.exec = g->compile({y});
+    d.exec->feed("x", x).run();
+    d.y = d.exec->output(0);
+    return d;
+}
+
+} // namespace
+
+TEST(Fusion, ConvBiasBatchNormActivationEqualsUnfused) {
+    for (bool bias : {true, false})
+        for (int groups : {1, 2})
+            for (auto act :
+                 {opr::relu, opr::sigmoid, static_cast<SymbolVar (*)(SymbolVar)>(nullptr)}) {
+                auto fused = run_conv(bias, groups, act, true);
+                auto plain = run_conv(bias, groups, act, false);
+                EXPECT_EQ(count_type(*fused.exec, "FusedConv2d"), 1u);
+                EXPECT_EQ(count_type(*fused.exec, "BatchNorm"), 0u);
+                EXPECT_EQ(count_type(*plain.exec, "FusedConv2d"), 0u);
+                expect_tensor_near(fused.y, plain.y, 1e-5, 1e-6, "conv chain");
+            }
+}

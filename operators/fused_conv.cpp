@@ -1,0 +1,232 @@
+#include "operators/fused_conv.h"
+
+#include "base/error.h"
+#include "graph/graph_pass.h"
+#include "graph/operator_registry.h"
+#include "graph/param_io.h"
+#include "operators/batch_norm.h"
+#include "operators/dense_kernels.h"
+#include "operators/elemwise_kernels.h"
+
+#include <cmath>
+#include <vector>
+
+namespace braid::opr {
+
+namespace {
+
+bool fusable_activation(ElemMode mode) {
+    return mode == ElemMode::RELU || mode == ElemMode::SIGMOID || mode == ElemMode::TANH ||
+           mode == ElemMode::GELU || mode == ElemMode::GELU_TANH;
+}
+
+size_t nr_channel_inputs(const FusedConv2dParam& p) {
+    return (p.has_bias ? 1 : 0) + (p.has_batch_norm ? 4 : 0);
+}
+
+//! Whether `s` holds one value per channel of an NCHW result with `o` channels, broadcasting
+//! along axis 1: [o, 1, 1] or [1, o, 1, 1].
+bool is_channel_bias(const TensorShape& s, size_t o) {
+    if (s.ndim() == 3) return s[0] == o && s[1] == 1 && s[2] == 1;
+    if (s.ndim() == 4) return s[0] == 1 && s[1] == o && s[2] == 1 && s[3] == 1;
+    return false;
+}
+
+//! Whether `s` is a batch-norm statistic for `o` channels: [o] or [1, o, 1, 1].
+bool is_channel_stat(const TensorShape& s, size_t o) {
+    return (s.ndim() == 1 && s[0] == o) || is_channel_bias(s, o);
+}
+
+} // namespace
+
+FusedConv2d::FusedConv2d(const VarNodeArray& inputs, Param param, const OperatorConfig& config)
+    : ParamOperator(param, config) {
+    for (auto* in : inputs) add_input(in);
+    add_output();
+}
+
+SymbolVar FusedConv2d::make(const SymbolVarArray& inputs, Param param,
+                            const OperatorConfig& config) {
+    if (inputs.size() != 2 + nr_channel_inputs(param))
+        BRAID_THROW(ShapeError, "FusedConv2d: expects {} inputs, got {}",
+                    2 + nr_channel_inputs(param), inputs.size());
+    if (param.has_activation && !fusable_activation(param.activation))
+        BRAID_THROW(ValueError, "FusedConv2d: activation {} is not RELU, SIGMOID, TANH or GELU",
+                    elem_mode_name(param.activation));
+    VarNodeArray nodes;
+    for (auto& v : inputs) nodes.push_back(v.node());
+    return inputs[0]
+        .graph()
+        .insert_opr(std::make_unique<FusedConv2d>(nodes, param, config))
+        ->output(0);
+}
+
+void FusedConv2d::init_output_dtypes() {
+    for (auto* in : inputs())
+        if (in->dtype() != dtype::Float32())
+            BRAID_THROW(DTypeError, "{}: inputs must be float32, got {} for input {}", describe(),
+                        in->dtype().name(), in->name());
+    output(0)->set_dtype(dtype::Float32());
+}
+
+bool FusedConv2d::infer_output_shapes(const InferCtx& ctx, TensorShape* out) const {
+    for (size_t i = 0; i < ctx.nr_inputs(); ++i)
+        if (!ctx.shape(i)) return false;
+    const auto &x = *ctx.shape(0), &w = *ctx.shape(1);
+    const auto& p = m_param.conv;
+    if (x.ndim() != 4 || w.ndim() != 4 || p.stride_h < 1 || p.stride_w < 1)
+        BRAID_THROW(ShapeError, "{}: input must be 4-D NCHW and weight 4-D OIHW, got {} and {}",
+                    describe(), x.to_string(), w.to_string());
+    size_t ekh = size_t(p.dilation_h) * (w[2] - 1) + 1, ekw = size_t(p.dilation_w) * (w[3] - 1) + 1;
+    size_t ph = x[2] + 2 * size_t(p.pad_h), pw = x[3] + 2 * size_t(p.pad_w);
+    if (x[1] != w[1] * size_t(p.groups) || ekh > ph || ekw > pw)
+        BRAID_THROW(ShapeError, "{}: input {} does not fit weight {}", describe(), x.to_string(),
+                    w.to_string());
+    for (size_t i = 2; i < ctx.nr_inputs(); ++i)
+        if (ctx.shape(i)->total_nr_elems() != w[0])
+            BRAID_THROW(ShapeError, "{}: per-channel input {} has shape {}, expected {} values",
+                        describe(), i, ctx.shape(i)->to_string(), w[0]);
+    out[0] = TensorShape{x[0], w[0], (ph - ekh) / size_t(p.stride_h) + 1,
+                         (pw - ekw) / size_t(p.stride_w) + 1};
+    return true;
+}
+
+void FusedConv2d::execute(ExecCtx& ctx) {
+    const Tensor x = ctx.input(0).contiguous(), w = ctx.input(1).contiguous();
+    Tensor& y = ctx.output(0);
+    if (y.shape().is_empty()) return;
+    size_t o = w.shape()[0];
+    size_t next = 2;
+    Tensor bias_t;
+    const float* bias = nullptr;
+    if (m_param.has_bias) {
+        bias_t = ctx.input(next++).contiguous();
+        bias = bias_t.ptr<float>();
+    }
+    // The batch norm as one multiply-add per element, computed as BatchNorm computes it.
+    std::vector<float> mul, add;
+    if (m_param.has_batch_norm) {
+        Tensor st[4];
+        for (auto& t : st) t = ctx.input(next++).contiguous();
+        const float *scale = st[0].ptr<float>(), *shift = st[1].ptr<float>(),
+                    *mean = st[2].ptr<float>(), *var = st[3].ptr<float>();
+        mul.resize(o);
+        add.resize(o);
+        for (size_t c = 0; c < o; ++c) {
+            double a = double(scale[c]) / std::sqrt(double(var[c]) + double(m_param.eps));
+            mul[c] = float(a);
+            add[c] = float(double(shift[c]) - double(mean[c]) * a);
+        }
+    }
+    ElemKernel act =
+        m_param.has_activation ? find_elem_kernel(m_param.activation, DTypeEnum::FLOAT32) : nullptr;
+    BRAID_ASSERT(act || !m_param.has_activation, "{}: no float32 activation kernel", describe());
+    bool bn = m_param.has_batch_norm;
+    ConvEpilogue epilogue = [&](float* yb, size_t o0, size_t rows, size_t cols, size_t ld) {
+        static const uint8_t steps[1] = {1};
+        for (size_t r = 0; r < rows; ++r) {
+            float* row = yb + r * ld;
+            size_t c = o0 + r;
+            if (bias) {
+                float b = bias[c];
+                for (size_t i = 0; i < cols; ++i) row[i] += b;
+            }
+            if (bn) {
+                float a = mul[c], b = add[c];
+                for (size_t i = 0; i < cols; ++i) row[i] = row[i] * a + b;
+            }
+            if (act) {
+                const void* in[1] = {row};
+                act(in, steps, row, cols);
+            }
+        }
+    };
+    conv2d_forward(m_param.conv, x, w, y, &epilogue);
+}
+
+// ---- the fusion pass ----
+
+namespace {
+
+//! The operator reading `var` alone, of type T, on `cn` and in float32, when `var` may be
+//! dropped.
+template <typename T> T* sole_reader(CompilePassCtx& ctx, VarNode* var, CompNode cn) {
+    if (!ctx.removable(var)) return nullptr;
+    auto* r = dynamic_cast<T*>(ctx.single_reader(var));
+    if (!r || r->comp_node() != cn || bound_to_static_values(*r) ||
+        r->output(0)->dtype() != dtype::Float32() || !r->output(0)->shape_known() ||
+        r->output(0)->shape() != var->shape())
+        return nullptr;
+    return r;
+}
+
+void fuse_conv_epilogue(CompilePassCtx& ctx) {
+    std::vector<Conv2d*> candidates;
+    for (auto* opr : ctx.order())
+        if (auto* c = dynamic_cast<Conv2d*>(opr)) candidates.push_back(c);
+    for (auto* conv : candidates) {
+        CompNode cn = conv->comp_node();
+        VarNode* cur = conv->output(0);
+        if (cn.device().kind != Device::Kind::CPU || bound_to_static_values(*conv) ||
+            cur->dtype() != dtype::Float32() || !cur->shape_known())
+            continue;
+        size_t o = cur->shape()[1];
+        FusedConv2dParam p;
+        p.conv = conv->param();
+        std::vector<OperatorNode*> chain{conv};
+        SymbolVarArray inputs{conv->input(0), conv->input(1)};
+        if (auto* e = sole_reader<Elemwise>(ctx, cur, cn);
+            e && e->mode() == ElemMode::ADD && e->inputs().size() == 2) {
+            VarNode* other = e->input(0) == cur ? e->input(1) : e->input(0);
+            if (other != cur && other->dtype() == dtype::Float32() && other->shape_known() &&
+                is_channel_bias(other->shape(), o)) {
+                p.has_bias = true;
+                inputs.push_back(other);
+                chain.push_back(e);
+                cur = e->output(0);
+            }
+        }
+        if (auto* bn = sole_reader<BatchNorm>(ctx, cur, cn); bn && bn->input(0) == cur) {
+            bool ok = true;
+            for (size_t i = 1; i < 5; ++i)
+                ok = ok && bn->input(i) != cur && bn->input(i)->dtype() == dtype::Float32() &&
+                     bn->input(i)->shape_known() && is_channel_stat(bn->input(i)->shape(), o);
+            if (ok) {
+                p.has_batch_norm = true;
+                p.eps = bn->eps();
+                for (size_t i = 1; i < 5; ++i) inputs.push_back(bn->input(i));
+                chain.push_back(bn);
+                cur = bn->output(0);
+            }
+        }
+        if (auto* e = sole_reader<Elemwise>(ctx, cur, cn);
+            e && fusable_activation(e->mode()) && e->inputs().size() == 1) {
+            p.has_activation = true;
+            p.activation = e->mode();
+            chain.push_back(e);
+            cur = e->output(0);
+        }
+        if (chain.size() == 1) continue;
+        SymbolVar fused = FusedConv2d::make(inputs, p, OperatorConfig(chain.back()->name(), cn));
+        ctx.replace(chain, fused.node()->owner());
+    }
+}
+
+SymbolVarArray load_fused_conv2d(const OprLoadContext& ctx) {
+    auto p = read_param<FusedConv2d::Param>(ctx.params);
+    size_t n = 2 + nr_channel_inputs(p);
+    ctx.expect_inputs(n, n);
+    SymbolVarArray inputs;
+    for (size_t i = 0; i < n; ++i) inputs.push_back(ctx.input(i));
+    return {FusedConv2d::make(inputs, p, ctx.config)};
+}
+
+} // namespace
+
+void register_fused_conv_operators() {
+    OperatorRegistry::instance().add("FusedConv2d", "fused_conv", dump_param<FusedConv2d>,
+                                     load_fused_conv2d);
+    register_compile_pass("fuse_conv_epilogue", fuse_conv_epilogue);
+}
+
+} // namespace braid::opr
