@@ -245,6 +245,9 @@ int main(int argc, char** argv) {
             "BYTES");
     bool no_mem_plan = false;
     app.add_flag("--no-mem-plan", no_mem_plan, "Give every var its own allocation");
+    bool no_fusion = false;
+    app.add_flag("--no-fusion", no_fusion,
+                 "Run every operator as built: no matmul or convolution epilogue fusion");
     app.add_option("--seed", cfg.seed, "Seed of random inputs")->capture_default_str();
     auto* devices =
         app.add_option("--devices", cfg.devices,
@@ -289,6 +292,7 @@ int main(int argc, char** argv) {
         return error_exit(EXIT_USAGE, std::string(e.what()) + " (see braid-run --help)");
     }
     cfg.mem_plan = !no_mem_plan;
+    cfg.fusion = !no_fusion;
     // Kernel failures are reported once, by this tool; the library's own error log would
     // repeat them. BRAID_LOG_LEVEL still wins when set.
     if (!std::getenv("BRAID_LOG_LEVEL")) logger()->set_level(spdlog::level::critical);

@@ -54,6 +54,8 @@ struct RunConfig {
     std::string profile_path;
     bool mem_report = false;
     bool mem_plan = true;
+    //! GraphOptions::enable_fusion (compile-time fusion, graph/graph_pass.h).
+    bool fusion = true;
     size_t memory_budget = 0; //!< bytes; 0: BRAID_MEMORY_BUDGET, else physical memory
     uint32_t seed = 0;        //!< of random inputs
     // Multi-rank.
