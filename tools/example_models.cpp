@@ -1,5 +1,7 @@
 #include "tools/example_models.h"
 
+#include "operators/fused_conv.h"
+#include "operators/fused_matmul.h"
 #include "parallel/context_parallel.h"
 
 #include <cmath>
@@ -88,6 +90,19 @@ SymbolVarArray build_every_operator(ComputingGraph& graph, bool point_to_point) 
     out(opr::batch_norm(conv, stat(1.5f, 0.5f, "bn_scale"), stat(0.1f, -0.1f, "bn_bias"),
                         stat(0.2f, -0.3f, "bn_mean"), stat(0.8f, 1.2f, "bn_var"), 1e-3f),
         "bn");
+    // The fused operators compile() forms (operators/fused_matmul.h, fused_conv.h), built
+    // directly so that their params round-trip.
+    out(opr::FusedMatMul::make(x, w, bias, {false, false, true, true, opr::ElemMode::GELU}),
+        "fused_matmul"); // {4,5}
+    opr::FusedConv2dParam fused_conv;
+    fused_conv.conv = {1, 2, 1, 0, 1, 1, 1};
+    fused_conv.has_bias = fused_conv.has_batch_norm = fused_conv.has_activation = true;
+    fused_conv.eps = 1e-3f;
+    out(opr::FusedConv2d::make({img, cw, stat(0.2f, -0.1f, "fc_bias"), stat(1.5f, 0.5f, "fc_scale"),
+                                stat(0.1f, -0.1f, "fc_shift"), stat(0.2f, -0.3f, "fc_mean"),
+                                stat(0.8f, 1.2f, "fc_var")},
+                               fused_conv),
+        "fused_conv"); // {1,2,4,2}
     // The backward operators of Conv2d and Pooling, with conv's output as the gradient.
     opr::Conv2dParam conv_geometry{1, 2, 1, 0, 1, 1, 1};
     out(opr::conv2d_backward_data(cw, conv, conv_geometry, 4, 6), "conv_dx");    // {1,1,4,6}
