@@ -10,7 +10,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libspdlog-dev libfmt-dev libxxhash-dev
   libflatbuffers-dev flatbuffers-compiler
-  libopenblas-dev
+  libopenblas-dev libdnnl-dev
   libopenmpi-dev openmpi-bin
   libcli11-dev libasio-dev
   libonnx-dev libonnx-testdata libprotobuf-dev
