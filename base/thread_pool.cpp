@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
@@ -15,6 +16,36 @@ namespace braid {
 
 namespace {
 
+//! How long an idle worker keeps polling for the next region before it sleeps, and how long
+//! the caller polls for the last worker before it sleeps. Waking a sleeping thread costs tens
+//! to hundreds of microseconds (more inside a virtual machine), as long as a small kernel
+//! itself: without the poll the caller has done every chunk by the time a worker wakes, and
+//! a graph of small kernels gains nothing from a second thread. Kernels of one run follow
+//! each other within microseconds, so a short poll catches them; after it the thread sleeps
+//! and an idle pool uses no CPU.
+constexpr auto WORKER_POLL = std::chrono::microseconds(200);
+constexpr auto CALLER_POLL = std::chrono::microseconds(1000);
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield");
+#endif
+}
+
+//! Polls `done` until it holds or `budget` has passed; true when it holds. (Yielding the core
+//! between polls instead was measured slower: a yielding worker missed most small regions.)
+template <typename Pred>
+bool poll_for(std::chrono::microseconds budget, Pred done) {
+    auto deadline = std::chrono::steady_clock::now() + budget;
+    for (unsigned i = 1;; ++i) {
+        if (done()) return true;
+        cpu_relax();
+        if (i % 64 == 0 && std::chrono::steady_clock::now() >= deadline) return done();
+    }
+}
+
 class ThreadPool {
 public:
     explicit ThreadPool(size_t nthreads) { resize(nthreads); }
@@ -26,6 +57,7 @@ public:
         std::lock_guard region(m_region);
         stop_workers();
         m_stop = false;
+        m_stop_flag.store(false);
         for (size_t i = 1; i < std::max<size_t>(nthreads, 1); ++i)
             m_workers.emplace_back([this, i] { worker_loop(i); });
     }
@@ -54,13 +86,14 @@ public:
             m_next.store(0);
             m_error = nullptr;
             m_participants = nthreads;
-            m_active = m_workers.size();
-            ++m_job;
+            m_active.store(m_workers.size());
+            m_job.store(m_job.load() + 1, std::memory_order_release);
         }
         m_cv.notify_all();
         work();
+        poll_for(CALLER_POLL, [&] { return m_active.load(std::memory_order_acquire) == 0; });
         std::unique_lock lk(m_mutex);
-        m_done_cv.wait(lk, [&] { return m_active == 0; });
+        m_done_cv.wait(lk, [&] { return m_active.load() == 0; });
         m_fn = nullptr;
         if (m_error) std::rethrow_exception(m_error);
         if (rc) rc->check(); // chunks skipped for a cancelled run leave the output incomplete
@@ -86,16 +119,22 @@ private:
         uint64_t seen = 0;
         for (;;) {
             bool join;
+            poll_for(WORKER_POLL, [&] {
+                return m_job.load(std::memory_order_acquire) != seen ||
+                       m_stop_flag.load(std::memory_order_relaxed);
+            });
             {
                 std::unique_lock lk(m_mutex);
-                m_cv.wait(lk, [&] { return m_stop || m_job != seen; });
+                m_cv.wait(lk, [&] { return m_stop || m_job.load() != seen; });
                 if (m_stop) return;
-                seen = m_job;
+                seen = m_job.load();
                 join = index < m_participants;
             }
             if (join) work();
-            std::lock_guard lk(m_mutex);
-            if (--m_active == 0) m_done_cv.notify_all();
+            if (m_active.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+                std::lock_guard lk(m_mutex); // the caller checks m_active under it: no lost wake
+                m_done_cv.notify_all();
+            }
         }
     }
 
@@ -103,6 +142,7 @@ private:
         {
             std::lock_guard lk(m_mutex);
             m_stop = true;
+            m_stop_flag.store(true);
         }
         m_cv.notify_all();
         for (auto& t : m_workers) t.join();
@@ -115,8 +155,10 @@ private:
     std::vector<std::thread> m_workers;
     const RangeFn* m_fn = nullptr;
     const RunControl* m_rc = nullptr;
-    size_t m_n = 0, m_chunk = 1, m_active = 0, m_participants = 1;
-    uint64_t m_job = 0;
+    size_t m_n = 0, m_chunk = 1, m_participants = 1;
+    std::atomic<size_t> m_active{0}; //!< workers still in the current region
+    std::atomic<uint64_t> m_job{0};  //!< region number, written under m_mutex, polled without
+    std::atomic<bool> m_stop_flag{false}; //!< m_stop, for workers polling without the mutex
     std::atomic<size_t> m_next{0};
     std::exception_ptr m_error;
     bool m_stop = false;

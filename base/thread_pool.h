@@ -3,7 +3,9 @@
 // parallel_for splits [0, n) into chunks run by the pool's workers and the calling thread.
 // One parallel region runs at a time; a kernel that asks while another region is active
 // (a second comp node's worker, say) runs its loop serially instead of oversubscribing the
-// cores. Thread-safe. Idle workers sleep on a condition variable.
+// cores. Thread-safe. A worker that finishes a region polls for the next one for a moment
+// (200 µs) before it sleeps on a condition variable, so a run of small kernels keeps both
+// threads busy and an idle pool uses no CPU.
 //
 // A run may cap the threads its kernels use (KernelThreadCap), and a run with a RunControl
 // (base/run_control.h) stops between chunks once cancelled or past its deadline.

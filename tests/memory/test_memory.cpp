@@ -8,6 +8,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <ctime>
+#include <thread>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -131,6 +134,27 @@ TEST(ThreadPool, ParallelForCoversEveryIndexOnce) {
                                   if (b > 5000) throw ValueError("chunk failed");
                               }),
                  ValueError);
+}
+
+TEST(ThreadPool, IdleWorkersSleep) {
+    // Workers poll for a moment after a region, then sleep: an idle pool costs no CPU.
+    size_t saved = kernel_threads();
+    set_kernel_threads(2);
+    std::vector<float> v(1 << 16, 1.f);
+    for (int r = 0; r < 100; ++r)
+        parallel_for(v.size(), 1024, [&](size_t b, size_t e) {
+            for (size_t i = b; i < e; ++i) v[i] = v[i] * 0.5f + 1.f;
+        });
+    auto cpu_ms = [] {
+        timespec ts{};
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+        return double(ts.tv_sec) * 1e3 + double(ts.tv_nsec) / 1e6;
+    };
+    double before = cpu_ms();
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    double used = cpu_ms() - before;
+    set_kernel_threads(saved);
+    EXPECT_LT(used, 30.0) << "the process used " << used << " ms of CPU during 300 ms of idling";
 }
 
 TEST(TensorShape, SizesAreOverflowCheckedInOnePlace) {
