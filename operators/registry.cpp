@@ -8,6 +8,7 @@ namespace braid::opr {
 // One per family, defined at the end of operators/<family>.cpp.
 void register_io_operators();
 void register_elemwise_operators();
+void register_elemwise_pattern_passes();
 void register_tensor_manip_operators();
 void register_matmul_operators();
 void register_fused_matmul_operators();
@@ -43,6 +44,8 @@ void register_all_operators() {
         register_grad_arith();
         register_io_operators();
         register_elemwise_operators();
+        // Before the matmul fusion pass, which folds the GELU it produces.
+        register_elemwise_pattern_passes();
         register_tensor_manip_operators();
         register_matmul_operators();
         register_fused_matmul_operators();

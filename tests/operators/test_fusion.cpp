@@ -171,3 +171,56 @@ TEST(Fusion, ConvBiasBatchNormActivationEqualsUnfused) {
                 expect_tensor_near(fused.y, plain.y, 1e-5, 1e-6, "conv chain");
             }
 }
+
+namespace {
+
+//! x w + b, then GELU written out as ONNX exporters write it: u * (1 + erf(u / sqrt 2)) * 0.5
+//! (`half_first`: (u * 0.5) * (1 + erf(u * (1 / sqrt 2)))); `c` perturbs one constant.
+Dense run_gelu_erf(bool fusion, bool half_first, float c = 0.f, bool fetch_erf = false) {
+    register_all_operators();
+    std::mt19937 rng(7);
+    auto w = std::make_shared<Tensor>(random_tensor({32, 48}, dtype::Float32(), rng, -.3, .3));
+    auto b = std::make_shared<Tensor>(random_tensor({48}, dtype::Float32(), rng, -.5, .5));
+    Tensor x = random_tensor({16, 32}, dtype::Float32(), rng, -2, 2);
+    GraphOptions opt;
+    opt.enable_fusion = fusion;
+    auto g = ComputingGraph::make(opt);
+    auto k = [&](double v) { return opr::ImmutableTensor::make_scalar(*g, v, dtype::Float32()); };
+    auto xv = opr::Input::make(*g, "x", dtype::Float32(), {16, 32});
+    auto u = opr::matmul(xv, opr::SharedParam::make(*g, w)) + opr::SharedParam::make(*g, b);
+    SymbolVar e = half_first ? opr::erf(u * k(M_SQRT1_2)) : opr::erf(opr::true_div(u, k(M_SQRT2 + c)));
+    SymbolVar y = half_first ? (u * k(0.5)) * (e + k(1.0)) : (u * (e + k(1.0))) * k(0.5);
+    std::vector<OutputSpec> outs{y};
+    if (fetch_erf) outs.emplace_back(e);
+    Dense d;
+    d.exec = g->compile(outs);
+    d.exec->feed("x", x).run();
+    d.y = d.exec->output(0);
+    return d;
+}
+
+} // namespace
+
+TEST(Fusion, GeluWrittenWithErfBecomesOneOperatorInTheGemm) {
+    for (bool half_first : {false, true}) {
+        auto fused = run_gelu_erf(true, half_first);
+        auto plain = run_gelu_erf(false, half_first);
+        EXPECT_EQ(count_type(*fused.exec, "FusedMatMul"), 1u) << half_first;
+        EXPECT_EQ(count_type(*fused.exec, "Elemwise"), 0u) << half_first;
+        EXPECT_GE(count_type(*plain.exec, "Elemwise"), 6u);
+        expect_tensor_near(fused.y, plain.y, 1e-6, 1e-5, "gelu written with erf");
+    }
+}
+
+TEST(Fusion, GeluPatternNeedsItsConstantsAndPrivateIntermediates) {
+    // sqrt 2 off by 1e-3: not GELU, nothing folds beyond the bias.
+    auto off = run_gelu_erf(true, false, 1e-3f);
+    EXPECT_GE(count_type(*off.exec, "Elemwise"), 5u);
+    auto plain = run_gelu_erf(false, false, 1e-3f);
+    expect_tensor_near(off.y, plain.y, 1e-6, 1e-6, "near-gelu");
+    // The erf is an output too: the chain must stay.
+    auto kept = run_gelu_erf(true, false, 0.f, true);
+    EXPECT_EQ(count_type(*kept.exec, "Elemwise"), 5u);
+    auto kept_plain = run_gelu_erf(false, false, 0.f, true);
+    expect_tensor_near(kept.exec->output(1), kept_plain.exec->output(1), 0, 0, "erf output");
+}
