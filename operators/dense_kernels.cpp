@@ -4,6 +4,10 @@
 #include "base/thread_pool.h"
 
 #include <cblas.h>
+#if BRAID_WITH_DNNL
+#include <oneapi/dnnl/dnnl.h>
+#include <omp.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -77,6 +81,26 @@ void run_tile(const TileGrid& grid, size_t t, bool ta, bool tb, size_t m, size_t
 
 } // namespace
 
+#if BRAID_WITH_DNNL
+//! Which library runs a single-threaded float32 GEMM of this shape, from timing both on one
+//! core of an AVX2 machine (docs/performance.md, "GEMM"): oneDNN's sgemm is 5-15% faster from
+//! 64x256x784 to 1024^3, OpenBLAS is faster on narrow outputs (n < 128: 64x10x256, 64x16x256,
+//! 100^3) and on tiny products, where oneDNN's per-call cost shows.
+static bool use_dnnl_sgemm(size_t m, size_t n, size_t k) {
+    return n >= 128 && double(m) * double(n) * double(k) >= 65536.0;
+}
+
+#endif
+
+void dnnl_single_thread() {
+#if BRAID_WITH_DNNL
+    thread_local bool done = false;
+    if (done) return;
+    omp_set_num_threads(1);
+    done = true;
+#endif
+}
+
 void blas_single_thread() {
     if (openblas_get_num_threads() == 1) return;
     std::lock_guard lk(g_blas_threads_mutex);
@@ -104,6 +128,15 @@ void sgemm(bool ta, bool tb, size_t m, size_t n, size_t k, float alpha, const fl
                  "sgemm dims {}x{}x{} exceed int", m, n, k);
     BRAID_ASSERT(lda >= (ta ? m : k) && ldb >= (tb ? k : n) && ldc >= n,
                  "sgemm leading dims {} {} {} too small for {}x{}x{}", lda, ldb, ldc, m, n, k);
+#if BRAID_WITH_DNNL
+    if (use_dnnl_sgemm(m, n, k)) {
+        dnnl_single_thread();
+        if (dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', dnnl_dim_t(m), dnnl_dim_t(n), dnnl_dim_t(k),
+                       alpha, a, dnnl_dim_t(lda), b, dnnl_dim_t(ldb), beta, c,
+                       dnnl_dim_t(ldc)) == dnnl_success)
+            return;
+    }
+#endif
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
                 int(m), int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
 }

@@ -7,7 +7,9 @@
 // source of parallelism: OpenBLAS is kept single-threaded (openblas_set_num_threads(1), checked
 // before every call made through these wrappers), and a GEMM worth parallelising is split by
 // braid into independent tiles or batch items, each one single-threaded sgemm run by a pool
-// thread. Consequences:
+// thread. oneDNN (when built in) runs GEMMs and convolutions it is faster at, on the same terms:
+// its OpenMP thread count is set to 1 on every thread that calls it (dnnl_single_thread()), so
+// no OpenMP team is ever created. Consequences:
 //  - BLAS threads never run beside pool threads, so the cores are never oversubscribed, and a
 //    kernel may call sgemm from inside a parallel_for (attention, grouped convolution);
 //  - a GEMM issued while another comp node's kernel holds the pool runs on its own thread,
@@ -27,8 +29,14 @@ namespace braid::opr::kern {
 //! Keeps OpenBLAS single-threaded (see the policy above). Cheap after the first call.
 void blas_single_thread();
 
+//! Makes oneDNN calls from this thread run on this thread alone (OpenMP thread count 1, a
+//! per-thread setting). Call before every oneDNN call; cheap after the first on a thread. No-op
+//! without oneDNN.
+void dnnl_single_thread();
+
 //! Row-major C[m,n] = alpha * op(A) * op(B) + beta * C on the calling thread only, where op
-//! transposes when the flag is set; `lda`, `ldb`, `ldc` are row strides in elements. Handles
+//! transposes when the flag is set (oneDNN's sgemm or OpenBLAS's, whichever is faster at the
+//! shape); `lda`, `ldb`, `ldc` are row strides in elements. Handles
 //! m, n or k equal to 0 (k == 0 gives C = beta * C).
 void sgemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, float alpha, const float* a,
            size_t lda, const float* b, size_t ldb, float beta, float* c, size_t ldc);
