@@ -6,6 +6,7 @@
 #include "base/hash.h"
 #include "base/thread_pool.h"
 #include "operators/dense_kernels.h"
+#include "operators/dnnl_kernels.h"
 
 #include <algorithm>
 #include <cstring>
@@ -156,7 +157,8 @@ void Conv2d::execute(ExecCtx& ctx) {
     Tensor& y = ctx.output(0);
     if (y.shape().is_empty()) return;
     Tensor yf = kern::float32_target(y);
-    conv2d_forward(m_param, x, w, yf, nullptr);
+    if (!kern::dnnl_conv2d_forward(m_param, x, w, yf, {}, nullptr))
+        conv2d_forward(m_param, x, w, yf, nullptr);
     kern::store_float32(yf, y);
 }
 

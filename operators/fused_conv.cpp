@@ -6,6 +6,7 @@
 #include "graph/param_io.h"
 #include "operators/batch_norm.h"
 #include "operators/dense_kernels.h"
+#include "operators/dnnl_kernels.h"
 #include "operators/elemwise_kernels.h"
 
 #include <cmath>
@@ -141,6 +142,30 @@ void FusedConv2d::execute(ExecCtx& ctx) {
             }
         }
     };
+    // oneDNN: the batch norm's multiplier folded into the weights, bias and shift as the
+    // convolution's bias, relu as its post-op; other activations run as the epilogue.
+    std::vector<float> shift;
+    kern::DnnlConvFusion fusion;
+    if (bn) {
+        shift.resize(o);
+        for (size_t c = 0; c < o; ++c) shift[c] = (bias ? bias[c] * mul[c] : 0.f) + add[c];
+        fusion.scale = mul.data();
+        fusion.shift = shift.data();
+    } else {
+        fusion.shift = bias;
+    }
+    fusion.relu = m_param.has_activation && m_param.activation == ElemMode::RELU;
+    ConvEpilogue act_epilogue = [&](float* yb, size_t, size_t rows, size_t cols, size_t ld) {
+        static const uint8_t steps[1] = {1};
+        for (size_t r = 0; r < rows; ++r) {
+            const void* in[1] = {yb + r * ld};
+            act(in, steps, yb + r * ld, cols);
+        }
+    };
+    bool act_after = act && !fusion.relu;
+    if (kern::dnnl_conv2d_forward(m_param.conv, x, w, y, fusion,
+                                  act_after ? &act_epilogue : nullptr))
+        return;
     conv2d_forward(m_param.conv, x, w, y, &epilogue);
 }
 

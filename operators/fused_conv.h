@@ -5,7 +5,10 @@
 //
 // The batch norm is folded into one multiply-add per element, y = (conv + bias[c]) · a[c] + b[c]
 // with a = scale / sqrt(var + eps) and b = shift − mean · a, computed per run from the
-// statistics (C values), exactly as BatchNorm computes them. The graph keeps its operators
+// statistics (C values), exactly as BatchNorm computes them. Where oneDNN runs the convolution
+// (operators/dnnl_kernels.h), a[c] is folded into the weights instead, (bias[c] · a[c] + b[c])
+// becomes the convolution's bias and RELU its post-op; the results agree with the unfused
+// chain to float32 rounding. The graph keeps its operators
 // (gradients, serialization); a chain fuses only where nothing else in the executable reads its
 // intermediate results, on CPU comp nodes, in float32.
 #pragma once

@@ -100,24 +100,63 @@ inline float max_nan(float a, float v) {
     return ((v > a) | (v != v)) ? v : a;
 }
 
+//! y[j] = the NaN-propagating maximum of r[j·SW .. j·SW + KW) for j < count, with the window
+//! known at compile time so that the loop vectorizes (strided loads for SW > 1).
+template <int KW, int SW> void max_pool_cols(const float* r, float* y, ptrdiff_t count) {
+    for (ptrdiff_t j = 0; j < count; ++j) {
+        const float* win = r + j * SW;
+        float m = win[0];
+        for (int b = 1; b < KW; ++b) m = max_nan(m, win[b]);
+        y[j] = m;
+    }
+}
+
+//! The window's column pass for output columns [j0, j1), whose windows lie inside the row.
+void max_pool_interior(const PoolGeometry& g, const float* rowmax, float* y, ptrdiff_t j0,
+                       ptrdiff_t j1) {
+    const float* r = rowmax + j0 * g.sw - g.pw;
+    ptrdiff_t count = j1 - j0;
+    if (count <= 0) return;
+    if (g.kw == 3 && g.sw == 2) return max_pool_cols<3, 2>(r, y + j0, count);
+    if (g.kw == 2 && g.sw == 2) return max_pool_cols<2, 2>(r, y + j0, count);
+    if (g.kw == 3 && g.sw == 1) return max_pool_cols<3, 1>(r, y + j0, count);
+    for (ptrdiff_t j = 0; j < count; ++j) {
+        const float* win = r + j * g.sw;
+        float m = win[0];
+        for (ptrdiff_t b = 1; b < g.kw; ++b) m = max_nan(m, win[b]);
+        y[j0 + j] = m;
+    }
+}
+
 //! Max pooling of one plane, separably: for each output row the maximum of its window's input
-//! rows (a vectorized pass over whole rows), then of each window's columns of that row.
+//! rows (a vectorized pass over whole rows), then of each window's columns of that row (a
+//! vectorized pass over the columns whose windows lie inside the row, and a clamped loop at the
+//! two edges).
 void max_pool_plane(const PoolGeometry& g, const float* x, float* y, float* rowmax) {
+    // Output columns [j_lo, j_hi) have windows [j·sw − pw, j·sw − pw + kw) inside [0, w).
+    ptrdiff_t j_lo = std::min(g.ow, (g.pw + g.sw - 1) / g.sw);
+    ptrdiff_t j_hi = g.w >= g.kw - g.pw ? std::min(g.ow, (g.w - g.kw + g.pw) / g.sw + 1) : 0;
+    j_hi = std::max(j_hi, j_lo);
+    auto edge = [&](float* yrow, ptrdiff_t j) {
+        ptrdiff_t w0 = std::max<ptrdiff_t>(j * g.sw - g.pw, 0);
+        ptrdiff_t w1 = std::min(j * g.sw - g.pw + g.kw, g.w);
+        float m = -std::numeric_limits<float>::infinity();
+        for (ptrdiff_t b = w0; b < w1; ++b) m = max_nan(m, rowmax[b]);
+        yrow[j] = m;
+    };
     for (ptrdiff_t i = 0; i < g.oh; ++i) {
         ptrdiff_t h0 = std::max<ptrdiff_t>(i * g.sh - g.ph, 0);
         ptrdiff_t h1 = std::min(i * g.sh - g.ph + g.kh, g.h);
-        for (ptrdiff_t b = 0; b < g.w; ++b) rowmax[b] = -std::numeric_limits<float>::infinity();
-        for (ptrdiff_t a = h0; a < h1; ++a) {
+        const float* first = x + h0 * g.w;
+        for (ptrdiff_t b = 0; b < g.w; ++b) rowmax[b] = first[b];
+        for (ptrdiff_t a = h0 + 1; a < h1; ++a) {
             const float* row = x + a * g.w;
             for (ptrdiff_t b = 0; b < g.w; ++b) rowmax[b] = max_nan(rowmax[b], row[b]);
         }
-        for (ptrdiff_t j = 0; j < g.ow; ++j) {
-            ptrdiff_t w0 = std::max<ptrdiff_t>(j * g.sw - g.pw, 0);
-            ptrdiff_t w1 = std::min(j * g.sw - g.pw + g.kw, g.w);
-            float m = -std::numeric_limits<float>::infinity();
-            for (ptrdiff_t b = w0; b < w1; ++b) m = max_nan(m, rowmax[b]);
-            y[i * g.ow + j] = m;
-        }
+        float* yrow = y + i * g.ow;
+        for (ptrdiff_t j = 0; j < j_lo; ++j) edge(yrow, j);
+        max_pool_interior(g, rowmax, yrow, j_lo, j_hi);
+        for (ptrdiff_t j = j_hi; j < g.ow; ++j) edge(yrow, j);
     }
 }
 

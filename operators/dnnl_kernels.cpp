@@ -1,0 +1,497 @@
+#include "operators/dnnl_kernels.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+#if BRAID_WITH_DNNL
+#include "base/error.h"
+#include "base/thread_pool.h"
+#include "operators/dense_kernels.h"
+
+#include <dnnl.hpp>
+
+#include <algorithm>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+#endif
+
+namespace braid::opr::kern {
+
+namespace {
+
+//! -1: not read yet; 0 off; 1 on.
+std::atomic<int> g_dnnl_state{-1};
+
+} // namespace
+
+bool dnnl_conv_enabled() {
+#if BRAID_WITH_DNNL
+    int s = g_dnnl_state.load(std::memory_order_relaxed);
+    if (s < 0) {
+        const char* env = std::getenv("BRAID_DNNL_CONV");
+        s = env && std::strcmp(env, "0") == 0 ? 0 : 1;
+        int expected = -1;
+        // A concurrent set_dnnl_conv_enabled() wins over the environment.
+        if (!g_dnnl_state.compare_exchange_strong(expected, s)) s = expected;
+    }
+    return s == 1;
+#else
+    return false;
+#endif
+}
+
+void set_dnnl_conv_enabled(bool on) {
+    g_dnnl_state.store(on ? 1 : 0);
+}
+
+#if !BRAID_WITH_DNNL
+
+bool dnnl_conv2d_forward(const Conv2dParam&, const Tensor&, const Tensor&, Tensor&,
+                         const DnnlConvFusion&, const ConvEpilogue*) {
+    return false;
+}
+
+std::string dnnl_conv2d_impl(const Conv2dParam&, const TensorShape&, const TensorShape&,
+                             const DnnlConvFusion&) {
+    return "";
+}
+
+#else
+
+namespace {
+
+using dnnl::memory;
+using tag = dnnl::memory::format_tag;
+
+const dnnl::engine& cpu_engine() {
+    static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+    return engine;
+}
+
+dnnl::stream& thread_stream() {
+    thread_local dnnl::stream stream(cpu_engine());
+    return stream;
+}
+
+//! A growable 64-byte-aligned float buffer, kept per thread across runs so large scratch
+//! buffers are not faulted in again on every run.
+class AlignedBuffer {
+public:
+    float* get(size_t bytes) {
+        if (bytes > m_bytes) {
+            m_data.reset(static_cast<float*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
+            if (!m_data) BRAID_THROW(Error, "oneDNN convolution: cannot allocate {} bytes", bytes);
+            m_bytes = bytes;
+        }
+        return m_data.get();
+    }
+
+private:
+    struct Free {
+        void operator()(float* p) const { std::free(p); }
+    };
+    std::unique_ptr<float, Free> m_data;
+    size_t m_bytes = 0;
+};
+
+//! A std::allocator with 64-byte alignment, for oneDNN's packed weights.
+template <typename T> struct AlignedAllocator {
+    using value_type = T;
+    AlignedAllocator() = default;
+    template <typename U> AlignedAllocator(const AlignedAllocator<U>&) {}
+    T* allocate(size_t n) {
+        void* p = std::aligned_alloc(64, (n * sizeof(T) + 63) / 64 * 64);
+        if (!p) throw std::bad_alloc();
+        return static_cast<T*>(p);
+    }
+    void deallocate(T* p, size_t) { std::free(p); }
+    template <typename U> bool operator==(const AlignedAllocator<U>&) const { return true; }
+};
+
+//! Runs a primitive, turning oneDNN's errors into braid::LibraryError with its message.
+void execute_checked(const dnnl::primitive& prim, std::unordered_map<int, memory> args,
+                     const char* what) {
+    try {
+        prim.execute(thread_stream(), args);
+    } catch (const dnnl::error& e) {
+        BRAID_THROW(LibraryError, "oneDNN {}: {} (status {})", what, e.what(), int(e.status));
+    }
+}
+
+//! A reorder primitive and its (user-managed) scratchpad.
+struct Reorder {
+    dnnl::reorder prim;
+    memory::desc scratch_md;
+    //! Copies `from` into `to` on the calling thread.
+    void run(const memory& from, const memory& to, const char* what) const {
+        thread_local AlignedBuffer scratch;
+        std::unordered_map<int, memory> args{{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
+        if (size_t bytes = scratch_md.get_size())
+            args.emplace(DNNL_ARG_SCRATCHPAD, memory(scratch_md, cpu_engine(), scratch.get(bytes)));
+        execute_checked(prim, std::move(args), what);
+    }
+};
+
+//! The primitives of one task shape: a convolution of one batch item computing `oc` output
+//! channels, and the reorders from and to braid's plain layouts where oneDNN picked another.
+struct ConvPlan {
+    dnnl::convolution_forward conv;
+    memory::desc src_md, wei_md, dst_md, scratch_md;
+    memory::desc src_plain, wei_plain, dst_plain; //!< NCHW / OIHW of one task
+    bool has_bias = false;
+    std::string impl; //!< oneDNN's implementation name, e.g. "jit:avx2"
+    std::optional<Reorder> src_reorder, wei_reorder; //!< plain -> primitive layout
+    std::optional<Reorder> dst_reorder;              //!< primitive layout -> strided NCHW
+    memory::desc dst_strided;                        //!< the task's slice of y
+};
+
+//! Geometry and fusion that determine a plan; compared bytewise.
+struct PlanKey {
+    int64_t c, h, w, o_total, oc, kh, kw, oh, ow;
+    int64_t sh, sw, ph, pw, dh, dw, groups;
+    int64_t bias, relu;
+    bool operator==(const PlanKey& k) const { return std::memcmp(this, &k, sizeof k) == 0; }
+};
+
+struct PlanKeyHash {
+    size_t operator()(const PlanKey& k) const {
+        const auto* v = reinterpret_cast<const int64_t*>(&k);
+        size_t h = 0xcbf29ce484222325ull;
+        for (size_t i = 0; i < sizeof k / sizeof(int64_t); ++i)
+            h = (h ^ size_t(v[i])) * 0x100000001b3ull;
+        return h;
+    }
+};
+
+//! One way to ask oneDNN for a convolution: its algorithm and the layouts of source and
+//! destination (weights are always left to oneDNN).
+struct ConvChoice {
+    dnnl::algorithm algorithm;
+    tag src, dst;
+};
+
+/*!
+ * The choices tried for `k`, best first; the first that oneDNN runs with a JIT kernel is used.
+ * Measured on the cnn benchmark's shapes on a 2-core AMD EPYC (AVX2 and AVX-512), single
+ * thread, including the reorders from and to NCHW:
+ *  - 3x3 stride 1: Winograd F(2x2, 3x3) (jit_fp32_wino_2x3:avx512_core, nChw16c) runs the
+ *    64->64 56x56 case in ~1.05 ms against ~2.0 ms for the direct kernels, which already run
+ *    near the FMA peak; it needs AVX-512, and is skipped elsewhere;
+ *  - direct, nChw8c (jit:avx2): 2.05 ms for the same case; reorders from and to NCHW cost a
+ *    few percent. oneDNN's own pick (tag::any: brgconv:avx512_core in NHWC) runs the
+ *    convolution as fast but its NHWC -> NCHW reorder costs 4x more (0.8 ms for the 7x7/2 stem's
+ *    1x32x112x112 output slice); nChw16c (jit:avx512_core) ran the 3x3 case ~20% slower;
+ *  - a source with fewer than 8 channels (an image) stays NCHW (jit:avx2 reads it directly).
+ */
+std::vector<ConvChoice> conv_choices(const PlanKey& k) {
+    std::vector<ConvChoice> choices;
+    if (k.kh == 3 && k.kw == 3 && k.sh == 1 && k.sw == 1 && k.dh == 1 && k.dw == 1 && k.groups == 1)
+        choices.push_back({dnnl::algorithm::convolution_winograd, tag::any, tag::any});
+    tag src_blocked = k.c / k.groups < 8 ? tag::any : tag::nChw8c;
+    choices.push_back({dnnl::algorithm::convolution_direct, src_blocked, tag::nChw8c});
+    choices.push_back({dnnl::algorithm::convolution_direct, tag::any, tag::any});
+    return choices;
+}
+
+//! Builds the plan for `k`, or nullptr where oneDNN has only a reference kernel (slower than
+//! braid's im2col path) or cannot run the case.
+std::shared_ptr<ConvPlan> make_plan(const PlanKey& k) {
+    dnnl_single_thread();
+    const auto f32 = memory::data_type::f32;
+    memory::dims src_dims{1, k.c, k.h, k.w}, dst_dims{1, k.oc, k.oh, k.ow};
+    memory::dims wei_dims =
+        k.groups == 1 ? memory::dims{k.oc, k.c, k.kh, k.kw}
+                      : memory::dims{k.groups, k.oc / k.groups, k.c / k.groups, k.kh, k.kw};
+    auto plan = std::make_shared<ConvPlan>();
+    plan->has_bias = k.bias != 0;
+    plan->src_plain = memory::desc(src_dims, f32, tag::nchw);
+    plan->dst_plain = memory::desc(dst_dims, f32, tag::nchw);
+    plan->wei_plain = memory::desc(wei_dims, f32, k.groups == 1 ? tag::oihw : tag::goihw);
+    // The task's output slice inside y: channels [o0, o0 + oc) of one batch item.
+    plan->dst_strided =
+        memory::desc(dst_dims, f32, memory::dims{k.o_total * k.oh * k.ow, k.oh * k.ow, k.ow, 1});
+    memory::desc bias_md = plan->has_bias ? memory::desc({k.oc}, f32, tag::a) : memory::desc();
+    memory::desc any_wei(wei_dims, f32, tag::any);
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    if (k.relu) {
+        dnnl::post_ops ops;
+        ops.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+        attr.set_post_ops(ops);
+    }
+    dnnl::primitive_attr attr_user;
+    attr_user.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    std::optional<dnnl::convolution_forward::primitive_desc> pd;
+    for (const auto& choice : conv_choices(k)) {
+        try {
+            dnnl::convolution_forward::desc desc(
+                dnnl::prop_kind::forward_inference, choice.algorithm,
+                memory::desc(src_dims, f32, choice.src), any_wei, bias_md,
+                memory::desc(dst_dims, f32, choice.dst), {k.sh, k.sw}, {k.dh - 1, k.dw - 1},
+                {k.ph, k.pw}, {k.ph, k.pw});
+            dnnl::convolution_forward::primitive_desc candidate(desc, attr, cpu_engine());
+            if (std::string(candidate.impl_info_str()).rfind("ref", 0) == 0) continue;
+            pd = candidate;
+            break;
+        } catch (const dnnl::error&) {
+            // not available for this case or CPU: try the next choice
+        }
+    }
+    if (!pd) return nullptr; // braid's im2col kernel runs the case
+    try {
+        plan->conv = dnnl::convolution_forward(*pd);
+        plan->impl = pd->impl_info_str();
+        plan->src_md = pd->src_desc();
+        plan->wei_md = pd->weights_desc();
+        plan->dst_md = pd->dst_desc();
+        plan->scratch_md = pd->scratchpad_desc();
+        // User-managed scratchpads for the reorders too: with the library's (shared) one, two
+        // threads running Winograd's weight reorder at once corrupted each other's results.
+        auto reorder = [&](const memory::desc& from, const memory::desc& to) {
+            dnnl::reorder::primitive_desc rpd(cpu_engine(), from, cpu_engine(), to, attr_user);
+            return Reorder{dnnl::reorder(rpd), rpd.scratchpad_desc()};
+        };
+        if (plan->src_md != plan->src_plain)
+            plan->src_reorder = reorder(plan->src_plain, plan->src_md);
+        if (plan->wei_md != plan->wei_plain)
+            plan->wei_reorder = reorder(plan->wei_plain, plan->wei_md);
+        if (plan->dst_md != plan->dst_plain)
+            plan->dst_reorder = reorder(plan->dst_md, plan->dst_strided);
+    } catch (const dnnl::error&) {
+        return nullptr;
+    }
+    return plan;
+}
+
+//! Process-wide plan cache: lookups take a mutex (a few hundred ns per convolution run); the
+//! plans are immutable and executed concurrently (user-managed scratchpads).
+std::shared_ptr<ConvPlan> find_plan(const PlanKey& k) {
+    static std::mutex mutex;
+    static std::unordered_map<PlanKey, std::shared_ptr<ConvPlan>, PlanKeyHash> cache;
+    {
+        std::lock_guard lock(mutex);
+        if (auto it = cache.find(k); it != cache.end()) return it->second;
+    }
+    auto plan = make_plan(k); // outside the lock: creation takes milliseconds
+    std::lock_guard lock(mutex);
+    // A bound against unbounded growth from ever-changing shapes: start over.
+    if (cache.size() >= 512) cache.clear();
+    return cache.emplace(k, plan).first->second;
+}
+
+/*!
+ * Weights in a primitive's layout, with the plain (scaled) weights they were made from.
+ * Reordering is cheap for the direct kernels but not for Winograd's weight transform (~0.5 ms
+ * for 64x64x3x3, half the convolution), so the result is kept and reused while the plain
+ * weights are unchanged: every run compares them bytewise with the kept copy (a memcmp, ~10 us
+ * for 64x64x3x3), so weights updated in place between runs are always picked up.
+ */
+struct PackedWeights {
+    std::vector<float> plain;
+    std::vector<float, AlignedAllocator<float>> packed;
+};
+
+/*!
+ * The packed weights for `plan` of the weights at `key_ptr` (the operator's weight tensor,
+ * offset to the task's first output channel), made from `plain` (`count` floats: those
+ * weights, scaled by the folded batch norm where there is one). The cache is process-wide and
+ * thread-safe; entries are immutable snapshots, replaced when the weights change.
+ */
+std::shared_ptr<const PackedWeights> packed_weights(const ConvPlan& plan, const float* key_ptr,
+                                                    const float* plain, size_t count) {
+    struct Key {
+        const ConvPlan* plan;
+        const float* weights;
+        bool operator==(const Key&) const = default;
+    };
+    struct KeyHash {
+        size_t operator()(const Key& k) const {
+            return std::hash<const void*>()(k.plan) * 31 + std::hash<const void*>()(k.weights);
+        }
+    };
+    static std::mutex mutex;
+    static std::unordered_map<Key, std::shared_ptr<const PackedWeights>, KeyHash> cache;
+    static size_t cached_bytes = 0;
+    Key key{&plan, key_ptr};
+    {
+        std::lock_guard lock(mutex);
+        if (auto it = cache.find(key); it != cache.end()) {
+            const auto& entry = it->second;
+            if (entry->plain.size() == count &&
+                std::memcmp(entry->plain.data(), plain, count * sizeof(float)) == 0)
+                return entry;
+        }
+    }
+    auto fresh = std::make_shared<PackedWeights>();
+    fresh->plain.assign(plain, plain + count);
+    fresh->packed.resize(plan.wei_md.get_size() / sizeof(float));
+    memory from(plan.wei_plain, cpu_engine(), const_cast<float*>(plain));
+    memory to(plan.wei_md, cpu_engine(), fresh->packed.data());
+    plan.wei_reorder->run(from, to, "weight reorder");
+    std::lock_guard lock(mutex);
+    size_t bytes = (fresh->plain.size() + fresh->packed.size()) * sizeof(float);
+    // Bounded: past 256 MiB of kept weights, start over.
+    if (cached_bytes + bytes > (size_t(256) << 20)) {
+        cache.clear();
+        cached_bytes = 0;
+    }
+    auto& slot = cache[key];
+    if (slot) cached_bytes -= (slot->plain.size() + slot->packed.size()) * sizeof(float);
+    slot = fresh;
+    cached_bytes += bytes;
+    return fresh;
+}
+
+//! The plan key of one batch item of x * w computing output channels [0, oc).
+PlanKey plan_key(const Conv2dParam& pr, const TensorShape& xs, const TensorShape& ws, int64_t oc,
+                 const DnnlConvFusion& fusion) {
+    int64_t ekh = int64_t(pr.dilation_h) * (int64_t(ws[2]) - 1) + 1;
+    int64_t ekw = int64_t(pr.dilation_w) * (int64_t(ws[3]) - 1) + 1;
+    int64_t oh = (int64_t(xs[2]) + 2 * pr.pad_h - ekh) / pr.stride_h + 1;
+    int64_t ow = (int64_t(xs[3]) + 2 * pr.pad_w - ekw) / pr.stride_w + 1;
+    return PlanKey{int64_t(xs[1]),
+                   int64_t(xs[2]),
+                   int64_t(xs[3]),
+                   int64_t(ws[0]),
+                   oc,
+                   int64_t(ws[2]),
+                   int64_t(ws[3]),
+                   oh,
+                   ow,
+                   pr.stride_h,
+                   pr.stride_w,
+                   pr.pad_h,
+                   pr.pad_w,
+                   pr.dilation_h,
+                   pr.dilation_w,
+                   pr.groups,
+                   fusion.shift != nullptr,
+                   fusion.relu};
+}
+
+} // namespace
+
+bool dnnl_conv2d_forward(const Conv2dParam& pr, const Tensor& x, const Tensor& w, Tensor& y,
+                         const DnnlConvFusion& fusion, const ConvEpilogue* epilogue) {
+    if (!dnnl_conv_enabled()) return false;
+    const auto &xs = x.shape(), &ws = w.shape(), &ys = y.shape();
+    int64_t n = int64_t(xs[0]), o = int64_t(ws[0]);
+    int64_t groups = pr.groups;
+    // Tasks: batch items, and blocks of output channels (multiples of 8, oneDNN's AVX2 block)
+    // when there are fewer items than threads. Grouped convolutions split by batch only.
+    int64_t threads = int64_t(kernel_threads());
+    int64_t nblocks = 1;
+    if (n < threads && groups == 1) nblocks = std::min((threads + n - 1) / n, o / 8);
+    nblocks = std::max<int64_t>(nblocks, 1);
+    // Block b holds output channels [bounds[b], bounds[b + 1]), in whole 8-channel blocks.
+    std::vector<int64_t> bounds(static_cast<size_t>(nblocks) + 1, o);
+    bounds[0] = 0;
+    for (int64_t b = 1; b < nblocks; ++b) bounds[size_t(b)] = (o / 8) * b / nblocks * 8;
+
+    PlanKey key = plan_key(pr, xs, ws, 0, fusion);
+    std::vector<std::shared_ptr<ConvPlan>> plans(static_cast<size_t>(nblocks));
+    for (int64_t b = 0; b < nblocks; ++b) {
+        key.oc = bounds[size_t(b) + 1] - bounds[size_t(b)];
+        plans[size_t(b)] = find_plan(key);
+        // Every block must take the source in one layout (it is reordered once per item).
+        if (!plans[size_t(b)] || plans[size_t(b)]->src_md != plans[0]->src_md) return false;
+    }
+    const ConvPlan& first = *plans[0];
+
+    const float* xp = x.ptr<float>();
+    const float* wp = w.ptr<float>();
+    float* yp = y.ptr<float>();
+    size_t in_item = xs[1] * xs[2] * xs[3], out_plane = ys[2] * ys[3];
+    size_t w_per_oc = ws[1] * ws[2] * ws[3];
+
+    // Phase 1: the source of every batch item in the primitive's layout, in a buffer of the
+    // calling thread (the tasks of phase 2 read it).
+    const float* src = xp;
+    size_t src_item = in_item;
+    if (first.src_reorder) {
+        thread_local AlignedBuffer src_buffer;
+        size_t bytes = first.src_md.get_size();
+        src_item = bytes / sizeof(float);
+        float* dst = src_buffer.get(bytes * size_t(n));
+        parallel_for(size_t(n), 1, [&](size_t begin, size_t end) {
+            dnnl_single_thread();
+            for (size_t i = begin; i < end; ++i) {
+                memory from(first.src_plain, cpu_engine(), const_cast<float*>(xp + i * in_item));
+                memory to(first.src_md, cpu_engine(), dst + i * src_item);
+                first.src_reorder->run(from, to, "source reorder");
+            }
+        });
+        src = dst;
+    }
+
+    // Phase 2: one task per (batch item, channel block): weights of the block (scaled by the
+    // folded batch norm) into the primitive's layout, the convolution, and its output into y.
+    parallel_for(size_t(n * nblocks), 1, [&](size_t begin, size_t end) {
+        dnnl_single_thread();
+        thread_local AlignedBuffer scaled_buf, dst_buf, scratch_buf;
+        for (size_t t = begin; t < end; ++t) {
+            size_t item = t / size_t(nblocks), b = t % size_t(nblocks);
+            const ConvPlan& plan = *plans[b];
+            size_t o0 = size_t(bounds[b]), oc = size_t(bounds[b + 1]) - o0;
+            const float* wt = wp + o0 * w_per_oc;
+            if (fusion.scale) {
+                float* s = scaled_buf.get(oc * w_per_oc * sizeof(float));
+                for (size_t r = 0; r < oc; ++r) {
+                    float a = fusion.scale[o0 + r];
+                    const float* in = wt + r * w_per_oc;
+                    float* out = s + r * w_per_oc;
+                    for (size_t i = 0; i < w_per_oc; ++i) out[i] = in[i] * a;
+                }
+                wt = s;
+            }
+            memory wei_mem;
+            std::shared_ptr<const PackedWeights> packed;
+            if (plan.wei_reorder) {
+                packed = packed_weights(plan, wp + o0 * w_per_oc, wt, oc * w_per_oc);
+                wei_mem =
+                    memory(plan.wei_md, cpu_engine(), const_cast<float*>(packed->packed.data()));
+            } else {
+                wei_mem = memory(plan.wei_md, cpu_engine(), const_cast<float*>(wt));
+            }
+            float* y_task = yp + (item * size_t(o) + o0) * out_plane;
+            float* dst = plan.dst_reorder ? dst_buf.get(plan.dst_md.get_size()) : y_task;
+            memory dst_mem(plan.dst_md, cpu_engine(), dst);
+            std::unordered_map<int, memory> args{
+                {DNNL_ARG_SRC,
+                 memory(plan.src_md, cpu_engine(), const_cast<float*>(src + item * src_item))},
+                {DNNL_ARG_WEIGHTS, wei_mem},
+                {DNNL_ARG_DST, dst_mem}};
+            if (plan.has_bias)
+                args.emplace(DNNL_ARG_BIAS,
+                             memory(memory::desc({int64_t(oc)}, memory::data_type::f32, tag::a),
+                                    cpu_engine(), const_cast<float*>(fusion.shift + o0)));
+            if (plan.scratch_md.get_size() > 0)
+                args.emplace(DNNL_ARG_SCRATCHPAD,
+                             memory(plan.scratch_md, cpu_engine(),
+                                    scratch_buf.get(plan.scratch_md.get_size())));
+            execute_checked(plan.conv, std::move(args), "convolution");
+            if (plan.dst_reorder) {
+                memory to(plan.dst_strided, cpu_engine(), y_task);
+                plan.dst_reorder->run(dst_mem, to, "destination reorder");
+            }
+            if (epilogue) (*epilogue)(y_task, o0, oc, out_plane, out_plane);
+        }
+    });
+    return true;
+}
+
+std::string dnnl_conv2d_impl(const Conv2dParam& param, const TensorShape& x, const TensorShape& w,
+                             const DnnlConvFusion& fusion) {
+    if (!dnnl_conv_enabled()) return "";
+    auto plan = find_plan(plan_key(param, x, w, int64_t(w[0]), fusion));
+    return plan ? plan->impl : "";
+}
+
+#endif // BRAID_WITH_DNNL
+
+} // namespace braid::opr::kern

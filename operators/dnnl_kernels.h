@@ -1,0 +1,62 @@
+// oneDNN kernels for the CPU convolution (operators/conv.h, operators/fused_conv.h), used when
+// braid is built with oneDNN (BRAID_WITH_DNNL) and the case is one oneDNN runs with a JIT
+// kernel; every other case runs braid's im2col + sgemm kernel.
+//
+// Threading follows the policy of operators/dense_kernels.h: braid's pool is the only source of
+// parallelism. Every oneDNN primitive runs single-threaded on the thread that executes it
+// (kern::dnnl_single_thread() sets that thread's OpenMP thread count to 1 before its first
+// call, so no OpenMP team is ever created), and braid splits a convolution into (batch item,
+// block of output channels) tasks, each its own primitive execution, run by parallel_for.
+//
+// Primitives are created once per geometry and cached (process-wide, thread-safe). Weights in
+// the primitive's layout are kept per (primitive, weight buffer) with a copy of the plain
+// weights they came from; every run compares the current weights with that copy (a memcmp) and
+// reorders again when they differ, so weights updated in place between runs (an optimizer's
+// step) are always used. The kept copies cost twice the convolution weights' size in memory
+// (bounded at 256 MiB, then dropped).
+//
+// BRAID_DNNL_CONV=0 in the environment (read once) turns the oneDNN convolutions off, and
+// set_dnnl_conv_enabled() does so for the calling process (tests compare both paths). It does
+// not affect the oneDNN sgemm of operators/dense_kernels.h.
+#pragma once
+
+#include "memory/tensor.h"
+#include "operators/conv.h"
+
+#include <string>
+
+namespace braid::opr::kern {
+
+//! Whether the oneDNN kernels are built in and enabled (see the file comment).
+bool dnnl_conv_enabled();
+//! Turns the oneDNN kernels on or off for later calls (no effect without oneDNN). Thread-safe.
+void set_dnnl_conv_enabled(bool on);
+
+//! What is fused into a oneDNN convolution, per output channel c:
+//! y = act(conv(x, w · scale[c]) + shift[c]), where a null scale or shift is 1 or 0.
+struct DnnlConvFusion {
+    const float* scale = nullptr; //!< folded into the weights before the convolution
+    const float* shift = nullptr; //!< the convolution's bias
+    bool relu = false;            //!< max(y, 0) after the bias
+};
+
+/*!
+ * Runs conv2d_forward()'s convolution with oneDNN on float32 contiguous NCHW x, OIHW w and
+ * y (allocated with the output shape), with `fusion` applied and then `epilogue` (if any) over
+ * each finished block of y, as conv2d_forward() calls it. Returns false, having written
+ * nothing, when oneDNN is disabled or has no JIT kernel for the case; the caller then runs
+ * braid's own kernel.
+ */
+bool dnnl_conv2d_forward(const Conv2dParam& param, const Tensor& x, const Tensor& w, Tensor& y,
+                         const DnnlConvFusion& fusion, const ConvEpilogue* epilogue);
+
+/*!
+ * The oneDNN implementation dnnl_conv2d_forward() runs for one batch item of x [N, C, H, W]
+ * convolved with w [O, C/groups, KH, KW] computing all O channels (e.g. "jit:avx2" or
+ * "jit_fp32_wino_2x3:avx512_core"), or "" where it runs braid's own kernel. For tests and
+ * benchmarks; creates and caches the primitive.
+ */
+std::string dnnl_conv2d_impl(const Conv2dParam& param, const TensorShape& x, const TensorShape& w,
+                             const DnnlConvFusion& fusion = {});
+
+} // namespace braid::opr::kern
