@@ -58,16 +58,22 @@ OperatorNode* CompilePassCtx::single_reader(VarNode* var) const {
 }
 
 void CompilePassCtx::replace(const std::vector<OperatorNode*>& old_oprs, OperatorNode* new_opr) {
-    BRAID_ASSERT(!old_oprs.empty(), "replace() needs operators to replace");
-    auto last = std::find(m_order.begin(), m_order.end(), old_oprs.back());
-    BRAID_ASSERT(last != m_order.end(), "{} is not in the order", old_oprs.back()->describe());
-    *last = new_opr;
+    replace(old_oprs, std::vector<OperatorNode*>{new_opr});
+}
+
+void CompilePassCtx::replace(const std::vector<OperatorNode*>& old_oprs,
+                             const std::vector<OperatorNode*>& new_oprs) {
+    BRAID_ASSERT(!old_oprs.empty() && !new_oprs.empty(), "replace() needs operators");
     for (size_t i = 0; i + 1 < old_oprs.size(); ++i) {
         auto it = std::find(m_order.begin(), m_order.end(), old_oprs[i]);
         BRAID_ASSERT(it != m_order.end(), "{} is not in the order", old_oprs[i]->describe());
         m_order.erase(it);
     }
-    m_replaced[old_oprs.back()->output(0)] = new_opr->output(0);
+    auto last = std::find(m_order.begin(), m_order.end(), old_oprs.back());
+    BRAID_ASSERT(last != m_order.end(), "{} is not in the order", old_oprs.back()->describe());
+    *last = new_oprs.front();
+    m_order.insert(last + 1, new_oprs.begin() + 1, new_oprs.end());
+    m_replaced[old_oprs.back()->output(0)] = new_oprs.back()->output(0);
     index_readers();
 }
 

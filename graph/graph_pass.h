@@ -44,6 +44,11 @@ public:
     //! Replaces the operators `old_oprs` (in order) by `new_opr`, placed where the last of them
     //! was; `new_opr`'s output holds the value of `old_oprs.back()`'s output 0 from now on.
     void replace(const std::vector<OperatorNode*>& old_oprs, OperatorNode* new_opr);
+    //! The same with several new operators, placed in the given order where the last of
+    //! `old_oprs` was; the last new operator's output 0 holds the value of
+    //! `old_oprs.back()`'s output 0.
+    void replace(const std::vector<OperatorNode*>& old_oprs,
+                 const std::vector<OperatorNode*>& new_oprs);
 
 private:
     void index_readers();

@@ -20,16 +20,6 @@ namespace braid::opr {
 
 namespace {
 
-//! The value of `var` when it is a one-element float32 constant on a CPU comp node.
-std::optional<float> scalar_constant(VarNode* var) {
-    auto* c = dynamic_cast<ImmutableTensor*>(var->owner());
-    if (!c || var->dtype() != dtype::Float32() || c->comp_node().device().kind != Device::Kind::CPU)
-        return std::nullopt;
-    const Tensor& t = c->value();
-    if (t.layout().total_nr_elems() != 1 || !t.layout().is_contiguous()) return std::nullopt;
-    return *t.ptr<float>();
-}
-
 bool near(std::optional<float> v, double want) {
     return v && std::abs(double(*v) - want) <= 1e-6 * std::abs(want);
 }
@@ -57,11 +47,14 @@ std::vector<OperatorNode*> match_gelu(CompilePassCtx& ctx, Elemwise* erf, VarNod
     // u / sqrt 2 (Div) or u * (1 / sqrt 2) (Mul).
     auto* scaled = dynamic_cast<Elemwise*>(erf->input(0)->owner());
     if (!scaled || scaled->inputs().size() != 2 || !ctx.removable(erf->input(0))) return {};
-    if (scaled->mode() == ElemMode::TRUE_DIV && near(scalar_constant(scaled->input(1)), M_SQRT2))
+    if (scaled->mode() == ElemMode::TRUE_DIV &&
+        near(float32_scalar_constant(scaled->input(1)), M_SQRT2))
         u = scaled->input(0);
-    else if (scaled->mode() == ElemMode::MUL && near(scalar_constant(scaled->input(1)), M_SQRT1_2))
+    else if (scaled->mode() == ElemMode::MUL &&
+             near(float32_scalar_constant(scaled->input(1)), M_SQRT1_2))
         u = scaled->input(0);
-    else if (scaled->mode() == ElemMode::MUL && near(scalar_constant(scaled->input(0)), M_SQRT1_2))
+    else if (scaled->mode() == ElemMode::MUL &&
+             near(float32_scalar_constant(scaled->input(0)), M_SQRT1_2))
         u = scaled->input(1);
     else
         return {};
@@ -70,20 +63,23 @@ std::vector<OperatorNode*> match_gelu(CompilePassCtx& ctx, Elemwise* erf, VarNod
         return {};
     // 1 + erf(...)
     auto* plus1 = sole_reader(ctx, erf->output(0), ElemMode::ADD);
-    if (!plus1 || !near(scalar_constant(other_input(plus1, erf->output(0))), 1.0)) return {};
+    if (!plus1 || !near(float32_scalar_constant(other_input(plus1, erf->output(0))), 1.0))
+        return {};
     // Then u * (1 + erf) * 0.5, or (u * 0.5) * (1 + erf).
     auto* prod = sole_reader(ctx, plus1->output(0), ElemMode::MUL);
     if (!prod) return {};
     VarNode* factor = other_input(prod, plus1->output(0));
     if (factor == u) {
         auto* half = sole_reader(ctx, prod->output(0), ElemMode::MUL);
-        if (!half || !near(scalar_constant(other_input(half, prod->output(0))), 0.5)) return {};
+        if (!half || !near(float32_scalar_constant(other_input(half, prod->output(0))), 0.5))
+            return {};
         return {scaled, erf, plus1, prod, half};
     }
     auto* half_u = factor ? dynamic_cast<Elemwise*>(factor->owner()) : nullptr;
     if (!half_u || half_u->mode() != ElemMode::MUL || half_u->inputs().size() != 2 ||
         !ctx.removable(factor) || other_input(half_u, u) == nullptr ||
-        !near(scalar_constant(other_input(half_u, u)), 0.5) || factor->shape() != u->shape())
+        !near(float32_scalar_constant(other_input(half_u, u)), 0.5) ||
+        factor->shape() != u->shape())
         return {};
     return {scaled, half_u, erf, plus1, prod};
 }
@@ -91,9 +87,8 @@ std::vector<OperatorNode*> match_gelu(CompilePassCtx& ctx, Elemwise* erf, VarNod
 void fold_gelu_erf(CompilePassCtx& ctx) {
     std::vector<Elemwise*> erfs;
     for (auto* opr : ctx.order())
-        if (auto* e = dynamic_cast<Elemwise*>(opr); e && e->mode() == ElemMode::ERF &&
-                                                    e->comp_node().device().kind ==
-                                                        Device::Kind::CPU)
+        if (auto* e = dynamic_cast<Elemwise*>(opr);
+            e && e->mode() == ElemMode::ERF && e->comp_node().device().kind == Device::Kind::CPU)
             erfs.push_back(e);
     for (auto* erf : erfs) {
         VarNode* u = nullptr;

@@ -64,6 +64,15 @@ SymbolVar ImmutableTensor::make_scalar(ComputingGraph& graph, double value, DTyp
     return make(graph, t, config);
 }
 
+std::optional<float> float32_scalar_constant(VarNode* var) {
+    auto* c = var ? dynamic_cast<ImmutableTensor*>(var->owner()) : nullptr;
+    if (!c || var->dtype() != dtype::Float32() || c->comp_node().device().kind != Device::Kind::CPU)
+        return std::nullopt;
+    const Tensor& t = c->value();
+    if (t.layout().total_nr_elems() != 1 || !t.layout().is_contiguous()) return std::nullopt;
+    return *t.ptr<float>();
+}
+
 void ImmutableTensor::hash_params(Hasher& h) const {
     h.add_pod(m_value.dtype().enumv());
     for (size_t d : m_value.shape().dims()) h.add_pod(d);

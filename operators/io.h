@@ -5,6 +5,8 @@
 #include "graph/input_node.h"
 #include "graph/symbol_var.h"
 
+#include <optional>
+
 namespace braid::opr {
 
 //! A named input the user feeds through Executable::feed(). Its shape is the declared one
@@ -53,6 +55,11 @@ public:
 private:
     Tensor m_value;
 };
+
+//! The value of `var` when an ImmutableTensor on a CPU comp node produces it and it is one
+//! float32 element (of any shape), else nothing (also for null); what the compile-time
+//! patterns check their constants with.
+std::optional<float> float32_scalar_constant(VarNode* var);
 
 //! A parameter tensor shared by every graph that uses it: one storage, read at each
 //! execution (so updates between runs, or by a training step, are seen).

@@ -9,6 +9,7 @@ namespace braid::opr {
 void register_io_operators();
 void register_elemwise_operators();
 void register_elemwise_pattern_passes();
+void register_attention_fusion_pass();
 void register_tensor_manip_operators();
 void register_matmul_operators();
 void register_fused_matmul_operators();
@@ -46,6 +47,7 @@ void register_all_operators() {
         register_elemwise_operators();
         // Before the matmul fusion pass, which folds the GELU it produces.
         register_elemwise_pattern_passes();
+        register_attention_fusion_pass();
         register_tensor_manip_operators();
         register_matmul_operators();
         register_fused_matmul_operators();

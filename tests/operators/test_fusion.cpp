@@ -188,7 +188,8 @@ Dense run_gelu_erf(bool fusion, bool half_first, float c = 0.f, bool fetch_erf =
     auto k = [&](double v) { return opr::ImmutableTensor::make_scalar(*g, v, dtype::Float32()); };
     auto xv = opr::Input::make(*g, "x", dtype::Float32(), {16, 32});
     auto u = opr::matmul(xv, opr::SharedParam::make(*g, w)) + opr::SharedParam::make(*g, b);
-    SymbolVar e = half_first ? opr::erf(u * k(M_SQRT1_2)) : opr::erf(opr::true_div(u, k(M_SQRT2 + c)));
+    SymbolVar e =
+        half_first ? opr::erf(u * k(M_SQRT1_2)) : opr::erf(opr::true_div(u, k(M_SQRT2 + c)));
     SymbolVar y = half_first ? (u * k(0.5)) * (e + k(1.0)) : (u * (e + k(1.0))) * k(0.5);
     std::vector<OutputSpec> outs{y};
     if (fetch_erf) outs.emplace_back(e);
@@ -223,4 +224,78 @@ TEST(Fusion, GeluPatternNeedsItsConstantsAndPrivateIntermediates) {
     EXPECT_EQ(count_type(*kept.exec, "Elemwise"), 5u);
     auto kept_plain = run_gelu_erf(false, false, 0.f, true);
     expect_tensor_near(kept.exec->output(1), kept_plain.exec->output(1), 0, 0, "erf output");
+}
+
+namespace {
+
+enum class ScoreScale { MUL, DIV, NONE };
+
+//! softmax(q kᵀ · c) v from primitives, as ONNX exporters write attention; `transpose_b` takes kᵀ
+//! from the product's flag instead of a Transpose; `fetch_probs` also fetches the softmax.
+Dense run_attention(const TensorShape& qs, size_t dv, ScoreScale scale, bool transpose_b,
+                    bool fusion, bool fetch_probs = false) {
+    register_all_operators();
+    std::mt19937 rng(13);
+    size_t r = qs.ndim();
+    TensorShape vs = qs;
+    vs[r - 1] = dv;
+    Tensor q = random_tensor(qs, dtype::Float32(), rng, -2, 2);
+    Tensor k = random_tensor(qs, dtype::Float32(), rng, -2, 2);
+    Tensor v = random_tensor(vs, dtype::Float32(), rng, -1, 1);
+    GraphOptions opt;
+    opt.enable_fusion = fusion;
+    auto g = ComputingGraph::make(opt);
+    auto qv = opr::Input::make(*g, "q", dtype::Float32(), qs);
+    auto kv = opr::Input::make(*g, "k", dtype::Float32(), qs);
+    auto vv = opr::Input::make(*g, "v", dtype::Float32(), vs);
+    std::vector<int> swap(r);
+    for (size_t i = 0; i < r; ++i) swap[i] = int(i);
+    std::swap(swap[r - 1], swap[r - 2]);
+    SymbolVar s = transpose_b ? opr::batched_matmul(qv, kv, false, true)
+                              : opr::batched_matmul(qv, opr::dimshuffle(kv, swap));
+    double d = double(qs[r - 1]);
+    auto c = [&](double x) { return opr::ImmutableTensor::make_scalar(*g, x, dtype::Float32()); };
+    if (scale == ScoreScale::MUL) s = s * c(1 / std::sqrt(d));
+    if (scale == ScoreScale::DIV) s = opr::true_div(s, c(std::sqrt(d)));
+    auto p = opr::softmax(s, -1);
+    std::vector<OutputSpec> outs{opr::batched_matmul(p, vv)};
+    if (fetch_probs) outs.emplace_back(p);
+    Dense out;
+    out.exec = g->compile(outs);
+    out.exec->feed("q", q).feed("k", k).feed("v", v).run();
+    out.y = out.exec->output(0);
+    return out;
+}
+
+} // namespace
+
+TEST(Fusion, AttentionWrittenInPrimitivesBecomesOneAttention) {
+    struct Case {
+        TensorShape q;
+        size_t dv;
+        ScoreScale scale;
+        bool transpose_b;
+    };
+    for (auto c : {Case{{4, 33, 16}, 16, ScoreScale::MUL, false},
+                   Case{{4, 128, 64}, 64, ScoreScale::MUL, false},
+                   Case{{2, 3, 17, 8}, 5, ScoreScale::DIV, false},
+                   Case{{3, 9, 8}, 8, ScoreScale::NONE, true}}) {
+        auto fused = run_attention(c.q, c.dv, c.scale, c.transpose_b, true);
+        auto plain = run_attention(c.q, c.dv, c.scale, c.transpose_b, false);
+        std::string what = "attention " + c.q.to_string();
+        EXPECT_EQ(count_type(*fused.exec, "Attention"), 1u) << what;
+        EXPECT_EQ(count_type(*fused.exec, "Softmax"), 0u) << what;
+        EXPECT_EQ(count_type(*fused.exec, "BatchedMatMul"), 0u) << what;
+        EXPECT_EQ(count_type(*plain.exec, "Attention"), 0u) << what;
+        EXPECT_EQ(fused.y.shape(), plain.y.shape()) << what;
+        expect_tensor_near(fused.y, plain.y, 1e-5, 1e-5, what);
+    }
+}
+
+TEST(Fusion, AttentionWithFetchedProbabilitiesStaysUnfused) {
+    auto kept = run_attention({2, 8, 4}, 4, ScoreScale::MUL, false, true, true);
+    auto plain = run_attention({2, 8, 4}, 4, ScoreScale::MUL, false, false, true);
+    EXPECT_EQ(count_type(*kept.exec, "Attention"), 0u);
+    expect_tensor_near(kept.y, plain.y, 0, 0, "attention output");
+    expect_tensor_near(kept.exec->output(1), plain.exec->output(1), 0, 0, "probabilities");
 }
