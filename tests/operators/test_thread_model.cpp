@@ -1,0 +1,67 @@
+// One thread model for the CPU kernels (operators/dense_kernels.h): the kernel libraries
+// (OpenBLAS, oneDNN) run on the threads braid gives them, start no threads of their own while
+// braid runs, and nothing spins once a run is over.
+#include "checker.h"
+
+#include "base/thread_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <ctime>
+#include <dirent.h>
+#include <thread>
+
+using namespace braid;
+using namespace braid::test;
+
+namespace {
+
+size_t process_threads() {
+    size_t n = 0;
+    if (DIR* d = opendir("/proc/self/task")) {
+        while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
+        closedir(d);
+    }
+    return n;
+}
+
+double process_cpu_ms() {
+    timespec ts{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return double(ts.tv_sec) * 1e3 + double(ts.tv_nsec) / 1e6;
+}
+
+//! A GEMM, a convolution and attention, large enough that every kernel library and braid's
+//! pool take part.
+void run_dense_graph() {
+    register_all_operators();
+    std::mt19937 rng(1);
+    GraphOptions opt;
+    opt.default_comp_node = "cpu:default"; // the calling thread: no comp node worker
+    auto g = ComputingGraph::make(opt);
+    auto x = opr::ImmutableTensor::make(*g, random_tensor({128, 512}, dtype::Float32(), rng));
+    auto w = opr::ImmutableTensor::make(*g, random_tensor({512, 256}, dtype::Float32(), rng));
+    auto img =
+        opr::ImmutableTensor::make(*g, random_tensor({1, 16, 32, 32}, dtype::Float32(), rng));
+    auto f = opr::ImmutableTensor::make(*g, random_tensor({32, 16, 3, 3}, dtype::Float32(), rng));
+    auto q = opr::ImmutableTensor::make(*g, random_tensor({1, 2, 64, 32}, dtype::Float32(), rng));
+    auto exec = g->compile(
+        {opr::matmul(x, w), opr::conv2d(img, f, 1, 1), opr::Attention::make(q, q, q)[0]});
+    for (int i = 0; i < 3; ++i) exec->run();
+}
+
+} // namespace
+
+TEST(ThreadModel, KernelLibrariesStartNoThreadsAndNothingSpinsAfterARun) {
+    size_t saved = kernel_threads();
+    set_kernel_threads(2); // starts braid's worker; OpenBLAS started its own when it loaded
+    size_t threads = process_threads();
+    for (int i = 0; i < 3; ++i) run_dense_graph();
+    EXPECT_EQ(process_threads(), threads) << "a kernel library started threads of its own";
+    double before = process_cpu_ms();
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    double idle = process_cpu_ms() - before;
+    set_kernel_threads(saved);
+    EXPECT_LT(idle, 30.0) << "the process used " << idle << " ms of CPU in 300 ms after its runs";
+}
