@@ -2,7 +2,8 @@
 // once and times exec->run(); the anchor is OpenBLAS itself, run directly with as many threads
 // as braid's kernels use (kernel_threads()), in the same process and run.
 //
-//   gemm       1024^3 float32 MatMul vs cblas_sgemm on the same buffers (GFLOP/s).
+//   gemm       float32 MatMul MxKxN = 64x784x256, 128x2048x8192 and 1024^3 vs cblas_sgemm on the
+//              same buffers (GFLOP/s).
 //   attention  B=1 H=8 S=1024 D=64, non-causal, 4·B·H·S²·D flops, vs the gemm anchor's GFLOP/s
 //              (a roofline: attention is two GEMMs plus a softmax).
 //   conv2d     1x64x56x56, 64 filters 3x3, pad 1, vs cblas_sgemm of its im2col GEMM shape
@@ -79,18 +80,25 @@ void run_dense_cases(const OpsOptions& opt) {
     Tensor av = random_f32({n, n}, rng), bv = random_f32({n, n}, rng);
     Tensor anchor_out(TensorShape{n, n}, dtype::Float32());
     if (want_gemm) {
-        auto g = ComputingGraph::make(graph_options(opt));
-        auto a = opr::Input::make(*g, "a", dtype::Float32(), {n, n});
-        auto b = opr::Input::make(*g, "b", dtype::Float32(), {n, n});
-        auto exec = g->compile({opr::matmul(a, b)});
-        exec->feed(a, av).feed(b, bv);
-        exec->run();
-        float* out = reinterpret_cast<float*>(exec->output(0).raw_ptr());
-        auto [braid_s, anchor_s] = compare(
-            [&] { exec->run(); }, blas_call(n, n, n, av.ptr<float>(), bv.ptr<float>(), out), opt);
-        report_case(opt, "gemm", fmt::format("{}x{}x{}{}", n, n, n, threads),
-                    gemm_flops / braid_s * 1e-9, gemm_flops / anchor_s * 1e-9, "GFLOP/s",
-                    "cblas_sgemm");
+        // The small MLP's first layer, the large MLP's first layer, and the cube.
+        const size_t shapes[][3] = {{64, 784, 256}, {128, 2048, 8192}, {n, n, n}};
+        for (auto [m, k, nn] : shapes) {
+            auto g = ComputingGraph::make(graph_options(opt));
+            auto a = opr::Input::make(*g, "a", dtype::Float32(), {m, k});
+            auto b = opr::Input::make(*g, "b", dtype::Float32(), {k, nn});
+            auto exec = g->compile({opr::matmul(a, b)});
+            Tensor at = random_f32({m, k}, rng), bt = random_f32({k, nn}, rng);
+            exec->feed(a, at).feed(b, bt);
+            exec->run();
+            float* out = reinterpret_cast<float*>(exec->output(0).raw_ptr());
+            auto [braid_s, anchor_s] =
+                compare([&] { exec->run(); },
+                        blas_call(m, nn, k, at.ptr<float>(), bt.ptr<float>(), out), opt);
+            double flops = 2.0 * double(m) * double(k) * double(nn);
+            report_case(opt, "gemm", fmt::format("{}x{}x{}{}", m, k, nn, threads),
+                        flops / braid_s * 1e-9, flops / anchor_s * 1e-9, "GFLOP/s",
+                        "cblas_sgemm");
+        }
     }
 
     if (want_attention) {
