@@ -36,8 +36,7 @@ inline void cpu_relax() {
 
 //! Polls `done` until it holds or `budget` has passed; true when it holds. (Yielding the core
 //! between polls instead was measured slower: a yielding worker missed most small regions.)
-template <typename Pred>
-bool poll_for(std::chrono::microseconds budget, Pred done) {
+template <typename Pred> bool poll_for(std::chrono::microseconds budget, Pred done) {
     auto deadline = std::chrono::steady_clock::now() + budget;
     for (unsigned i = 1;; ++i) {
         if (done()) return true;
@@ -156,8 +155,8 @@ private:
     const RangeFn* m_fn = nullptr;
     const RunControl* m_rc = nullptr;
     size_t m_n = 0, m_chunk = 1, m_participants = 1;
-    std::atomic<size_t> m_active{0}; //!< workers still in the current region
-    std::atomic<uint64_t> m_job{0};  //!< region number, written under m_mutex, polled without
+    std::atomic<size_t> m_active{0};      //!< workers still in the current region
+    std::atomic<uint64_t> m_job{0};       //!< region number, written under m_mutex, polled without
     std::atomic<bool> m_stop_flag{false}; //!< m_stop, for workers polling without the mutex
     std::atomic<size_t> m_next{0};
     std::exception_ptr m_error;

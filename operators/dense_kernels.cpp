@@ -5,8 +5,8 @@
 
 #include <cblas.h>
 #if BRAID_WITH_DNNL
-#include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
 #endif
 
 #include <algorithm>

@@ -9,11 +9,11 @@
 
 #include <atomic>
 #include <chrono>
-#include <ctime>
-#include <thread>
 #include <cmath>
 #include <cstdlib>
+#include <ctime>
 #include <limits>
+#include <thread>
 
 using namespace braid;
 
