@@ -6,6 +6,9 @@
 //              same buffers (GFLOP/s).
 //   attention  B=1 H=8 S=1024 D=64, non-causal, 4·B·H·S²·D flops, vs the gemm anchor's GFLOP/s
 //              (a roofline: attention is two GEMMs plus a softmax).
+//   gemm_library  the evidence behind sgemm's choice of library (operators/dense_kernels.cpp):
+//              oneDNN's sgemm against OpenBLAS's, both on one thread, on the shapes of the
+//              example models and small and narrow ones (oneDNN as "braid", OpenBLAS the anchor).
 //   conv2d     1x64x56x56, 64 filters 3x3, pad 1, vs cblas_sgemm of its im2col GEMM shape
 //              (M = 64 filters, N = 56·56 pixels, K = 64·3·3).
 #include "bench/bench_ops.h"
@@ -14,6 +17,10 @@
 #include "braid.h"
 
 #include <cblas.h>
+#if BRAID_WITH_DNNL
+#include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
+#endif
 
 #include <algorithm>
 #include <random>
@@ -70,7 +77,8 @@ void run_dense_cases(const OpsOptions& opt) {
     std::mt19937 rng(42);
     bool want_gemm = case_selected(opt, "gemm"), want_attention = case_selected(opt, "attention"),
          want_conv = case_selected(opt, "conv2d");
-    if (!want_gemm && !want_attention && !want_conv) return;
+    [[maybe_unused]] bool want_library = case_selected(opt, "gemm_library");
+    if (!want_gemm && !want_attention && !want_conv && !want_library) return;
     std::string threads = fmt::format(" threads={}", kernel_threads());
 
     // gemm: braid's MatMul and the anchor on the same input and output buffers. The same
@@ -96,10 +104,44 @@ void run_dense_cases(const OpsOptions& opt) {
                         blas_call(m, nn, k, at.ptr<float>(), bt.ptr<float>(), out), opt);
             double flops = 2.0 * double(m) * double(k) * double(nn);
             report_case(opt, "gemm", fmt::format("{}x{}x{}{}", m, k, nn, threads),
-                        flops / braid_s * 1e-9, flops / anchor_s * 1e-9, "GFLOP/s",
-                        "cblas_sgemm");
+                        flops / braid_s * 1e-9, flops / anchor_s * 1e-9, "GFLOP/s", "cblas_sgemm");
         }
     }
+
+#if BRAID_WITH_DNNL
+    if (want_library) {
+        // M x K x N, row-major, no transposes.
+        const size_t shapes[][3] = {{64, 784, 256},   {64, 256, 10},     {128, 256, 768},
+                                    {128, 256, 1024}, {128, 1024, 256},  {128, 2048, 8192},
+                                    {16, 256, 256},   {64, 256, 16},     {100, 100, 100},
+                                    {32, 32, 32},     {1024, 1024, 1024}};
+        openblas_set_num_threads(1);
+        omp_set_num_threads(1); // oneDNN on this thread alone, as braid runs it
+        for (auto [m, k, nn] : shapes) {
+            Tensor at = random_f32({m, k}, rng), bt = random_f32({k, nn}, rng);
+            Tensor ct(TensorShape{m, nn}, dtype::Float32());
+            const float *a = at.ptr<float>(), *b = bt.ptr<float>();
+            float* c = ct.ptr<float>();
+            double dnnl_s = 1e30, blas_s = 1e30;
+            for (int r = 0; r < ROUNDS; ++r) {
+                dnnl_s =
+                    std::min(dnnl_s, time_per_call(
+                                         [&] {
+                                             dnnl_sgemm('N', 'N', dnnl_dim_t(m), dnnl_dim_t(nn),
+                                                        dnnl_dim_t(k), 1.f, a, dnnl_dim_t(k), b,
+                                                        dnnl_dim_t(nn), 0.f, c, dnnl_dim_t(nn));
+                                         },
+                                         opt.min_seconds));
+                blas_s =
+                    std::min(blas_s, time_per_call(blas_call(m, nn, k, a, b, c), opt.min_seconds));
+            }
+            double flops = 2.0 * double(m) * double(k) * double(nn);
+            report_case(opt, "gemm_library", fmt::format("{}x{}x{} onednn threads=1", m, k, nn),
+                        flops / dnnl_s * 1e-9, flops / blas_s * 1e-9, "GFLOP/s",
+                        "cblas_sgemm_1_thread");
+        }
+    }
+#endif
 
     if (want_attention) {
         const size_t batch = 1, heads = 8, seq = 1024, dim = 64;
