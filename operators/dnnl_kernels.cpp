@@ -383,10 +383,12 @@ bool dnnl_conv2d_forward(const Conv2dParam& pr, const Tensor& x, const Tensor& w
     int64_t n = int64_t(xs[0]), o = int64_t(ws[0]);
     int64_t groups = pr.groups;
     // Tasks: batch items, and blocks of output channels (multiples of 8, oneDNN's AVX2 block)
-    // when there are fewer items than threads. Grouped convolutions split by batch only.
+    // when there are fewer items than threads. Grouped convolutions split by batch only; with
+    // fewer items than threads they run braid's kernel, which also splits groups and pixels.
     int64_t threads = int64_t(kernel_threads());
+    if (groups > 1 && n < threads) return false;
     int64_t nblocks = 1;
-    if (n < threads && groups == 1) nblocks = std::min((threads + n - 1) / n, o / 8);
+    if (n < threads) nblocks = std::min((threads + n - 1) / n, o / 8);
     nblocks = std::max<int64_t>(nblocks, 1);
     // Block b holds output channels [bounds[b], bounds[b + 1]), in whole 8-channel blocks.
     std::vector<int64_t> bounds(static_cast<size_t>(nblocks) + 1, o);
