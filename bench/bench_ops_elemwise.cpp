@@ -90,6 +90,13 @@ void run_elemwise_cases(const OpsOptions& opt) {
             opt, {{n}}, [](const SymbolVarArray& in) { return opr::gelu(in[0]); }, 2 * f32_bytes);
         report_case(opt, "gelu", with_threads("16777216"), gbps, anchor_gbps(), "GB/s", anchor);
     }
+    if (case_selected(opt, "gelu_tanh")) {
+        double gbps = graph_gbps(
+            opt, {{n}}, [](const SymbolVarArray& in) { return opr::gelu_tanh(in[0]); },
+            2 * f32_bytes);
+        report_case(opt, "gelu_tanh", with_threads("16777216"), gbps, anchor_gbps(), "GB/s",
+                    anchor);
+    }
     if (case_selected(opt, "softmax")) {
         double gbps = graph_gbps(
             opt, {{4096, 4096}}, [](const SymbolVarArray& in) { return opr::softmax(in[0]); },

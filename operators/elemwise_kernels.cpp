@@ -4,6 +4,7 @@
 #include "operators/kernel_utils.h"
 #include "operators/vec_math.h"
 
+#include <algorithm>
 #include <cmath>
 #include <type_traits>
 
@@ -222,6 +223,68 @@ BRAID_SIMD_CLONES void costly_unary_kernel(const void* const* in, const uint8_t*
     }
 }
 
+#ifdef BRAID_VMATH_AVX2
+//! The AVX2 form of costly_unary_kernel for the modes with an 8-wide vmath function F, chosen
+//! at run time. (Non-temporal stores, which help layer_norm and softmax, made it slower.)
+template <__m256 (*F)(__m256)>
+__attribute__((target("avx2,fma"))) void
+avx2_unary_kernel(const void* const* in, const uint8_t* step, void* out, size_t n) {
+    const float* x = static_cast<const float*>(in[0]);
+    float* y = static_cast<float*>(out);
+    if (!step[0]) {
+        float v = _mm256_cvtss_f32(F(_mm256_set1_ps(x[0])));
+        for (size_t i = 0; i < n; ++i) y[i] = v;
+        return;
+    }
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, F(_mm256_loadu_ps(x + i)));
+    if (i < n) {
+        // The tail through the same vector code (staged, so nothing reads past x or writes past
+        // y): a result must not depend on where its element falls in the run.
+        alignas(32) float buf[8] = {};
+        std::copy(x + i, x + n, buf);
+        _mm256_store_ps(buf, F(_mm256_load_ps(buf)));
+        std::copy(buf, buf + (n - i), y + i);
+    }
+}
+
+// Plain functions, so their addresses can be template arguments.
+__attribute__((target("avx2,fma"))) __m256 gelu8(__m256 x) {
+    return vmath::gelu8(x);
+}
+__attribute__((target("avx2,fma"))) __m256 gelu_tanh8(__m256 x) {
+    return vmath::gelu_tanh8(x);
+}
+__attribute__((target("avx2,fma"))) __m256 erf8(__m256 x) {
+    return vmath::erf8(x);
+}
+__attribute__((target("avx2,fma"))) __m256 tanh8(__m256 x) {
+    return vmath::tanh8(x);
+}
+__attribute__((target("avx2,fma"))) __m256 exp8(__m256 x) {
+    return vmath::exp8(x);
+}
+
+//! The AVX2 kernel of `mode` where there is one and this CPU runs it, else nullptr.
+ElemKernel avx2_float_kernel(ElemMode m) {
+    if (!vmath::avx2_fma_supported()) return nullptr;
+    switch (m) {
+    case ElemMode::GELU:
+        return avx2_unary_kernel<gelu8>;
+    case ElemMode::GELU_TANH:
+        return avx2_unary_kernel<gelu_tanh8>;
+    case ElemMode::ERF:
+        return avx2_unary_kernel<erf8>;
+    case ElemMode::TANH:
+        return avx2_unary_kernel<tanh8>;
+    case ElemMode::EXP:
+        return avx2_unary_kernel<exp8>;
+    default:
+        return nullptr;
+    }
+}
+#endif
+
 template <typename T, typename Op>
 void binary_kernel(const void* const* in, const uint8_t* step, void* out, size_t n) {
     using R = decltype(Op::apply(T(), T()));
@@ -293,6 +356,9 @@ void where_kernel(const void* const* in, const uint8_t* step, void* out, size_t 
         return __VA_ARGS__
 
 ElemKernel float_kernel(ElemMode m) {
+#ifdef BRAID_VMATH_AVX2
+    if (ElemKernel k = avx2_float_kernel(m)) return k;
+#endif
     switch (m) {
         BRAID_CASE(NEG, unary_kernel<float, NegOp>);
         BRAID_CASE(ABS, unary_kernel<float, AbsOp>);

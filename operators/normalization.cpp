@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <limits>
+#include <memory>
 
 namespace braid::opr {
 
@@ -78,7 +79,133 @@ BRAID_SIMD_CLONES void softmax_row_range(const float* x, float* y, size_t b, siz
     }
 }
 
+#ifdef BRAID_VMATH_AVX2
+// ---- AVX2 + FMA row kernels, chosen at run time (vmath::avx2_fma_supported()). They follow the
+// portable loops above: the same passes, the same 16 float partial sums widened to double every
+// BLOCK elements, scalar vmath tails, so results match them to within FMA rounding.
+#define BRAID_AVX2 __attribute__((target("avx2,fma")))
+
+//! Horizontal sum of two 8-float accumulators, in double.
+BRAID_AVX2 inline double hsum(__m256 a, __m256 b) {
+    __m256 s = _mm256_add_ps(a, b);
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+    __m256d d = _mm256_cvtps_pd(h);
+    __m128d q = _mm_add_pd(_mm256_castpd256_pd128(d), _mm256_extractf128_pd(d, 1));
+    return _mm_cvtsd_f64(q) + _mm_cvtsd_f64(_mm_unpackhi_pd(q, q));
+}
+
+BRAID_AVX2 float row_max_avx2(const float* x, size_t n) {
+    const __m256 ninf = _mm256_set1_ps(-INFINITY);
+    __m256 m0 = ninf, m1 = ninf, m2 = ninf, m3 = ninf;
+    size_t i = 0;
+    // max_ps(a, b) returns b when either is NaN: the running maximum ignores NaN, like the
+    // portable loop (a NaN input still makes its own output NaN through exp).
+    for (; i + 32 <= n; i += 32) {
+        m0 = _mm256_max_ps(_mm256_loadu_ps(x + i), m0);
+        m1 = _mm256_max_ps(_mm256_loadu_ps(x + i + 8), m1);
+        m2 = _mm256_max_ps(_mm256_loadu_ps(x + i + 16), m2);
+        m3 = _mm256_max_ps(_mm256_loadu_ps(x + i + 24), m3);
+    }
+    for (; i + 8 <= n; i += 8) m0 = _mm256_max_ps(_mm256_loadu_ps(x + i), m0);
+    __m256 m = _mm256_max_ps(_mm256_max_ps(m0, m1), _mm256_max_ps(m2, m3));
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, m);
+    float r = -INFINITY;
+    for (float v : lanes) r = v > r ? v : r;
+    for (; i < n; ++i) r = x[i] > r ? x[i] : r;
+    return r;
+}
+
+//! sum of e^{x - m}; stores each term in y when STORE.
+//! `next` (may be null): the row after this one, fetched into cache one line per 16 elements so
+//! that its max pass does not wait on memory.
+template <bool STORE>
+BRAID_AVX2 double row_sum_exp_avx2(const float* x, float m, float* y, size_t n, const float* next) {
+    const __m256 mv = _mm256_set1_ps(m);
+    double total = 0;
+    for (size_t b = 0; b < n; b += BLOCK) {
+        size_t len = std::min(BLOCK, n - b);
+        const float* p = x + b;
+        __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+        size_t i = 0;
+        for (; i + LANES <= len; i += LANES) {
+            if (next) _mm_prefetch(reinterpret_cast<const char*>(next + b + i), _MM_HINT_T0);
+            __m256 e0 = vmath::exp8_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(p + i), mv));
+            __m256 e1 = vmath::exp8_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(p + i + 8), mv));
+            if constexpr (STORE) {
+                _mm256_storeu_ps(y + b + i, e0);
+                _mm256_storeu_ps(y + b + i + 8, e1);
+            }
+            acc0 = _mm256_add_ps(acc0, e0);
+            acc1 = _mm256_add_ps(acc1, e1);
+        }
+        float tail = 0.f;
+        for (; i < len; ++i) {
+            float e = vmath::exp(p[i] - m);
+            if constexpr (STORE) y[b + i] = e;
+            tail += e;
+        }
+        total += hsum(acc0, acc1) + double(tail);
+    }
+    return total;
+}
+
+//! Rows [b, e) of a softmax over rows of n. `scratch` (n floats, or null): when given, the
+//! exponentials go there and the scaled results reach y through non-temporal stores, so y's
+//! lines are never read.
+BRAID_AVX2 void softmax_row_range_avx2(const float* x, float* y, size_t b, size_t e, size_t n,
+                                       bool log, float* scratch) {
+    for (size_t r = b; r < e; ++r) {
+        const float* xr = x + r * n;
+        float* yr = y + r * n;
+        float m = row_max_avx2(xr, n);
+        const float* next = r + 1 < e ? xr + n : nullptr;
+        size_t i = 0;
+        if (log) {
+            float ls = float(std::log(row_sum_exp_avx2<false>(xr, m, nullptr, n, next)));
+            if (scratch)
+                for (; i < n && reinterpret_cast<uintptr_t>(yr + i) % 32; ++i)
+                    yr[i] = (xr[i] - m) - ls;
+            const __m256 mv = _mm256_set1_ps(m), lv = _mm256_set1_ps(ls);
+            for (; i + 8 <= n; i += 8) {
+                __m256 v = _mm256_sub_ps(_mm256_sub_ps(_mm256_loadu_ps(xr + i), mv), lv);
+                if (scratch)
+                    _mm256_stream_ps(yr + i, v);
+                else
+                    _mm256_storeu_ps(yr + i, v);
+            }
+            for (; i < n; ++i) yr[i] = (xr[i] - m) - ls;
+        } else {
+            float* er = scratch ? scratch : yr;
+            float inv = float(1.0 / row_sum_exp_avx2<true>(xr, m, er, n, next));
+            if (scratch)
+                for (; i < n && reinterpret_cast<uintptr_t>(yr + i) % 32; ++i) yr[i] = er[i] * inv;
+            const __m256 iv = _mm256_set1_ps(inv);
+            for (; i + 8 <= n; i += 8) {
+                __m256 v = _mm256_mul_ps(_mm256_loadu_ps(er + i), iv);
+                if (scratch)
+                    _mm256_stream_ps(yr + i, v);
+                else
+                    _mm256_storeu_ps(yr + i, v);
+            }
+            for (; i < n; ++i) yr[i] = er[i] * inv;
+        }
+    }
+    if (scratch) _mm_sfence(); // order the non-temporal stores before the task ends
+}
+#endif
+
 void softmax_rows(const float* x, float* y, size_t rows, size_t n, bool log) {
+#ifdef BRAID_VMATH_AVX2
+    if (vmath::avx2_fma_supported()) {
+        bool stream = rows * n * sizeof(float) >= vmath::STREAM_MIN_BYTES;
+        parallel_range(rows, n * 4, [&](size_t b, size_t e) {
+            std::unique_ptr<float[]> scratch(stream ? new float[n] : nullptr);
+            softmax_row_range_avx2(x, y, b, e, n, log, scratch.get());
+        });
+        return;
+    }
+#endif
     parallel_range(rows, n * 4, [&](size_t b, size_t e) { softmax_row_range(x, y, b, e, n, log); });
 }
 
@@ -191,8 +318,112 @@ BRAID_SIMD_CLONES void norm_row_range(bool layer, const float* x, const float* w
     }
 }
 
+#ifdef BRAID_VMATH_AVX2
+//! sum of (x - shift)^2 (SQ) or of x (!SQ) over n elements; prefetches `next` like
+//! row_sum_exp_avx2.
+template <bool SQ>
+BRAID_AVX2 double row_sum_avx2(const float* x, float shift, size_t n, const float* next) {
+    const __m256 sv = _mm256_set1_ps(shift);
+    double total = 0;
+    for (size_t b = 0; b < n; b += BLOCK) {
+        size_t len = std::min(BLOCK, n - b);
+        const float* p = x + b;
+        __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+        size_t i = 0;
+        for (; i + LANES <= len; i += LANES) {
+            if (next) _mm_prefetch(reinterpret_cast<const char*>(next + b + i), _MM_HINT_T0);
+            __m256 v0 = _mm256_loadu_ps(p + i), v1 = _mm256_loadu_ps(p + i + 8);
+            if constexpr (SQ) {
+                v0 = _mm256_sub_ps(v0, sv);
+                v1 = _mm256_sub_ps(v1, sv);
+                acc0 = _mm256_fmadd_ps(v0, v0, acc0);
+                acc1 = _mm256_fmadd_ps(v1, v1, acc1);
+            } else {
+                acc0 = _mm256_add_ps(acc0, v0);
+                acc1 = _mm256_add_ps(acc1, v1);
+            }
+        }
+        float tail = 0.f;
+        for (; i < len; ++i) tail += SQ ? (p[i] - shift) * (p[i] - shift) : p[i];
+        total += hsum(acc0, acc1) + double(tail);
+    }
+    return total;
+}
+
+//! y = (x - shift) * rstd [* w] [+ b]. STREAM: y is written with non-temporal stores past its
+//! first 32-byte boundary (see vmath::STREAM_MIN_BYTES).
+template <bool W, bool B, bool STREAM>
+BRAID_AVX2 void norm_apply_avx2(const float* x, float shift, float rstd, const float* w,
+                                const float* b, float* y, size_t n) {
+    auto one = [&](size_t i) {
+        float v = (x[i] - shift) * rstd;
+        if constexpr (W) v *= w[i];
+        if constexpr (B) v += b[i];
+        y[i] = v;
+    };
+    size_t i = 0;
+    if constexpr (STREAM)
+        for (; i < n && reinterpret_cast<uintptr_t>(y + i) % 32; ++i) one(i);
+    const __m256 sv = _mm256_set1_ps(shift), rv = _mm256_set1_ps(rstd);
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), sv), rv);
+        if constexpr (W && B)
+            v = _mm256_fmadd_ps(v, _mm256_loadu_ps(w + i), _mm256_loadu_ps(b + i));
+        else if constexpr (W)
+            v = _mm256_mul_ps(v, _mm256_loadu_ps(w + i));
+        else if constexpr (B)
+            v = _mm256_add_ps(v, _mm256_loadu_ps(b + i));
+        if constexpr (STREAM)
+            _mm256_stream_ps(y + i, v);
+        else
+            _mm256_storeu_ps(y + i, v);
+    }
+    for (; i < n; ++i) one(i);
+}
+
+template <bool STREAM>
+BRAID_AVX2 void norm_apply_any_avx2(const float* x, float shift, float rstd, const float* w,
+                                    const float* b, float* y, size_t n) {
+    if (w && b)
+        norm_apply_avx2<true, true, STREAM>(x, shift, rstd, w, b, y, n);
+    else if (w)
+        norm_apply_avx2<true, false, STREAM>(x, shift, rstd, w, b, y, n);
+    else if (b)
+        norm_apply_avx2<false, true, STREAM>(x, shift, rstd, w, b, y, n);
+    else
+        norm_apply_avx2<false, false, STREAM>(x, shift, rstd, w, b, y, n);
+}
+
+BRAID_AVX2 void norm_row_range_avx2(bool layer, const float* x, const float* w, const float* b,
+                                    float* y, size_t rb, size_t re, size_t n, float eps,
+                                    bool stream) {
+    for (size_t r = rb; r < re; ++r) {
+        const float* xr = x + r * n;
+        const float* next = r + 1 < re ? xr + n : nullptr;
+        float shift = layer ? float(row_sum_avx2<false>(xr, 0.f, n, nullptr) / double(n)) : 0.f;
+        double var = row_sum_avx2<true>(xr, shift, n, next) / double(n);
+        float rstd = float(1.0 / std::sqrt(var + double(eps)));
+        float* yr = y + r * n;
+        if (stream)
+            norm_apply_any_avx2<true>(xr, shift, rstd, w, b, yr, n);
+        else
+            norm_apply_any_avx2<false>(xr, shift, rstd, w, b, yr, n);
+    }
+    if (stream) _mm_sfence(); // order the non-temporal stores before the task ends
+}
+#endif
+
 void norm_rows(bool layer, const float* x, const float* w, const float* b, float* y, size_t rows,
                size_t n, float eps) {
+#ifdef BRAID_VMATH_AVX2
+    if (vmath::avx2_fma_supported()) {
+        bool stream = rows * n * sizeof(float) >= vmath::STREAM_MIN_BYTES;
+        parallel_range(rows, n * 3, [&](size_t rb, size_t re) {
+            norm_row_range_avx2(layer, x, w, b, y, rb, re, n, eps, stream);
+        });
+        return;
+    }
+#endif
     parallel_range(rows, n * 3, [&](size_t rb, size_t re) {
         norm_row_range(layer, x, w, b, y, rb, re, n, eps);
     });

@@ -7,6 +7,11 @@
 #include "operators/kernel_utils.h"
 
 #include <algorithm>
+#include <optional>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
 
 namespace braid::opr {
 
@@ -244,6 +249,158 @@ bool keeps_axis_order(const std::vector<int>& pattern) {
 }
 } // namespace
 
+namespace {
+
+// ---- 4-byte transposes: 8x8 AVX2 register transposes in cache-friendly tiles ----
+#if defined(__x86_64__) && defined(__GNUC__)
+#define BRAID_TRANSPOSE_X86 1
+#endif
+
+//! A batch of 2-D transposes of 4-byte elements: dst[t][a][b] = src[t*sbatch + b*lds + a], with
+//! dst contiguous (rows of nb).
+struct Transpose2d {
+    size_t batch = 1, na = 0, nb = 0;
+    ptrdiff_t sbatch = 0, lds = 0;
+};
+
+//! The copy of `src` into the contiguous `dst` as a batch of 2-D transposes of 4-byte elements,
+//! or nothing when it is not one (after merging the dims that stay adjacent on both sides).
+std::optional<Transpose2d> as_transpose2d(const Tensor& dst, const Tensor& src) {
+    if (dst.dtype().size() != 4 || !dst.layout().is_contiguous()) return std::nullopt;
+    const TensorLayout &dl = dst.layout(), &sl = src.layout();
+    size_t shape[TensorShape::MAX_NDIM];
+    ptrdiff_t ds[TensorShape::MAX_NDIM], ss[TensorShape::MAX_NDIM];
+    size_t nd = 0;
+    for (size_t i = 0; i < dl.ndim(); ++i) {
+        if (dl[i] == 1) continue;
+        if (nd && ds[nd - 1] == dl.stride[i] * ptrdiff_t(dl[i]) &&
+            ss[nd - 1] == sl.stride[i] * ptrdiff_t(dl[i])) {
+            shape[nd - 1] *= dl[i];
+            ds[nd - 1] = dl.stride[i];
+            ss[nd - 1] = sl.stride[i];
+            continue;
+        }
+        shape[nd] = dl[i];
+        ds[nd] = dl.stride[i];
+        ss[nd] = sl.stride[i];
+        ++nd;
+    }
+    if (nd < 2 || nd > 3 || ss[nd - 2] != 1 || ss[nd - 1] <= 0) return std::nullopt;
+    Transpose2d t;
+    t.na = shape[nd - 2];
+    t.nb = shape[nd - 1];
+    t.lds = ss[nd - 1];
+    if (nd == 3) {
+        t.batch = shape[0];
+        t.sbatch = ss[0];
+    }
+    return t;
+}
+
+//! dst[a][b] = src[b * lds + a] for a in [a0, a1), b in [b0, b1), one element at a time.
+void transpose_scalar(const uint32_t* src, ptrdiff_t lds, uint32_t* dst, size_t ldd, size_t a0,
+                      size_t a1, size_t b0, size_t b1) {
+    for (size_t a = a0; a < a1; ++a)
+        for (size_t b = b0; b < b1; ++b) dst[a * ldd + b] = src[ptrdiff_t(b) * lds + ptrdiff_t(a)];
+}
+
+#ifdef BRAID_TRANSPOSE_X86
+//! Transposes the 8x8 block at src (rows lds apart) into dst (rows ldd apart). STREAM: store
+//! with non-temporal stores (dst rows 32-byte aligned).
+template <bool STREAM>
+__attribute__((target("avx2"))) inline void transpose8x8(const float* s, ptrdiff_t lds, float* d,
+                                                         size_t ldd) {
+    __m256 r0 = _mm256_loadu_ps(s), r1 = _mm256_loadu_ps(s + lds),
+           r2 = _mm256_loadu_ps(s + 2 * lds), r3 = _mm256_loadu_ps(s + 3 * lds),
+           r4 = _mm256_loadu_ps(s + 4 * lds), r5 = _mm256_loadu_ps(s + 5 * lds),
+           r6 = _mm256_loadu_ps(s + 6 * lds), r7 = _mm256_loadu_ps(s + 7 * lds);
+    __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1),
+           t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3),
+           t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5),
+           t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+    __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE),
+           u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE),
+           u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE),
+           u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    __m256 rows[8] = {_mm256_permute2f128_ps(u0, u4, 0x20), _mm256_permute2f128_ps(u1, u5, 0x20),
+                      _mm256_permute2f128_ps(u2, u6, 0x20), _mm256_permute2f128_ps(u3, u7, 0x20),
+                      _mm256_permute2f128_ps(u0, u4, 0x31), _mm256_permute2f128_ps(u1, u5, 0x31),
+                      _mm256_permute2f128_ps(u2, u6, 0x31), _mm256_permute2f128_ps(u3, u7, 0x31)};
+    for (size_t i = 0; i < 8; ++i) {
+        if constexpr (STREAM)
+            _mm256_stream_ps(d + i * ldd, rows[i]);
+        else
+            _mm256_storeu_ps(d + i * ldd, rows[i]);
+    }
+}
+
+//! Output rows [a0, a1) of one transpose. Streaming (an output much larger than the caches,
+//! rows 32-byte aligned): 16 source rows are read sequentially across up to 1024 columns while
+//! each output row gets one whole cache line through non-temporal stores, so neither side
+//! walks a power-of-two stride through one cache set. Otherwise 64x64 tiles that stay in L1.
+__attribute__((target("avx2"))) void transpose_rows_avx2(const float* src, ptrdiff_t lds,
+                                                         float* dst, size_t nb, size_t a0,
+                                                         size_t a1, bool stream) {
+    size_t a8 = a0 + (a1 - a0) / 8 * 8;
+    const size_t TA = stream ? 1024 : 64, TB = stream ? 16 : 64;
+    size_t b_full = stream ? nb / 16 * 16 : nb / 8 * 8;
+    for (size_t ta = a0; ta < a8; ta += TA) {
+        size_t ta1 = std::min(a8, ta + TA);
+        for (size_t tb = 0; tb < b_full; tb += TB) {
+            size_t tb1 = std::min(b_full, tb + TB);
+            if (stream) {
+                for (size_t a = ta; a < ta1; a += 8) {
+                    const float* s = src + ptrdiff_t(tb) * lds + ptrdiff_t(a);
+                    transpose8x8<true>(s, lds, dst + a * nb + tb, nb);
+                    transpose8x8<true>(s + 8 * lds, lds, dst + a * nb + tb + 8, nb);
+                }
+            } else {
+                for (size_t b = tb; b < tb1; b += 8)
+                    for (size_t a = ta; a < ta1; a += 8)
+                        transpose8x8<false>(src + ptrdiff_t(b) * lds + ptrdiff_t(a), lds,
+                                            dst + a * nb + b, nb);
+            }
+        }
+    }
+    if (stream) _mm_sfence(); // order the non-temporal stores before the task ends
+    auto* s32 = reinterpret_cast<const uint32_t*>(src);
+    auto* d32 = reinterpret_cast<uint32_t*>(dst);
+    transpose_scalar(s32, lds, d32, nb, a0, a8, b_full, nb);
+    transpose_scalar(s32, lds, d32, nb, a8, a1, 0, nb);
+}
+#endif
+
+//! Runs `t` on the kernel pool: true when done, false when this CPU has no kernel for it.
+bool run_transpose2d(const Transpose2d& t, const void* src, void* dst) {
+#ifdef BRAID_TRANSPOSE_X86
+    static const bool avx2 = __builtin_cpu_supports("avx2");
+    if (!avx2 || t.na < 8 || t.nb < 8) return false;
+    // Non-temporal stores pay off only when the output would not stay in cache anyway.
+    constexpr size_t STREAM_MIN_BYTES = size_t(16) << 20;
+    size_t total = t.batch * t.na * t.nb;
+    bool stream = total * 4 >= STREAM_MIN_BYTES && t.nb % 8 == 0 &&
+                  reinterpret_cast<uintptr_t>(dst) % 32 == 0;
+    // Work items: batch x groups of 8 output rows.
+    size_t groups = (t.na + 7) / 8;
+    auto* s = static_cast<const float*>(src);
+    auto* d = static_cast<float*>(dst);
+    parallel_range(t.batch * groups, 8 * t.nb, [&](size_t b, size_t e) {
+        while (b < e) {
+            size_t i = b / groups, g = b % groups, g1 = std::min(groups, g + (e - b));
+            transpose_rows_avx2(s + ptrdiff_t(i) * t.sbatch, t.lds, d + i * t.na * t.nb, t.nb,
+                                g * 8, std::min(t.na, g1 * 8), stream);
+            b += g1 - g;
+        }
+    });
+    return true;
+#else
+    (void)t, (void)src, (void)dst;
+    return false;
+#endif
+}
+
+} // namespace
+
 Dimshuffle::Dimshuffle(VarNode* x, std::vector<int> pattern, const OperatorConfig& config)
     : ParamOperator({std::move(pattern)}, config), m_is_view(keeps_axis_order(m_param.pattern)) {
     add_input(x);
@@ -296,7 +453,8 @@ void Dimshuffle::execute(ExecCtx& ctx) {
     Tensor view = x.view(view_layout(x.layout()));
     if (m_is_view) {
         ctx.output(0) = view;
-    } else {
+    } else if (auto t = as_transpose2d(ctx.output(0), view);
+               !t || !run_transpose2d(*t, view.raw_ptr(), ctx.output(0).raw_ptr())) {
         parallel_copy(ctx.output(0), view);
     }
 }
