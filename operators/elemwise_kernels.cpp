@@ -239,7 +239,7 @@ avx2_unary_kernel(const void* const* in, const uint8_t* step, void* out, size_t 
     size_t i = 0;
     for (; i + 16 <= n; i += 16) {
         // 4 KiB ahead: the loads of a compute-bound loop then rarely wait on memory.
-        _mm_prefetch(reinterpret_cast<const char*>(x + i + 1024), _MM_HINT_T0);
+        if (i + 1024 < n) _mm_prefetch(reinterpret_cast<const char*>(x + i + 1024), _MM_HINT_T0);
         _mm256_storeu_ps(y + i, F(_mm256_loadu_ps(x + i)));
         _mm256_storeu_ps(y + i + 8, F(_mm256_loadu_ps(x + i + 8)));
     }
