@@ -54,6 +54,10 @@ void run_dense_graph() {
 } // namespace
 
 TEST(ThreadModel, KernelLibrariesStartNoThreadsAndNothingSpinsAfterARun) {
+    // OpenBLAS's pthreads build starts its server threads when the library loads; they poll
+    // for about 0.1 s and then sleep for good, as braid never hands OpenBLAS threaded work.
+    // Let that start-up poll end before measuring.
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
     size_t saved = kernel_threads();
     set_kernel_threads(2); // starts braid's worker; OpenBLAS started its own when it loaded
     size_t threads = process_threads();
