@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <exception>
 #include <mutex>
+#include <sched.h>
 #include <thread>
 #include <vector>
 
@@ -34,14 +35,47 @@ inline void cpu_relax() {
 #endif
 }
 
-//! Polls `done` until it holds or `budget` has passed; true when it holds. (Yielding the core
-//! between polls instead was measured slower: a yielding worker missed most small regions.)
-template <typename Pred> bool poll_for(std::chrono::microseconds budget, Pred done) {
+int current_cpu() {
+    return sched_getcpu();
+}
+
+//! Moves the calling thread off the CPU it runs on, once: its affinity is narrowed to the other
+//! allowed CPUs and at once widened back, so the scheduler places it elsewhere and may move
+//! it again later as it likes. False when no other CPU is allowed.
+bool move_off_current_cpu() {
+    cpu_set_t all, others;
+    if (sched_getaffinity(0, sizeof all, &all) != 0) return false;
+    others = all;
+    CPU_CLR(sched_getcpu(), &others);
+    if (CPU_COUNT(&others) == 0 || sched_setaffinity(0, sizeof others, &others) != 0) return false;
+    sched_setaffinity(0, sizeof all, &all);
+    return true;
+}
+
+//! Polls `done` until it holds or `budget` has passed; true when it holds. Every 64 polls it
+//! checks `shares_core()`, whether the thread it waits for runs on this very CPU: spinning
+//! there would only delay that thread. Then, with `move_away`, it moves itself to another CPU
+//! once (a worker: the scheduler tends to wake a pool worker on its waker's CPU and leave it
+//! there), and otherwise yields the CPU between polls. (Yielding at every poll was measured
+//! slower: a worker that yields on its own CPU misses most small regions.)
+template <typename Pred, typename SharesCore>
+bool poll_for(std::chrono::microseconds budget, Pred done, SharesCore shares_core, bool move_away) {
     auto deadline = std::chrono::steady_clock::now() + budget;
+    bool yield = false;
     for (unsigned i = 1;; ++i) {
         if (done()) return true;
-        cpu_relax();
-        if (i % 64 == 0 && std::chrono::steady_clock::now() >= deadline) return done();
+        if (yield)
+            std::this_thread::yield();
+        else
+            cpu_relax();
+        if (i % 64 == 0) {
+            if (std::chrono::steady_clock::now() >= deadline) return done();
+            yield = shares_core();
+            if (yield && move_away && move_off_current_cpu()) {
+                move_away = false;
+                yield = false;
+            }
+        }
     }
 }
 
@@ -78,6 +112,7 @@ public:
         }
         {
             std::lock_guard lk(m_mutex);
+            m_caller_cpu.store(current_cpu(), std::memory_order_relaxed);
             m_fn = &fn;
             m_rc = rc;
             m_n = n;
@@ -90,7 +125,9 @@ public:
         }
         m_cv.notify_all();
         work();
-        poll_for(CALLER_POLL, [&] { return m_active.load(std::memory_order_acquire) == 0; });
+        poll_for(
+            CALLER_POLL, [&] { return m_active.load(std::memory_order_acquire) == 0; },
+            [&] { return m_worker_cpu.load(std::memory_order_relaxed) == current_cpu(); }, false);
         std::unique_lock lk(m_mutex);
         m_done_cv.wait(lk, [&] { return m_active.load() == 0; });
         m_fn = nullptr;
@@ -118,10 +155,14 @@ private:
         uint64_t seen = 0;
         for (;;) {
             bool join;
-            poll_for(WORKER_POLL, [&] {
-                return m_job.load(std::memory_order_acquire) != seen ||
-                       m_stop_flag.load(std::memory_order_relaxed);
-            });
+            poll_for(
+                WORKER_POLL,
+                [&] {
+                    return m_job.load(std::memory_order_acquire) != seen ||
+                           m_stop_flag.load(std::memory_order_relaxed);
+                },
+                [&] { return current_cpu() == m_caller_cpu.load(std::memory_order_relaxed); },
+                true);
             {
                 std::unique_lock lk(m_mutex);
                 m_cv.wait(lk, [&] { return m_stop || m_job.load() != seen; });
@@ -129,7 +170,10 @@ private:
                 seen = m_job.load();
                 join = index < m_participants;
             }
-            if (join) work();
+            if (join) {
+                m_worker_cpu.store(current_cpu(), std::memory_order_relaxed);
+                work();
+            }
             if (m_active.fetch_sub(1, std::memory_order_acq_rel) == 1) {
                 std::lock_guard lk(m_mutex); // the caller checks m_active under it: no lost wake
                 m_done_cv.notify_all();
@@ -155,9 +199,13 @@ private:
     const RangeFn* m_fn = nullptr;
     const RunControl* m_rc = nullptr;
     size_t m_n = 0, m_chunk = 1, m_participants = 1;
-    std::atomic<size_t> m_active{0};      //!< workers still in the current region
-    std::atomic<uint64_t> m_job{0};       //!< region number, written under m_mutex, polled without
-    std::atomic<bool> m_stop_flag{false}; //!< m_stop, for workers polling without the mutex
+    std::atomic<size_t> m_active{0}; //!< workers still in the current region
+    std::atomic<uint64_t> m_job{0};  //!< region number, written under m_mutex, polled without
+    std::atomic<bool> m_stop_flag{false};
+    //! CPUs last seen running the caller of a region and a worker that joined one: hints for
+    //! the polls, which must not spin on the CPU of the thread they wait for.
+    std::atomic<int> m_caller_cpu{-1},
+        m_worker_cpu{-1}; //!< m_stop, for workers polling without the mutex
     std::atomic<size_t> m_next{0};
     std::exception_ptr m_error;
     bool m_stop = false;

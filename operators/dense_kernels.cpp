@@ -20,6 +20,9 @@
 #define BRAID_DENSE_X86 1
 #endif
 
+// OpenBLAS's pthreads build exports this (its fork handler uses it); other builds lack it.
+extern "C" int blas_thread_shutdown_(void) __attribute__((weak));
+
 namespace braid::opr::kern {
 
 namespace {
@@ -104,8 +107,19 @@ void dnnl_single_thread() {
 void blas_single_thread() {
     if (openblas_get_num_threads() == 1) return;
     std::lock_guard lk(g_blas_threads_mutex);
-    if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
+    if (openblas_get_num_threads() == 1) return;
+    openblas_set_num_threads(1);
+    // A pthreads OpenBLAS started its server threads when it loaded; they poll the CPU for
+    // about 0.1 s after start and after every wake. braid never gives them work, so stop them
+    // (OpenBLAS starts them again if its thread count is raised later).
+    if (blas_thread_shutdown_) blas_thread_shutdown_();
 }
+
+namespace {
+//! Single-threaded from the start: the server threads are stopped before main() runs instead
+//! of competing with braid's first kernels for the cores.
+[[maybe_unused]] const bool g_blas_single_at_load = (blas_single_thread(), true);
+} // namespace
 
 void sgemm(bool ta, bool tb, size_t m, size_t n, size_t k, float alpha, const float* a, size_t lda,
            const float* b, size_t ldb, float beta, float* c, size_t ldc) {

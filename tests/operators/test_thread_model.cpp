@@ -54,13 +54,11 @@ void run_dense_graph() {
 } // namespace
 
 TEST(ThreadModel, KernelLibrariesStartNoThreadsAndNothingSpinsAfterARun) {
-    // OpenBLAS's pthreads build starts its server threads when the library loads; they poll
-    // for about 0.1 s and then sleep for good, as braid never hands OpenBLAS threaded work.
-    // Let that start-up poll end before measuring.
-    std::this_thread::sleep_for(std::chrono::milliseconds(400));
     size_t saved = kernel_threads();
-    set_kernel_threads(2); // starts braid's worker; OpenBLAS started its own when it loaded
+    set_kernel_threads(2); // starts braid's worker
     size_t threads = process_threads();
+    // This thread and braid's worker: OpenBLAS's load-time server threads were stopped.
+    EXPECT_EQ(threads, 2u);
     for (int i = 0; i < 3; ++i) run_dense_graph();
     EXPECT_EQ(process_threads(), threads) << "a kernel library started threads of its own";
     double before = process_cpu_ms();
