@@ -114,14 +114,10 @@ void copy_run_bytes(uint8_t* d, ptrdiff_t ds, const uint8_t* s, ptrdiff_t ss, si
     }
 }
 
-//! Strided copy of `shape` between two layouts (strides in elements). Dims are collapsed
-//! first; when the source is read across its contiguous dim (a transpose), the two
-//! innermost dims are walked in square tiles so both sides stay in cache.
-void strided_copy(uint8_t* dst, const TensorLayout& dl, const uint8_t* src,
-                  const TensorLayout& sl) {
-    size_t es = dl.dtype.size();
-    size_t shape[TensorShape::MAX_NDIM];
-    ptrdiff_t ds[TensorShape::MAX_NDIM], ss[TensorShape::MAX_NDIM];
+} // namespace
+
+size_t collapse_copy_dims(const TensorLayout& dl, const TensorLayout& sl, size_t* shape,
+                          ptrdiff_t* ds, ptrdiff_t* ss) {
     size_t nd = 0;
     for (size_t i = 0; i < dl.ndim(); ++i) {
         if (dl[i] == 1) continue;
@@ -137,6 +133,20 @@ void strided_copy(uint8_t* dst, const TensorLayout& dl, const uint8_t* src,
         ss[nd] = sl.stride[i];
         ++nd;
     }
+    return nd;
+}
+
+namespace {
+
+//! Strided copy of `shape` between two layouts (strides in elements). Dims are collapsed
+//! first; when the source is read across its contiguous dim (a transpose), the two
+//! innermost dims are walked in square tiles so both sides stay in cache.
+void strided_copy(uint8_t* dst, const TensorLayout& dl, const uint8_t* src,
+                  const TensorLayout& sl) {
+    size_t es = dl.dtype.size();
+    size_t shape[TensorShape::MAX_NDIM];
+    ptrdiff_t ds[TensorShape::MAX_NDIM], ss[TensorShape::MAX_NDIM];
+    size_t nd = collapse_copy_dims(dl, sl, shape, ds, ss);
     if (nd == 0) {
         std::memcpy(dst, src, es);
         return;

@@ -93,6 +93,12 @@ private:
     TensorLayout m_layout;
 };
 
+//! The dims of a copy from layout `src` to layout `dst` (one shape), size-1 dims dropped and
+//! neighbouring dims merged where both layouts keep them adjacent: fills `shape` and both
+//! strides (in elements; arrays of TensorShape::MAX_NDIM) and returns the number of dims.
+size_t collapse_copy_dims(const TensorLayout& dst, const TensorLayout& src, size_t* shape,
+                          ptrdiff_t* dst_stride, ptrdiff_t* src_stride);
+
 //! Calls `fn(dst_byte_offset, src_byte_offset)` for each element of a strided copy: the
 //! building block of every strided kernel that is not performance-critical.
 template <typename Fn> void for_each_strided(const TensorLayout& layout, Fn&& fn) {

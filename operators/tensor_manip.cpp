@@ -270,21 +270,7 @@ std::optional<Transpose2d> as_transpose2d(const Tensor& dst, const Tensor& src) 
     const TensorLayout &dl = dst.layout(), &sl = src.layout();
     size_t shape[TensorShape::MAX_NDIM];
     ptrdiff_t ds[TensorShape::MAX_NDIM], ss[TensorShape::MAX_NDIM];
-    size_t nd = 0;
-    for (size_t i = 0; i < dl.ndim(); ++i) {
-        if (dl[i] == 1) continue;
-        if (nd && ds[nd - 1] == dl.stride[i] * ptrdiff_t(dl[i]) &&
-            ss[nd - 1] == sl.stride[i] * ptrdiff_t(dl[i])) {
-            shape[nd - 1] *= dl[i];
-            ds[nd - 1] = dl.stride[i];
-            ss[nd - 1] = sl.stride[i];
-            continue;
-        }
-        shape[nd] = dl[i];
-        ds[nd] = dl.stride[i];
-        ss[nd] = sl.stride[i];
-        ++nd;
-    }
+    size_t nd = collapse_copy_dims(dl, sl, shape, ds, ss);
     if (nd < 2 || nd > 3 || ss[nd - 2] != 1 || ss[nd - 1] <= 0) return std::nullopt;
     Transpose2d t;
     t.na = shape[nd - 2];
