@@ -110,10 +110,13 @@ for batching in off off2 on; do
     SERVER_PID=""
 done
 
-# The anchor: the same model and input shape run in-process by braid-run; the lowest median
-# of three runs (the machine is shared: a busy moment inflates one run, not all three).
+# The anchor: the same model and input shape run in-process by braid-run on cpu:default, the
+# calling thread, as the embedding API that braid-serve is built on runs it (the model file's
+# own cpu0 adds a hand-over to a worker thread per run, 15 to 60 us on this machine); the
+# lowest median of three runs (the machine is shared: a busy moment inflates one run, not all
+# three).
 anchor=$(for _ in 1 2 3; do
-    "$RUN" "$MLP" --input x=random:1x784 --iter 5000 --warmup 200 --json |
+    "$RUN" "$MLP" --input x=random:1x784 --iter 5000 --warmup 200 --comp-node cpu:default --json |
         sed -n 's/.*"latency_ms":{"min":[^,]*,"median":\([^,]*\),.*/\1/p'
 done | sort -g | head -1)
 awk -v rps_off="${RPS[off64]}" -v rps_off2="${RPS[off264]}" -v rps_on="${RPS[on64]}" \
