@@ -18,6 +18,7 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <unordered_map>
 
 namespace braid::onnx_import {
 
@@ -451,6 +452,31 @@ Tensor constant_value(const NodeCtx& ctx, const std::string& dir) {
     ctx.unsupported("a Constant without a tensor, float, int, floats or ints value");
 }
 
+//! Whether ONNX's version converter can adapt `g` from `opset` without reading shapes the
+//! model does not give. Its Gemm 6 -> 7 adapter indexes the shapes of A and B as matrices
+//! without checking their rank, and reads past the end of a shorter (or unknown, empty) shape:
+//! a crash found by fuzzing the importer. Such a model keeps its own opset instead, as a model
+//! the converter has no adapter for does.
+bool converter_reads_only_known_shapes(const onnx::GraphProto& g, int64_t opset) {
+    if (opset >= 7) return true;
+    std::unordered_map<std::string, int> rank;
+    for (auto& t : g.initializer()) rank[t.name()] = t.dims_size();
+    auto add = [&](const onnx::ValueInfoProto& v) {
+        if (v.type().has_tensor_type() && v.type().tensor_type().has_shape())
+            rank[v.name()] = v.type().tensor_type().shape().dim_size();
+    };
+    for (auto& v : g.input()) add(v);
+    for (auto& v : g.value_info()) add(v);
+    for (auto& n : g.node()) {
+        if (n.op_type() != "Gemm" || !(n.domain().empty() || n.domain() == "ai.onnx")) continue;
+        for (int i = 0; i < 2; ++i) {
+            auto it = i < n.input_size() ? rank.find(n.input(i)) : rank.end();
+            if (it == rank.end() || it->second < 2) return false;
+        }
+    }
+    return true;
+}
+
 //! `file`: the model's path when it came from a file ("" for bytes), so that the checker finds
 //! external data files next to it rather than in the working directory.
 LoadedModel import_model(onnx::ModelProto& model, const ImportOptions& options,
@@ -477,7 +503,8 @@ LoadedModel import_model(onnx::ModelProto& model, const ImportOptions& options,
                             o.domain(), o.version()));
     check_dataflow(model.graph(), source);
     int64_t opset = default_opset(model);
-    if (opset < TARGET_OPSET && !has_subgraphs(model.graph())) {
+    if (opset < TARGET_OPSET && !has_subgraphs(model.graph()) &&
+        converter_reads_only_known_shapes(model.graph(), opset)) {
         try {
             model = onnx::version_conversion::ConvertVersion(model, int(TARGET_OPSET));
             opset = TARGET_OPSET;
