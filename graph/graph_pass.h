@@ -41,8 +41,9 @@ public:
     bool removable(VarNode* var, size_t readers = 1) const;
     //! The operator in the order that reads `var`, when exactly one does; else null.
     OperatorNode* single_reader(VarNode* var) const;
-    //! Replaces the operators `old_oprs` (in order) by `new_opr`, placed where the last of them
-    //! was; `new_opr`'s output holds the value of `old_oprs.back()`'s output 0 from now on.
+    //! Replaces the operators `old_oprs` by `new_opr`, placed where `old_oprs.back()` was: the
+    //! last one must be the operator whose output 0 `new_opr`'s output now holds, which comes
+    //! after the others in the order (the rest may be listed in any order).
     void replace(const std::vector<OperatorNode*>& old_oprs, OperatorNode* new_opr);
     //! The same with several new operators, placed in the given order where the last of
     //! `old_oprs` was; the last new operator's output 0 holds the value of

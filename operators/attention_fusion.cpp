@@ -114,11 +114,6 @@ void fuse_attention(CompilePassCtx& ctx) {
     for (auto* sm : softmaxes) {
         auto m = match_attention(ctx, sm);
         if (!m) continue;
-        auto pos = [&](OperatorNode* o) {
-            return std::find(ctx.order().begin(), ctx.order().end(), o) - ctx.order().begin();
-        };
-        std::sort(m->chain.begin(), m->chain.end(),
-                  [&](OperatorNode* a, OperatorNode* b) { return pos(a) < pos(b); });
         OperatorConfig config(m->chain.back()->name(), sm->comp_node());
         std::vector<OperatorNode*> added;
         auto as_4d = [&](VarNode* var) {

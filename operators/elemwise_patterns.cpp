@@ -42,7 +42,7 @@ VarNode* other_input(const Elemwise* e, VarNode* var) {
 }
 
 //! Matches the pattern around `erf` (see the file comment); returns the operators it replaces,
-//! in order, and sets `u`; empty when `erf` is no such GELU.
+//! the one that produces the GELU last, and sets `u`; empty when `erf` is no such GELU.
 std::vector<OperatorNode*> match_gelu(CompilePassCtx& ctx, Elemwise* erf, VarNode*& u) {
     // u / sqrt 2 (Div) or u * (1 / sqrt 2) (Mul).
     auto* scaled = dynamic_cast<Elemwise*>(erf->input(0)->owner());
@@ -94,14 +94,6 @@ void fold_gelu_erf(CompilePassCtx& ctx) {
         VarNode* u = nullptr;
         auto chain = match_gelu(ctx, erf, u);
         if (chain.empty()) continue;
-        // The operators must appear in `chain`'s order in the schedule for replace(); the
-        // schedule is a topological order, and only (u * 0.5) may come before or after the
-        // erf branch: sort by position.
-        auto pos = [&](OperatorNode* o) {
-            return std::find(ctx.order().begin(), ctx.order().end(), o) - ctx.order().begin();
-        };
-        std::sort(chain.begin(), chain.end(),
-                  [&](OperatorNode* a, OperatorNode* b) { return pos(a) < pos(b); });
         SymbolVar gelu = Elemwise::make(ElemMode::GELU, {SymbolVar(u)},
                                         OperatorConfig(chain.back()->name(), erf->comp_node()));
         ctx.replace(chain, gelu.node()->owner());
