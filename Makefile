@@ -4,6 +4,8 @@ ASAN_DIR ?= build-asan
 TSAN_DIR ?= build-tsan
 JOBS ?= 2
 CMAKE_FLAGS ?=
+# ctest labels `make test` leaves out (a regex): the long runs behind `slow`.
+TEST_EXCLUDE ?= slow
 # What the sanitizer builds leave out: CUDA (no GPU to run it), the benchmarks and the
 # libFuzzer build (already sanitized, see tests/fuzz).
 SANITIZER_FLAGS = -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBRAID_WITH_CUDA=OFF -DBRAID_BUILD_BENCH=OFF \
@@ -13,7 +15,7 @@ SANITIZER_ENV = ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/scripts/tsan.supp
 
-.PHONY: all bootstrap configure build run test fuzz-build fuzz bench bench-vs-ort bench-serve check-asan check-tsan format \
+.PHONY: all bootstrap configure build run test test-isa test-smoke check-fresh fuzz-build fuzz bench bench-vs-ort bench-serve check-asan check-tsan format \
 	clean
 
 all: build
@@ -38,7 +40,29 @@ fuzz-build: configure
 	@cmake --build $(BUILD_DIR) -j$(JOBS) --target braid_fuzz
 
 test: build fuzz-build
-	cd $(BUILD_DIR) && ctest --output-on-failure -j$(JOBS) -LE slow
+	cd $(BUILD_DIR) && ctest --output-on-failure -j$(JOBS) -LE '$(TEST_EXCLUDE)'
+
+# The suite with braid's and the kernel libraries' instruction sets capped to AVX2 (and FMA), as
+# on a CPU without AVX-512: the kernels' AVX2 paths and oneDNN's AVX2 JIT kernels run instead of
+# the AVX-512 ones (base/cpu_isa.h). `make test-isa ISA=scalar` caps braid's kernels to their
+# portable loops and oneDNN to SSE4.1.
+ISA ?= avx2
+ISA_ENV_avx2 = BRAID_MAX_CPU_ISA=avx2 ONEDNN_MAX_CPU_ISA=AVX2 OPENBLAS_CORETYPE=Haswell
+ISA_ENV_scalar = BRAID_MAX_CPU_ISA=scalar ONEDNN_MAX_CPU_ISA=SSE41 OPENBLAS_CORETYPE=Nehalem
+test-isa: build
+	cd $(BUILD_DIR) && $(ISA_ENV_$(ISA)) ctest --output-on-failure -j$(JOBS) -LE 'slow|fuzz'
+
+# The embedding API's suite alone (label embed), with only what it needs built: the short test
+# half of the clean-room check in CI.
+test-smoke: configure
+	@cmake --build $(BUILD_DIR) -j$(JOBS) --target braid_tests_embed braid_c_api_test braid-run \
+		example_models
+	cd $(BUILD_DIR) && ctest --output-on-failure -j$(JOBS) -L embed -LE slow
+
+# The clean-room check (scripts/check_fresh_machine.sh): a minimal Debian 12 root gets only make,
+# git and ca-certificates, then runs `make run` and `make test` from a clone of HEAD.
+check-fresh:
+	bash scripts/check_fresh_machine.sh
 
 # The fuzzers (model loader, rendezvous protocol, ONNX importer), each longer than the 20 s run in `make test`.
 FUZZ_SECONDS ?= 600

@@ -1,5 +1,6 @@
 #include "operators/dense_kernels.h"
 
+#include "base/cpu_isa.h"
 #include "base/error.h"
 #include "base/thread_pool.h"
 
@@ -11,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <mutex>
@@ -95,8 +97,22 @@ static bool use_dnnl_sgemm(size_t m, size_t n, size_t k) {
 
 #endif
 
+#if BRAID_WITH_DNNL
+namespace {
+//! Passes braid's instruction-set cap (BRAID_MAX_CPU_ISA) to oneDNN before its first kernel is
+//! generated, so one switch caps both; an explicit ONEDNN_MAX_CPU_ISA is left to oneDNN.
+bool cap_dnnl_isa() {
+    const char* own = std::getenv("ONEDNN_MAX_CPU_ISA");
+    if ((own && *own) || cpu_isa() == cpu_isa_detected()) return true;
+    dnnl_cpu_isa_t isa = cpu_isa() == CpuIsa::AVX2 ? dnnl_cpu_isa_avx2 : dnnl_cpu_isa_sse41;
+    return dnnl_set_max_cpu_isa(isa) == dnnl_success;
+}
+} // namespace
+#endif
+
 void dnnl_single_thread() {
 #if BRAID_WITH_DNNL
+    [[maybe_unused]] static const bool isa_capped = cap_dnnl_isa();
     thread_local bool done = false;
     if (done) return;
     omp_set_num_threads(1);
@@ -442,10 +458,10 @@ struct RowKernels {
 
     RowKernels() {
 #ifdef BRAID_DENSE_X86
-        if (__builtin_cpu_supports("avx512f")) {
+        if (cpu_isa_at_least(CpuIsa::AVX512)) {
             max = row_max_avx512;
             exp_sum = row_exp_sum_avx512;
-        } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+        } else if (cpu_isa_at_least(CpuIsa::AVX2)) {
             max = row_max_avx2;
             exp_sum = row_exp_sum_avx2;
         }

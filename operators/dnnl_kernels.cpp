@@ -9,7 +9,7 @@
 #include "base/thread_pool.h"
 #include "operators/dense_kernels.h"
 
-#include <dnnl.hpp>
+#include <oneapi/dnnl/dnnl.hpp>
 
 #include <algorithm>
 #include <memory>
@@ -69,7 +69,8 @@ using dnnl::memory;
 using tag = dnnl::memory::format_tag;
 
 const dnnl::engine& cpu_engine() {
-    static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+    // dnnl_single_thread() first: it also applies braid's ISA cap, which must precede any kernel.
+    static const dnnl::engine engine = (dnnl_single_thread(), dnnl::engine(dnnl::engine::kind::cpu, 0));
     return engine;
 }
 

@@ -2,6 +2,7 @@
 #include "graph/operator_registry.h"
 #include "operators/grad_util.h"
 
+#include "base/cpu_isa.h"
 #include "base/error.h"
 #include "base/hash.h"
 #include "operators/kernel_utils.h"
@@ -359,7 +360,7 @@ __attribute__((target("avx2"))) void transpose_rows_avx2(const float* src, ptrdi
 //! Runs `t` on the kernel pool: true when done, false when this CPU has no kernel for it.
 bool run_transpose2d(const Transpose2d& t, const void* src, void* dst) {
 #ifdef BRAID_TRANSPOSE_X86
-    static const bool avx2 = __builtin_cpu_supports("avx2");
+    static const bool avx2 = cpu_isa_at_least(CpuIsa::AVX2);
     if (!avx2 || t.na < 8 || t.nb < 8) return false;
     // Non-temporal stores pay off only when the output would not stay in cache anyway.
     constexpr size_t STREAM_MIN_BYTES = size_t(16) << 20;

@@ -8,6 +8,8 @@
 // Internal to operators/: kernels include it, the public API does not.
 #pragma once
 
+#include "base/cpu_isa.h"
+
 #include <bit>
 #include <cstddef>
 #include <cstdint>
@@ -151,11 +153,9 @@ VMATH_INLINE float gelu_tanh(float x) {
 // they do not depend on the auto-vectorizer. Each agrees with its scalar form to within the
 // rounding differences of fused multiply-adds; special values are handled identically.
 
-//! True when this CPU runs the AVX2 + FMA code below (checked once).
-inline bool avx2_fma_supported() {
-    static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    return ok;
-}
+//! True when the AVX2 + FMA code below may run: the CPU has it and BRAID_MAX_CPU_ISA does not
+//! cap it away (base/cpu_isa.h).
+inline bool avx2_fma_supported() { return cpu_isa_at_least(CpuIsa::AVX2); }
 
 //! Outputs of at least this many bytes are written with non-temporal (streaming) stores by the
 //! AVX2 kernels: they would not stay in cache for the next operator anyway, and streaming
