@@ -281,8 +281,10 @@ braid_status* braid_context_destroy(braid_context* ctx) {
     return call([&] {
         auto obj = registry().remove(ctx, Registry::CONTEXT);
         if (!obj) throw bad_handle(ctx, Registry::CONTEXT, "braid_context_destroy");
-        // Dropping the registry's reference: the Context's destructor waits for a run in flight;
-        // a call still using the handle holds its own reference until it returns.
+        // A run on another thread holds its own reference, so dropping the registry's would
+        // free nothing while it runs: wait for it here, and refuse a run that looked the handle
+        // up but has not started, so that nothing writes the caller's buffers after we return.
+        std::static_pointer_cast<braid_context>(obj)->ctx->impl().close();
     });
 }
 

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 #include <thread>
 
@@ -57,6 +58,9 @@ Executable& Context::Impl::executable() {
 
 void Context::Impl::run(const RunOptions& options) {
     std::lock_guard lk(run_mutex);
+    if (closed)
+        throw Error(Code::FAILED_PRECONDITION,
+                    "the context was destroyed before this run started; nothing was computed");
     Executable& e = executable();
     auto& loaded = model->impl().loaded;
     for (size_t i = 0; i < fed.size(); ++i) {
@@ -97,8 +101,13 @@ void Context::Impl::run(const RunOptions& options) {
 Context::Context(std::shared_ptr<Impl> impl) : m_impl(std::move(impl)) {}
 
 Context::~Context() {
-    m_impl->wait_idle();                   // asynchronous runs end first
-    std::lock_guard lk(m_impl->run_mutex); // as does a run in flight on another thread
+    m_impl->close();
+}
+
+void Context::Impl::close() {
+    wait_idle();                  // asynchronous runs end first
+    std::lock_guard lk(run_mutex); // as does a run in flight on another thread
+    closed = true;                 // and a run that has not taken the lock yet never starts
 }
 
 void Context::set_input(const std::string& name, const void* data, DType dtype,
@@ -185,12 +194,34 @@ std::vector<int64_t> Context::Impl::output_shape(size_t idx) {
     std::lock_guard lk(run_mutex);
     auto& loaded = model->impl().loaded;
     ComputingGraph& graph = *loaded.graph;
-    std::lock_guard g(graph.inference_mutex());
+    // Inferred for this context's bound inputs alone: an unbound input counts with its recorded
+    // shape when that has no run-time dim, and is an error otherwise (never the shape another
+    // context happened to leave in the shared graph).
+    std::vector<InputNode*> nodes;
+    for (auto& io : loaded.inputs) nodes.push_back(static_cast<InputNode*>(io.var.node()->owner()));
     for (size_t i = 0; i < fed.size(); ++i)
-        if (!fed[i].empty())
-            static_cast<InputNode*>(loaded.inputs[i].var.node()->owner())
-                ->set_fed_shape(fed[i].shape());
-    graph.reinfer_all();
+        if (fed[i].empty() && std::find(loaded.inputs[i].shape.begin(),
+                                        loaded.inputs[i].shape.end(),
+                                        -1) != loaded.inputs[i].shape.end())
+            throw Error(Code::FAILED_PRECONDITION,
+                        fmt::format("output \"{}\": input \"{}\" is not bound and its shape {} "
+                                    "has dims fixed at run time; call set_input() first",
+                                    loaded.outputs[idx].name, loaded.inputs[i].name,
+                                    loaded.inputs[i].shape_string()));
+    std::lock_guard g(graph.inference_mutex());
+    FedShapeRollback rollback(nodes);
+    try {
+        for (size_t i = 0; i < fed.size(); ++i) {
+            if (!fed[i].empty())
+                nodes[i]->set_fed_shape(fed[i].shape());
+            else
+                nodes[i]->set_fed_shape(loaded.inputs[i].default_shape);
+        }
+        graph.reinfer_all();
+    } catch (...) {
+        rollback.restore(graph); // a rejected shape does not stay in the shared graph
+        throw;
+    }
     VarNode* v = loaded.outputs[idx].var.node();
     if (!v->shape_known())
         throw Error(Code::FAILED_PRECONDITION,

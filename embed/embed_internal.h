@@ -33,12 +33,17 @@ struct Context::Impl {
     std::shared_ptr<int> anchor = std::make_shared<int>(0); //!< owner of wrapped caller memory
     RunControl control;
     bool ran = false;
+    bool closed = false; //!< set by close(): no run starts any more
     //! Asynchronous runs started and not yet finished: destroying or pooling the context
     //! waits for them (they use the model through `model`).
     std::mutex pending_mutex;
     std::condition_variable pending_cv;
     int pending = 0;
 
+    //! Waits for every run in flight (asynchronous, or on another thread) to end, and refuses
+    //! runs after it with FAILED_PRECONDITION. Called by the destructor and by
+    //! braid_context_destroy(), so that no run writes caller memory after either returns.
+    void close();
     //! Waits until no asynchronous run is pending.
     void wait_idle() {
         std::unique_lock lk(pending_mutex);

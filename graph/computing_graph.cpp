@@ -4,6 +4,7 @@
 #include "base/hash.h"
 #include "base/log.h"
 #include "graph/executable.h"
+#include "graph/input_node.h"
 #include "graph/symbol_var.h"
 
 #include <atomic>
@@ -178,6 +179,20 @@ void ComputingGraph::reinfer_all() {
 
 std::unique_ptr<Executable> ComputingGraph::compile(const std::vector<OutputSpec>& outputs) {
     return std::make_unique<Executable>(shared_from_this(), outputs);
+}
+
+void FedShapeRollback::restore(ComputingGraph& graph) noexcept {
+    for (auto& [in, shape] : m_saved) {
+        if (shape)
+            in->set_fed_shape(*shape);
+        else
+            in->clear_fed_shape();
+    }
+    try {
+        graph.reinfer_all();
+    } catch (const std::exception& e) {
+        logger()->warn("re-inferring the graph for its previous input shapes failed: {}", e.what());
+    }
 }
 
 } // namespace braid

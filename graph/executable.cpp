@@ -321,9 +321,19 @@ void Executable::execute() {
         // The graph's shapes are shared by its executables: this one re-infers them for its own
         // fed shapes and plans from them under the lock; its runs then read only its tensors.
         std::lock_guard lk(m_graph->inference_mutex());
+        FedShapeRollback rollback(m_inputs);
         for (size_t i = 0; i < m_inputs.size(); ++i) m_inputs[i]->set_fed_shape(m_fed[i].shape());
-        m_graph->reinfer_all();
-        prepare();
+        try {
+            m_graph->reinfer_all();
+            prepare();
+        } catch (...) {
+            // Shapes this executable could not run with (a shape error, a plan over the memory
+            // budget) must not stay in the shared graph, where the next executable compiled from
+            // it would inherit them; and this one plans again on its next run.
+            rollback.restore(*m_graph);
+            m_planned_input_shapes.assign(m_inputs.size(), TensorShape{});
+            throw;
+        }
     }
 
     uint64_t gen = ++m_generation;

@@ -3,6 +3,8 @@
 
 #include "graph/operator_node.h"
 
+#include <optional>
+
 namespace braid {
 
 /*!
@@ -26,6 +28,8 @@ public:
         m_fed_shape = shape;
         m_has_fed_shape = true;
     }
+    //! Back to the declared shape (no fed shape).
+    void clear_fed_shape() { m_has_fed_shape = false; }
 
 protected:
     InputNode(DType input_dtype, const OperatorConfig& config)
@@ -35,6 +39,25 @@ private:
     DType m_input_dtype;
     TensorShape m_fed_shape;
     bool m_has_fed_shape = false;
+};
+
+//! Remembers the fed shapes of some inputs when made; restore() puts them back and re-infers the
+//! graph. Used under ComputingGraph::inference_mutex() around a re-inference that may fail, so
+//! that shapes the graph rejected (or could not plan within the memory budget) do not stay in it
+//! for the next executable compiled from the graph.
+class FedShapeRollback {
+public:
+    explicit FedShapeRollback(const std::vector<InputNode*>& inputs) {
+        for (auto* in : inputs)
+            m_saved.emplace_back(in, in->fed_shape() ? std::optional(*in->fed_shape())
+                                                     : std::nullopt);
+    }
+    //! Puts the remembered shapes back and re-infers; never throws (the shapes were inferred
+    //! before, and a failure now is logged).
+    void restore(ComputingGraph& graph) noexcept;
+
+private:
+    std::vector<std::pair<InputNode*, std::optional<TensorShape>>> m_saved;
 };
 
 } // namespace braid
