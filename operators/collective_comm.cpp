@@ -136,18 +136,50 @@ void CollectiveComm::check_peers(const Tensor* input) {
     // Each rank publishes what it is about to do; every rank compares all of them, so a
     // mismatch is the same error everywhere instead of a hang or corrupted data. Mode, dtype
     // and group size must agree everywhere; input shapes among the ranks that have inputs
-    // (only the root, for BROADCAST and SCATTER).
+    // (only the root, for BROADCAST and SCATTER). Checks are numbered: the first run checks,
+    // and so does every later run whose input shape changed (a re-inference), so steady-state
+    // runs pay nothing.
     std::string header =
         fmt::format("mode {} dtype {} nr_devices {}", collective_mode_name(m_param.mode),
                     m_param.dtype.name(), m_param.nr_devices);
-    std::string mine = header + "\n" + (input ? input->shape().to_string() : "-");
-    auto slot = [&](uint32_t r) {
-        return fmt::format("{}:check:{:016x}:{}", m_param.key, m_comm->hash(), r);
+    std::string shape = input ? input->shape().to_string() : "-";
+    std::string mine = header + "\n" + shape;
+    uint64_t check = m_checks + 1;
+    auto slot = [&](uint64_t n, uint32_t r) {
+        return fmt::format("{}:check:{:016x}:{}:{}", m_param.key, m_comm->hash(), n, r);
     };
-    m_param.group_client->set(slot(m_rank), mine);
+    m_param.group_client->set(slot(check, m_rank), mine);
+    m_checks = check;
+    if (input) m_checked_shape = input->shape();
+    std::vector<std::string> values(m_param.nr_devices);
+    std::string late;
+    for (uint32_t r = 0; r < m_param.nr_devices; ++r) {
+        if (r == m_rank) {
+            values[r] = mine;
+            continue;
+        }
+        try {
+            values[r] = m_param.group_client->get(slot(check, r));
+        } catch (const TimeoutError& e) {
+            if (check == 1) throw;
+            // A peer that still runs with the shapes of the previous check never checks again:
+            // name it with what it last published, instead of communicating with mismatched
+            // buffers (wrong values on one side, a truncation error or abort on the other).
+            std::string before = m_param.group_client->get(slot(check - 1, r));
+            auto nl = before.find('\n');
+            late += fmt::format("{}rank {} (still at check {}: input {})", late.empty() ? "" : ", ",
+                                r, check - 1,
+                                nl == std::string::npos ? "-" : before.substr(nl + 1));
+        }
+    }
+    if (!late.empty())
+        BRAID_THROW(CommError,
+                    "CollectiveComm \"{}\": rank {}'s input changed to {} (check {}), but peers did "
+                    "not check again: {}; every rank must run a collective with matching shapes",
+                    m_param.key, m_rank, shape, check, late);
     std::vector<std::string> headers, shapes;
     for (uint32_t r = 0; r < m_param.nr_devices; ++r) {
-        std::string v = r == m_rank ? mine : m_param.group_client->get(slot(r));
+        const std::string& v = values[r];
         auto nl = v.find('\n');
         headers.push_back(v.substr(0, nl));
         shapes.push_back(nl == std::string::npos ? "-" : v.substr(nl + 1));
@@ -177,7 +209,10 @@ void CollectiveComm::execute(ExecCtx& ctx) {
     }
     const Tensor* in = has_input() ? &ctx.input(0) : nullptr;
     Tensor& out = ctx.output(0);
-    if (!m_comm) join(in);
+    if (!m_comm)
+        join(in);
+    else if (m_param.check_consistency && in && in->shape() != m_checked_shape)
+        check_peers(in);
     auto start = std::chrono::steady_clock::now();
     mode_trait(m_param.mode).execute(*m_comm, in, out, m_rank, m_root);
     if (debug_collectives()) {

@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <thread>
 
@@ -210,6 +212,63 @@ TEST_F(CollectiveComm, PeersDisagreeingOnShapeOrModeFailOnEveryRank) {
                       std::string::npos)
                 << errors[r];
         }
+    }
+}
+
+// The consistency check runs again whenever a rank's input shape changes after the first run:
+// a change on every rank goes through; a change on one rank alone is an error on that rank that
+// names the peers and the shapes they still run with, never a result from mismatched buffers.
+TEST_F(CollectiveComm, ShapesChangedOnALaterRunAreCheckedAgain) {
+    setenv("BRAID_COMM_TIMEOUT", "2", 1);
+    constexpr uint32_t n = 3;
+    auto client = fresh_client();
+    // Per run, each rank's input rows: the same everywhere, then rank 1 alone differs.
+    const std::vector<std::array<size_t, n>> rows = {{4, 4, 4}, {6, 6, 6}, {6, 5, 6}};
+    std::vector<std::vector<Tensor>> results(rows.size(), std::vector<Tensor>(n));
+    std::vector<std::vector<std::string>> errors(rows.size(), std::vector<std::string>(n));
+    std::vector<std::thread> threads;
+    for (uint32_t r = 0; r < n; ++r)
+        threads.emplace_back([&, r] {
+            GraphOptions opt;
+            opt.default_comp_node = fmt::format("cpu{}", r);
+            auto g = ComputingGraph::make(opt);
+            auto x = opr::Input::make(*g, "x", dtype::Float32(), {4, 16});
+            auto y = opr::CollectiveComm::make(
+                x, *g, collective_param(CollectiveMode::ALL_REDUCE_SUM, "later", n, r, 0, client));
+            auto exec = g->compile({y});
+            for (size_t run = 0; run < rows.size(); ++run) {
+                try {
+                    Tensor xv(TensorShape{rows[run][r], 16}, dtype::Float32());
+                    std::fill(xv.ptr<float>(), xv.ptr<float>() + rows[run][r] * 16, float(r + 1));
+                    exec->feed("x", xv);
+                    exec->run();
+                    results[run][r] = exec->output(0).copy();
+                } catch (const std::exception& e) {
+                    errors[run][r] = e.what();
+                    return;
+                }
+            }
+        });
+    for (auto& t : threads) t.join();
+    unsetenv("BRAID_COMM_TIMEOUT");
+    for (size_t run = 0; run < 2; ++run)
+        for (uint32_t r = 0; r < n; ++r) {
+            ASSERT_EQ(errors[run][r], "") << "run " << run << " rank " << r;
+            EXPECT_EQ(results[run][r].shape(), (TensorShape{rows[run][r], 16}));
+            EXPECT_EQ(float(results[run][r].at(0)), 6.f); // 1 + 2 + 3
+        }
+    const std::string& changed = errors[2][1];
+    EXPECT_NE(changed.find("\"later\""), std::string::npos) << changed;
+    EXPECT_NE(changed.find("rank 1's input changed to {5,16}"), std::string::npos) << changed;
+    EXPECT_NE(changed.find("rank 0 (still at check 2: input {6,16})"), std::string::npos)
+        << changed;
+    EXPECT_NE(changed.find("rank 2 (still at check 2: input {6,16})"), std::string::npos)
+        << changed;
+    // The others do not get a result computed with rank 1's mismatched buffer: they time out
+    // waiting for it.
+    for (uint32_t r : {0u, 2u}) {
+        EXPECT_TRUE(results[2][r].empty()) << "rank " << r << " got a result";
+        EXPECT_NE(errors[2][r], "") << "rank " << r;
     }
 }
 
