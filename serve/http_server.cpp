@@ -5,6 +5,7 @@
 
 #include <httplib.h>
 #include <pthread.h>
+#include <sys/socket.h>
 
 #include <charconv>
 #include <condition_variable>
@@ -135,6 +136,24 @@ void reply_error(httplib::Response& res, int status, std::string_view message) {
     reply_json(res, status, error_body(message));
 }
 
+/*!
+ * Answers `status` with a JSON error, then closes the connection: what the client still sends
+ * (a body refused before reading, requests after a drain began) is never read. httplib closes a
+ * connection when writing its response fails, so the body goes out through a content provider
+ * that reports failure after its last byte. The error handler leaves such responses alone
+ * (they carry "Connection: close").
+ */
+void reply_error_and_close(httplib::Response& res, int status, std::string_view message) {
+    auto body = std::make_shared<std::string>(error_body(message));
+    res.status = status;
+    res.set_header("Connection", "close");
+    res.set_content_provider(body->size(), JSON_TYPE,
+                             [body](size_t offset, size_t length, httplib::DataSink& sink) {
+                                 sink.write(body->data() + offset, length);
+                                 return false; // the response is out: close the connection
+                             });
+}
+
 bool parse_int64(const std::string& text, int64_t& out) {
     auto r = std::from_chars(text.data(), text.data() + text.size(), out);
     return r.ec == std::errc() && r.ptr == text.data() + text.size() && out >= 0;
@@ -158,6 +177,20 @@ public:
         socket_t sock = svr_sock_;
         if (sock != INVALID_SOCKET) ::listen(sock, backlog);
     }
+
+    /*!
+     * Stops accepting connections while the open ones go on being served (httplib's stop()
+     * would end every connection after its current request, dropping requests already on the
+     * wire). The accept loop fails on the shut socket and closes it; the connection threads
+     * run until their connections close, which the drain waits for.
+     */
+    void stop_accepting() {
+        socket_t sock = svr_sock_;
+        if (sock != INVALID_SOCKET) ::shutdown(sock, SHUT_RDWR);
+    }
+
+    //! After listen returned: the socket is closed, so nothing may use its number again.
+    void forget_socket() { svr_sock_ = INVALID_SOCKET; }
 };
 
 } // namespace
@@ -428,28 +461,66 @@ HttpServer::HttpServer(const ServerOptions& options, Repository& repository, Met
     s.server.set_read_timeout(options.read_timeout_s, 0);
     s.server.set_write_timeout(options.write_timeout_s, 0);
     s.server.set_tcp_nodelay(true);
-    auto handler = [&s](const httplib::Request& req, httplib::Response& res) {
+    // While draining, every request that reaches a handler gets 503 and its connection closes,
+    // so a client never has a request dropped on a connection the server closed unannounced.
+    auto refuse_when_draining = [&s](httplib::Response& res) {
+        if (!s.draining.load()) return false;
+        res.set_header("Retry-After", "1");
+        reply_error_and_close(res, 503, "the server is shutting down");
+        return true;
+    };
+    auto handler = [&s, refuse_when_draining](const httplib::Request& req,
+                                              httplib::Response& res) {
+        if (refuse_when_draining(res)) return;
         s.route(req, res, req.body);
     };
     // Bodies are read here rather than by httplib, which would parse a form-encoded body (what
-    // `curl -d` declares) and refuse one over 8 KiB. The body limit still applies (413).
-    auto with_body = [&s](const httplib::Request& req, httplib::Response& res,
-                          const httplib::ContentReader& read) {
+    // `curl -d` declares), refuse one over 8 KiB, read and discard an announced body over the
+    // limit before refusing it, and read a chunked body of any size. Here a body over
+    // --max-body-bytes is refused before it is read (announced by Content-Length), or as soon as
+    // the bytes read pass the limit (chunked), and the connection is closed after the 413.
+    auto with_body = [&s, refuse_when_draining](const httplib::Request& req,
+                                                httplib::Response& res,
+                                                const httplib::ContentReader& read) {
+        if (refuse_when_draining(res)) return;
         std::string body;
+        bool chunked =
+            req.get_header_value("Transfer-Encoding").find("chunked") != std::string::npos;
         // A request with neither Content-Length nor chunked encoding has no body (RFC 9112,
         // 6.3); httplib would read one until the client closes the connection.
-        if (!req.has_header("Content-Length") &&
-            req.get_header_value("Transfer-Encoding").find("chunked") == std::string::npos)
-            return s.route(req, res, body);
-        if (req.has_header("Content-Length")) {
-            uint64_t length = req.get_header_value<uint64_t>("Content-Length");
-            if (length <= s.options.max_body_bytes) body.reserve(length);
+        if (!req.has_header("Content-Length") && !chunked) return s.route(req, res, body);
+        auto over_limit = [&](const std::string& size) {
+            reply_error_and_close(res, 413,
+                                  "the request body (" + size + ") is over the limit of " +
+                                      std::to_string(s.options.max_body_bytes) +
+                                      " bytes (--max-body-bytes)");
+        };
+        if (!chunked) {
+            const std::string& text = req.get_header_value("Content-Length");
+            uint64_t length = 0;
+            auto r = std::from_chars(text.data(), text.data() + text.size(), length);
+            if (r.ec != std::errc() || r.ptr != text.data() + text.size())
+                return reply_error_and_close(res, 400,
+                                             "Content-Length \"" + text.substr(0, 32) +
+                                                 "\" is not a number of bytes");
+            if (length > s.options.max_body_bytes)
+                return over_limit(std::to_string(length) + " bytes announced");
+            body.reserve(length);
         }
+        bool over = false;
         if (!read([&](const char* data, size_t n) {
+                if (n > s.options.max_body_bytes - body.size()) {
+                    over = true;
+                    return false; // stop reading: nothing more of the body is taken
+                }
                 body.append(data, n);
                 return true;
-            }))
-            return; // httplib set the status (413 over the limit, 400 for a broken body)
+            })) {
+            if (over) return over_limit("chunked, more than the limit sent");
+            return reply_error_and_close(res, 400,
+                                         "the request body could not be read (malformed "
+                                         "chunked encoding, or the client stopped sending)");
+        }
         s.route(req, res, body);
     };
     // Every method reaches route(), which answers 404 / 405 itself.
@@ -462,7 +533,7 @@ HttpServer::HttpServer(const ServerOptions& options, Repository& repository, Met
     // httplib's own errors (413 over the body limit, 400 for a malformed request) get a JSON
     // body too; responses that already have one keep it.
     s.server.set_error_handler([&s](const httplib::Request& req, httplib::Response& res) {
-        if (!res.body.empty()) return;
+        if (!res.body.empty() || res.get_header_value("Connection") == "close") return;
         std::string message;
         if (res.status == 413)
             message = "the request body is over the limit of " +
@@ -506,13 +577,15 @@ int HttpServer::bind() {
 }
 
 bool HttpServer::serve() {
+    // Returns when the accept loop ended (stop()) and the connections were drained.
     m_impl->server.listen_after_bind();
+    m_impl->server.forget_socket();
     return m_impl->drained;
 }
 
 void HttpServer::stop() {
     m_impl->draining = true;
-    m_impl->server.stop();
+    m_impl->server.stop_accepting();
 }
 
 } // namespace braid::serve

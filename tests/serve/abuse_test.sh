@@ -68,10 +68,42 @@ for round in $(seq "$ROUNDS"); do
     # A body over the limit: 413 (sent whole, and announced only by Content-Length).
     head -c 2000000 /dev/zero | tr '\0' '1' >"$WORK/big"
     expect_status 413 POST "$INFER" --data-binary @"$WORK/big" && expect_body_has 'over the limit'
+    # An announced body over the limit is refused before it is read: the 413 comes well within
+    # the 1 s read timeout, and a client that goes on sending finds the connection closed.
+    for length in 999999999999 10000000000; do
+        connect
+        T0=$(date +%s%N)
+        printf 'POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: %s\r\n\r\n' "$INFER" "$length" >&$CONN
+        LINE=$(timeout 3 head -1 <&$CONN)
+        MS=$((($(date +%s%N) - T0) / 1000000))
+        grep -q '413' <<<"$LINE" || fail "an announced body of $length bytes got '$LINE', not 413"
+        [ "$MS" -lt 500 ] || fail "an announced body of $length bytes was refused after $MS ms"
+        exec {CONN}>&-
+    done
     connect
-    printf 'POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: 999999999999\r\n\r\n' "$INFER" >&$CONN
-    head -c 200 <&$CONN | head -1 | grep -q '413' || fail "an announced huge body did not get 413"
+    printf 'POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: 300000000\r\n\r\n' "$INFER" >&$CONN
+    if timeout 20 head -c 300000000 /dev/zero >&$CONN 2>/dev/null; then
+        fail "300 MB were sent after a refused Content-Length: the server read the body"
+    fi
     exec {CONN}>&-
+    # A Content-Length that is not a number: 400 at once, not after the read timeout.
+    connect
+    T0=$(date +%s%N)
+    printf 'POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n' "$INFER" >&$CONN
+    LINE=$(timeout 3 head -1 <&$CONN)
+    MS=$((($(date +%s%N) - T0) / 1000000))
+    grep -q '400' <<<"$LINE" || fail "Content-Length: -1 got '$LINE', not 400"
+    [ "$MS" -lt 500 ] || fail "Content-Length: -1 was answered after $MS ms"
+    exec {CONN}>&-
+    # A chunked body is held to the same limit: refused once the bytes read pass it, without
+    # the rest being read (RSS stays flat).
+    RSS_BEFORE=$(rss_kib "$SERVER_PID")
+    CODE=$(head -c 100000000 /dev/zero | curl -s --max-time 20 -o /dev/null -w '%{http_code}' \
+        -X POST -H 'Transfer-Encoding: chunked' -T - "$URL$INFER")
+    [ "$CODE" = 413 ] || fail "a 100 MB chunked body got status $CODE, not 413"
+    RSS_AFTER=$(rss_kib "$SERVER_PID")
+    [ $((RSS_AFTER - RSS_BEFORE)) -le 16384 ] ||
+        fail "a refused chunked body grew RSS by $((RSS_AFTER - RSS_BEFORE)) KiB"
 
     # A client that trickles its request slower than the read timeout (1 s) is dropped.
     connect
