@@ -107,7 +107,7 @@ int CollectiveComm::inplace_input(size_t) const {
     return mode_trait(m_param.mode).inplace() && has_input() ? 0 : -1;
 }
 
-void CollectiveComm::join(const Tensor* input) {
+void CollectiveComm::join(const Tensor* input, const TensorShape& output) {
     auto membership =
         comm::join_group(m_param.group_client, m_param.backend, m_param.key, m_param.nr_devices,
                          m_param.is_root, m_param.rank, comp_node().id(), comp_node());
@@ -129,10 +129,10 @@ void CollectiveComm::join(const Tensor* input) {
                     "{}: rank {} was built as {} but the group's root is rank {}; rooted modes "
                     "need is_root = true on exactly one peer",
                     describe(), m_rank, m_param.is_root ? "root" : "non-root", m_root);
-    if (m_param.check_consistency) check_peers(input);
+    if (m_param.check_consistency) check_peers(input, output);
 }
 
-void CollectiveComm::check_peers(const Tensor* input) {
+void CollectiveComm::check_peers(const Tensor* input, const TensorShape& output) {
     // Each rank publishes what it is about to do; every rank compares all of them, so a
     // mismatch is the same error everywhere instead of a hang or corrupted data. Mode, dtype
     // and group size must agree everywhere; input shapes among the ranks that have inputs
@@ -150,7 +150,8 @@ void CollectiveComm::check_peers(const Tensor* input) {
     };
     m_param.group_client->set(slot(check, m_rank), mine);
     m_checks = check;
-    if (input) m_checked_shape = input->shape();
+    m_checked_input = input ? input->shape() : TensorShape{};
+    m_checked_output = output;
     std::vector<std::string> values(m_param.nr_devices);
     std::string late;
     for (uint32_t r = 0; r < m_param.nr_devices; ++r) {
@@ -209,10 +210,14 @@ void CollectiveComm::execute(ExecCtx& ctx) {
     }
     const Tensor* in = has_input() ? &ctx.input(0) : nullptr;
     Tensor& out = ctx.output(0);
+    // Checked again when this rank's input or output shape changed: a rank without an input
+    // (a BROADCAST or SCATTER non-root) sees the change in the output shape it learned from
+    // the root.
     if (!m_comm)
-        join(in);
-    else if (m_param.check_consistency && in && in->shape() != m_checked_shape)
-        check_peers(in);
+        join(in, out.shape());
+    else if (m_param.check_consistency &&
+             ((in && in->shape() != m_checked_input) || out.shape() != m_checked_output))
+        check_peers(in, out.shape());
     auto start = std::chrono::steady_clock::now();
     mode_trait(m_param.mode).execute(*m_comm, in, out, m_rank, m_root);
     if (debug_collectives()) {

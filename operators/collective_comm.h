@@ -110,18 +110,18 @@ public:
     bool has_input() const { return !inputs().empty(); }
 
 private:
-    void join(const Tensor* input);
+    void join(const Tensor* input, const TensorShape& output);
     //! Publishes this rank's mode, dtype, group size and input shape as check number
     //! m_checks + 1 of the key and compares every peer's; throws CommError on a mismatch.
-    void check_peers(const Tensor* input);
+    void check_peers(const Tensor* input, const TensorShape& output);
 
     CollectiveParam m_param;
     std::shared_ptr<comm::Communicator> m_comm;
     uint32_t m_rank = 0, m_root = 0;
-    //! Consistency checks done, and the input shape of the last one: a later run whose input
-    //! shape differs (after re-inference) checks again before it communicates.
+    //! Consistency checks done, and the input and output shapes of the last one: a later run
+    //! whose shapes differ (after re-inference) checks again before it communicates.
     uint64_t m_checks = 0;
-    TensorShape m_checked_shape;
+    TensorShape m_checked_input, m_checked_output;
 };
 
 //! A rank's view of a group: what the short helpers below need. Copies share the key
