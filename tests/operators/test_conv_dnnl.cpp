@@ -4,6 +4,7 @@
 // changed in place between runs; and which implementation oneDNN runs for the common cases.
 #include "checker.h"
 
+#include "base/cpu_isa.h"
 #include "base/thread_pool.h"
 #include "operators/dnnl_kernels.h"
 
@@ -11,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 using namespace braid;
 using namespace braid::test;
@@ -158,6 +160,12 @@ TEST(Conv2dDnnl, CommonShapesRunJitKernels) {
     for (const auto& s : {stem, body, down}) {
         EXPECT_NE(s, "") << "oneDNN declined a common convolution";
         EXPECT_EQ(s.rfind("ref", 0), std::string::npos) << s;
+        // braid's instruction-set cap (BRAID_MAX_CPU_ISA) reaches oneDNN's kernel choice.
+        if (cpu_isa() < CpuIsa::AVX512 && !std::getenv("ONEDNN_MAX_CPU_ISA"))
+            EXPECT_EQ(s.find("avx512"), std::string::npos) << s << " under the cap "
+                                                            << cpu_isa_name(cpu_isa());
+        if (cpu_isa() < CpuIsa::AVX2 && !std::getenv("ONEDNN_MAX_CPU_ISA"))
+            EXPECT_EQ(s.find("avx2"), std::string::npos) << s;
     }
     opr::kern::set_dnnl_conv_enabled(false);
     EXPECT_EQ(impl(geometry(1, 1), {1, 64, 56, 56}, {64, 64, 3, 3}), "");
