@@ -89,7 +89,11 @@ void check_block(uint32_t n, const std::vector<Arg>& args,
     ASSERT_EQ(got.size(), ref_outs.size());
     for (size_t i = 0; i < got.size(); ++i) {
         std::string what = i == 0 ? "y" : i == 1 ? "d loss / d x" : "d loss / d " + args[i].name;
-        expect_tensor_near(got[i], exec->output(i), RTOL, ATOL,
+        // d loss / d bk is zero in exact arithmetic (softmax ignores a shift that every key of a
+        // query shares), so both sides are rounding noise of terms of order 1, whose size
+        // depends on the kernel path (ISA, thread split): compared against 0 within 1e-5.
+        double atol = i >= 2 && args[i].name == "bk" ? 1e-5 : ATOL;
+        expect_tensor_near(got[i], exec->output(i), RTOL, atol,
                            fmt::format("{} ranks: {}", n, what));
     }
 }
