@@ -1,18 +1,26 @@
 #include "serve/http_server.h"
 
+#include "serve/connection_tracker.h"
 #include "serve/json.h"
 #include "serve/protocol.h"
 
 #include <httplib.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <charconv>
 #include <condition_variable>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <thread>
 
 namespace braid::serve {
 
@@ -35,6 +43,8 @@ public:
         size_t threads = 0, idle = 0, busy = 0;
         size_t max_threads = 1;
         bool shutdown = false;
+        //! Called (without the lock) when a new connection must wait for a thread.
+        std::function<void()> on_full;
     };
 
     ConnectionQueue(std::shared_ptr<State> state, int drain_timeout_s, bool& drained)
@@ -46,6 +56,9 @@ public:
         if (m_state->pending.size() > m_state->idle && m_state->threads < m_state->max_threads)
             spawn();
         m_state->work_cv.notify_one();
+        bool full = m_state->pending.size() > m_state->idle;
+        lock.unlock();
+        if (full && m_state->on_full) m_state->on_full();
     }
 
     void shutdown() override {
@@ -173,6 +186,8 @@ std::string join(const std::vector<std::string>& names) {
  */
 class Server : public httplib::Server {
 public:
+    explicit Server(ConnectionTracker& tracker) : m_tracker(tracker) {}
+
     void raise_backlog(int backlog) {
         socket_t sock = svr_sock_;
         if (sock != INVALID_SOCKET) ::listen(sock, backlog);
@@ -191,6 +206,115 @@ public:
 
     //! After listen returned: the socket is closed, so nothing may use its number again.
     void forget_socket() { svr_sock_ = INVALID_SOCKET; }
+
+private:
+    /*!
+     * One connection, on its connection thread, in place of httplib's loop (which this
+     * overrides): requests one after the other while the connection is kept alive. The tracker
+     * knows the socket while it is served, and the wait for the next request sleeps in poll()
+     * until bytes arrive or the idle timeout passes (httplib's loop wakes every 10 ms).
+     */
+    bool process_and_close_socket(socket_t sock) override {
+        m_tracker.open(sock);
+        SocketStream stream(sock, read_timeout_sec_, write_timeout_sec_);
+        bool ok = false;
+        for (size_t left = keep_alive_max_count_; left > 0; --left) {
+            if (!stream.wait_readable(int(keep_alive_timeout_sec_) * 1000)) break;
+            bool closed = false;
+            ok = process_request(stream, left == 1, closed, nullptr);
+            if (!ok || closed) break;
+        }
+        m_tracker.close();
+        ::shutdown(sock, SHUT_RDWR);
+        ::close(sock);
+        return ok;
+    }
+
+    /*!
+     * httplib's Stream over a connected socket: reads wait at most the read timeout for bytes,
+     * writes at most the write timeout for room (the connection counts as broken then), through
+     * a 4 KiB read buffer, as httplib's own socket stream does.
+     */
+    class SocketStream : public httplib::Stream {
+    public:
+        SocketStream(socket_t sock, time_t read_timeout_s, time_t write_timeout_s)
+            : m_sock(sock), m_read_ms(int(read_timeout_s) * 1000),
+              m_write_ms(int(write_timeout_s) * 1000) {}
+
+        //! True when bytes (or end of file) arrived within `ms`, or were buffered already.
+        bool wait_readable(int ms) const { return m_off < m_len || poll_for(POLLIN, ms); }
+        bool is_readable() const override { return wait_readable(m_read_ms); }
+        bool is_writable() const override { return poll_for(POLLOUT, m_write_ms); }
+        ssize_t read(char* ptr, size_t size) override {
+            if (m_off == m_len) {
+                if (!is_readable()) return -1;
+                ssize_t n = retry([&] { return ::recv(m_sock, m_buf, sizeof m_buf, 0); });
+                if (n <= 0) return n;
+                m_off = 0;
+                m_len = size_t(n);
+            }
+            size_t n = std::min(size, m_len - m_off);
+            std::memcpy(ptr, m_buf + m_off, n);
+            m_off += n;
+            return ssize_t(n);
+        }
+        ssize_t write(const char* ptr, size_t size) override {
+            if (!is_writable()) return -1;
+            return retry([&] { return ::send(m_sock, ptr, size, MSG_NOSIGNAL); });
+        }
+        void get_remote_ip_and_port(std::string& ip, int& port) const override {
+            address_of(::getpeername, ip, port);
+        }
+        void get_local_ip_and_port(std::string& ip, int& port) const override {
+            address_of(::getsockname, ip, port);
+        }
+        socket_t socket() const override { return m_sock; }
+
+    private:
+        bool poll_for(short events, int ms) const {
+            pollfd p{m_sock, events, 0};
+            int r = int(retry([&] { return ssize_t(::poll(&p, 1, ms)); }));
+            return r > 0 && !(p.revents & POLLNVAL) && (events == POLLIN || !(p.revents & POLLERR));
+        }
+        template <typename F> static ssize_t retry(F fn) {
+            ssize_t r;
+            do r = fn();
+            while (r < 0 && errno == EINTR);
+            return r;
+        }
+        template <typename Get> void address_of(Get get, std::string& ip, int& port) const {
+            sockaddr_storage addr{};
+            socklen_t len = sizeof addr;
+            ip.clear();
+            port = 0;
+            if (get(m_sock, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return;
+            char host[INET6_ADDRSTRLEN] = "";
+            if (addr.ss_family == AF_INET) {
+                auto* a = reinterpret_cast<sockaddr_in*>(&addr);
+                ::inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
+                port = ntohs(a->sin_port);
+            } else if (addr.ss_family == AF_INET6) {
+                auto* a = reinterpret_cast<sockaddr_in6*>(&addr);
+                ::inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
+                port = ntohs(a->sin6_port);
+            }
+            ip = host;
+        }
+
+        socket_t m_sock;
+        int m_read_ms, m_write_ms;
+        char m_buf[4096];
+        size_t m_off = 0, m_len = 0;
+    };
+
+    ConnectionTracker& m_tracker;
+};
+
+//! Marks the calling thread's connection as having a request in a handler, for its scope.
+struct RequestScope {
+    ConnectionTracker& tracker;
+    explicit RequestScope(ConnectionTracker& t) : tracker(t) { tracker.enter_request(); }
+    ~RequestScope() { tracker.leave_request(); }
 };
 
 } // namespace
@@ -199,14 +323,56 @@ struct HttpServer::Impl {
     ServerOptions options;
     Repository& repository;
     Metrics& metrics;
+    ConnectionTracker tracker;
     Server server;
     std::shared_ptr<ConnectionQueue::State> connections =
         std::make_shared<ConnectionQueue::State>();
     bool drained = true;
     std::atomic<bool> draining{false};
+    // The slot keeper: while connections wait for a thread, it shuts stalled ones (idle, or
+    // sending their headers for longer than the stall timeout), every 50 ms.
+    std::thread keeper;
+    std::mutex keeper_mutex;
+    std::condition_variable keeper_cv;
+    bool keeper_stop = false;
+    bool keeper_woken = false; //!< a connection started waiting since the keeper last looked
 
     Impl(const ServerOptions& o, Repository& r, Metrics& m)
-        : options(o), repository(r), metrics(m) {}
+        : options(o), repository(r), metrics(m),
+          tracker(std::chrono::milliseconds(o.stall_timeout_ms)), server(tracker) {}
+    ~Impl() { stop_keeper(); }
+
+    //! Connections waiting for a thread beyond the idle threads.
+    size_t waiting_connections() {
+        std::lock_guard lock(connections->mutex);
+        return connections->pending.size() > connections->idle
+                   ? connections->pending.size() - connections->idle
+                   : 0;
+    }
+    void keep_slots() {
+        std::unique_lock lk(keeper_mutex);
+        while (!keeper_stop) {
+            keeper_woken = false;
+            size_t waiting = waiting_connections();
+            if (waiting == 0) {
+                keeper_cv.wait(lk, [&] { return keeper_woken || keeper_stop; });
+                continue;
+            }
+            lk.unlock();
+            for (size_t i = 0; i < waiting && tracker.evict_stalled(); ++i) {
+            }
+            lk.lock();
+            keeper_cv.wait_for(lk, std::chrono::milliseconds(50));
+        }
+    }
+    void stop_keeper() {
+        {
+            std::lock_guard lk(keeper_mutex);
+            keeper_stop = true;
+        }
+        keeper_cv.notify_all();
+        if (keeper.joinable()) keeper.join();
+    }
 
     void route(const httplib::Request& req, httplib::Response& res, std::string_view body);
     void infer(const std::string& name, const httplib::Request& req, httplib::Response& res,
@@ -442,6 +608,11 @@ HttpServer::HttpServer(const ServerOptions& options, Repository& repository, Met
     : m_impl(std::make_unique<Impl>(options, repository, metrics)) {
     Impl& s = *m_impl;
     s.connections->max_threads = std::max<size_t>(1, options.max_connections);
+    s.connections->on_full = [&s] {
+        std::lock_guard lk(s.keeper_mutex);
+        s.keeper_woken = true;
+        s.keeper_cv.notify_one();
+    };
     auto state = s.connections;
     metrics.set_connection_gauges(
         [state] {
@@ -471,6 +642,7 @@ HttpServer::HttpServer(const ServerOptions& options, Repository& repository, Met
     };
     auto handler = [&s, refuse_when_draining](const httplib::Request& req,
                                               httplib::Response& res) {
+        RequestScope in_request(s.tracker);
         if (refuse_when_draining(res)) return;
         s.route(req, res, req.body);
     };
@@ -482,6 +654,7 @@ HttpServer::HttpServer(const ServerOptions& options, Repository& repository, Met
     auto with_body = [&s, refuse_when_draining](const httplib::Request& req,
                                                 httplib::Response& res,
                                                 const httplib::ContentReader& read) {
+        RequestScope in_request(s.tracker);
         if (refuse_when_draining(res)) return;
         std::string body;
         bool chunked =
@@ -507,16 +680,29 @@ HttpServer::HttpServer(const ServerOptions& options, Repository& repository, Met
                 return over_limit(std::to_string(length) + " bytes announced");
             body.reserve(length);
         }
-        bool over = false;
+        // The whole body must arrive within the read timeout, so that a client trickling it
+        // cannot hold its connection's thread for longer.
+        auto deadline =
+            std::chrono::steady_clock::now() + std::chrono::seconds(s.options.read_timeout_s);
+        bool over = false, late = false;
         if (!read([&](const char* data, size_t n) {
                 if (n > s.options.max_body_bytes - body.size()) {
                     over = true;
                     return false; // stop reading: nothing more of the body is taken
                 }
+                if (std::chrono::steady_clock::now() > deadline) {
+                    late = true;
+                    return false;
+                }
                 body.append(data, n);
                 return true;
             })) {
             if (over) return over_limit("chunked, more than the limit sent");
+            if (late)
+                return reply_error_and_close(
+                    res, 408,
+                    "the request body took longer than the read timeout of " +
+                        std::to_string(s.options.read_timeout_s) + " s (--read-timeout-s)");
             return reply_error_and_close(res, 400,
                                          "the request body could not be read (malformed "
                                          "chunked encoding, or the client stopped sending)");
@@ -578,7 +764,9 @@ int HttpServer::bind() {
 
 bool HttpServer::serve() {
     // Returns when the accept loop ended (stop()) and the connections were drained.
+    m_impl->keeper = std::thread([this] { m_impl->keep_slots(); });
     m_impl->server.listen_after_bind();
+    m_impl->stop_keeper();
     m_impl->server.forget_socket();
     return m_impl->drained;
 }

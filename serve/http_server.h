@@ -25,6 +25,9 @@ struct ServerOptions {
     size_t max_connections = 2048;        //!< connections served at once; more wait to be served
     int idle_timeout_s = 5;               //!< a connection idle this long is closed
     int read_timeout_s = 5;               //!< a read that waits this long closes the connection
+    //! While connections wait for a slot, one without a request in progress (idle, or still
+    //! sending its headers) for this long is closed to make room.
+    int64_t stall_timeout_ms = 1000;
     int write_timeout_s = 5;
     int64_t request_timeout_ms = 30000; //!< every request's deadline, at most
     int drain_timeout_s = 30;           //!< on SIGTERM, how long requests in flight may take

@@ -90,6 +90,12 @@ int main(int argc, char** argv) {
         ->envname("BRAID_SERVE_READ_TIMEOUT_S")
         ->check(CLI::Range(1, 3600))
         ->capture_default_str();
+    app.add_option("--stall-timeout-ms", options.stall_timeout_ms,
+                   "when every connection slot is taken, close a connection that has had no "
+                   "request in progress (idle, or sending its headers) for this long")
+        ->envname("BRAID_SERVE_STALL_TIMEOUT_MS")
+        ->check(CLI::Range(int64_t(1), int64_t(3600) * 1000))
+        ->capture_default_str();
     app.add_option("--write-timeout-s", options.write_timeout_s,
                    "close a connection that takes this long to accept response bytes")
         ->envname("BRAID_SERVE_WRITE_TIMEOUT_S")
