@@ -51,9 +51,12 @@ CpuIsa cpu_isa() {
 
 const char* cpu_isa_name(CpuIsa isa) {
     switch (isa) {
-    case CpuIsa::SCALAR: return "scalar";
-    case CpuIsa::AVX2: return "avx2";
-    case CpuIsa::AVX512: return "avx512";
+    case CpuIsa::SCALAR:
+        return "scalar";
+    case CpuIsa::AVX2:
+        return "avx2";
+    case CpuIsa::AVX512:
+        return "avx512";
     }
     return "scalar";
 }

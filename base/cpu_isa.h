@@ -30,7 +30,9 @@ CpuIsa cpu_isa_detected();
 CpuIsa cap_cpu_isa(CpuIsa detected, const char* cap);
 
 //! True when kernels may use the code of `level` (cpu_isa() is `level` or above).
-inline bool cpu_isa_at_least(CpuIsa level) { return int(cpu_isa()) >= int(level); }
+inline bool cpu_isa_at_least(CpuIsa level) {
+    return int(cpu_isa()) >= int(level);
+}
 
 //! "scalar", "avx2" or "avx512".
 const char* cpu_isa_name(CpuIsa isa);

@@ -105,7 +105,7 @@ Context::~Context() {
 }
 
 void Context::Impl::close() {
-    wait_idle();                  // asynchronous runs end first
+    wait_idle();                   // asynchronous runs end first
     std::lock_guard lk(run_mutex); // as does a run in flight on another thread
     closed = true;                 // and a run that has not taken the lock yet never starts
 }
@@ -200,9 +200,9 @@ std::vector<int64_t> Context::Impl::output_shape(size_t idx) {
     std::vector<InputNode*> nodes;
     for (auto& io : loaded.inputs) nodes.push_back(static_cast<InputNode*>(io.var.node()->owner()));
     for (size_t i = 0; i < fed.size(); ++i)
-        if (fed[i].empty() && std::find(loaded.inputs[i].shape.begin(),
-                                        loaded.inputs[i].shape.end(),
-                                        -1) != loaded.inputs[i].shape.end())
+        if (fed[i].empty() &&
+            std::find(loaded.inputs[i].shape.begin(), loaded.inputs[i].shape.end(), -1) !=
+                loaded.inputs[i].shape.end())
             throw Error(Code::FAILED_PRECONDITION,
                         fmt::format("output \"{}\": input \"{}\" is not bound and its shape {} "
                                     "has dims fixed at run time; call set_input() first",

@@ -49,8 +49,8 @@ class FedShapeRollback {
 public:
     explicit FedShapeRollback(const std::vector<InputNode*>& inputs) {
         for (auto* in : inputs)
-            m_saved.emplace_back(in, in->fed_shape() ? std::optional(*in->fed_shape())
-                                                     : std::nullopt);
+            m_saved.emplace_back(in,
+                                 in->fed_shape() ? std::optional(*in->fed_shape()) : std::nullopt);
     }
     //! Puts the remembered shapes back and re-infers; never throws (the shapes were inferred
     //! before, and a failure now is logged).

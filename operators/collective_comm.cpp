@@ -168,16 +168,17 @@ void CollectiveComm::check_peers(const Tensor* input, const TensorShape& output)
             // buffers (wrong values on one side, a truncation error or abort on the other).
             std::string before = m_param.group_client->get(slot(check - 1, r));
             auto nl = before.find('\n');
-            late += fmt::format("{}rank {} (still at check {}: input {})", late.empty() ? "" : ", ",
-                                r, check - 1,
-                                nl == std::string::npos ? "-" : before.substr(nl + 1));
+            late +=
+                fmt::format("{}rank {} (still at check {}: input {})", late.empty() ? "" : ", ", r,
+                            check - 1, nl == std::string::npos ? "-" : before.substr(nl + 1));
         }
     }
     if (!late.empty())
-        BRAID_THROW(CommError,
-                    "CollectiveComm \"{}\": rank {}'s input changed to {} (check {}), but peers did "
-                    "not check again: {}; every rank must run a collective with matching shapes",
-                    m_param.key, m_rank, shape, check, late);
+        BRAID_THROW(
+            CommError,
+            "CollectiveComm \"{}\": rank {}'s input changed to {} (check {}), but peers did "
+            "not check again: {}; every rank must run a collective with matching shapes",
+            m_param.key, m_rank, shape, check, late);
     std::vector<std::string> headers, shapes;
     for (uint32_t r = 0; r < m_param.nr_devices; ++r) {
         const std::string& v = values[r];

@@ -70,7 +70,8 @@ using tag = dnnl::memory::format_tag;
 
 const dnnl::engine& cpu_engine() {
     // dnnl_single_thread() first: it also applies braid's ISA cap, which must precede any kernel.
-    static const dnnl::engine engine = (dnnl_single_thread(), dnnl::engine(dnnl::engine::kind::cpu, 0));
+    static const dnnl::engine engine =
+        (dnnl_single_thread(), dnnl::engine(dnnl::engine::kind::cpu, 0));
     return engine;
 }
 

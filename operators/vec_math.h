@@ -155,7 +155,9 @@ VMATH_INLINE float gelu_tanh(float x) {
 
 //! True when the AVX2 + FMA code below may run: the CPU has it and BRAID_MAX_CPU_ISA does not
 //! cap it away (base/cpu_isa.h).
-inline bool avx2_fma_supported() { return cpu_isa_at_least(CpuIsa::AVX2); }
+inline bool avx2_fma_supported() {
+    return cpu_isa_at_least(CpuIsa::AVX2);
+}
 
 //! Outputs of at least this many bytes are written with non-temporal (streaming) stores by the
 //! AVX2 kernels: they would not stay in cache for the next operator anyway, and streaming

@@ -42,8 +42,8 @@ public:
 
 private:
     struct Entry {
-        int watch = -1;            //!< duplicate of the connection's socket
-        Clock::time_point since;   //!< start of the current stretch without a request
+        int watch = -1;          //!< duplicate of the connection's socket
+        Clock::time_point since; //!< start of the current stretch without a request
         bool in_request = false;
         bool shut = false;
     };

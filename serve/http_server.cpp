@@ -4,17 +4,17 @@
 #include "serve/json.h"
 #include "serve/protocol.h"
 
-#include <httplib.h>
 #include <arpa/inet.h>
+#include <httplib.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <charconv>
 #include <condition_variable>
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <deque>
@@ -640,8 +640,7 @@ HttpServer::HttpServer(const ServerOptions& options, Repository& repository, Met
         reply_error_and_close(res, 503, "the server is shutting down");
         return true;
     };
-    auto handler = [&s, refuse_when_draining](const httplib::Request& req,
-                                              httplib::Response& res) {
+    auto handler = [&s, refuse_when_draining](const httplib::Request& req, httplib::Response& res) {
         RequestScope in_request(s.tracker);
         if (refuse_when_draining(res)) return;
         s.route(req, res, req.body);
@@ -651,8 +650,7 @@ HttpServer::HttpServer(const ServerOptions& options, Repository& repository, Met
     // limit before refusing it, and read a chunked body of any size. Here a body over
     // --max-body-bytes is refused before it is read (announced by Content-Length), or as soon as
     // the bytes read pass the limit (chunked), and the connection is closed after the 413.
-    auto with_body = [&s, refuse_when_draining](const httplib::Request& req,
-                                                httplib::Response& res,
+    auto with_body = [&s, refuse_when_draining](const httplib::Request& req, httplib::Response& res,
                                                 const httplib::ContentReader& read) {
         RequestScope in_request(s.tracker);
         if (refuse_when_draining(res)) return;

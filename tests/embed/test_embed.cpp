@@ -11,8 +11,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cmath>
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -250,7 +250,8 @@ TEST(Embed, CancelAndDeadlineStopARunWithTheirOwnCodes) {
 
     // A quarter of a run, but at most 2 ms: `full` may have been measured while other tests
     // loaded the machine, and a deadline or cancel later than the run's end tests nothing.
-    auto part = std::min<std::chrono::steady_clock::duration>(full / 4, std::chrono::milliseconds(2));
+    auto part =
+        std::min<std::chrono::steady_clock::duration>(full / 4, std::chrono::milliseconds(2));
     em::RunOptions late;
     late.deadline = std::chrono::steady_clock::now() + part;
     EXPECT_EQ(code_of([&] { ctx->run(late); }, &msg), em::Code::DEADLINE_EXCEEDED);
@@ -490,9 +491,8 @@ TEST(Embed, OutputShapeNeedsBoundRunTimeDimsAndAnEmptyBatchRuns) {
 
     // A model whose inputs are all fixed answers before any input is bound.
     DumpOptions fixed;
-    auto fixed_bytes = model_bytes(
-        [](ComputingGraph& g) { return examples::build_mlp(g, 5, 32, 16, 3); }, fixed);
+    auto fixed_bytes =
+        model_bytes([](ComputingGraph& g) { return examples::build_mlp(g, 5, 32, 16, 3); }, fixed);
     auto fixed_model = em::Model::load_buffer(fixed_bytes.data(), fixed_bytes.size(), true);
-    EXPECT_EQ(fixed_model->create_context()->output_shape("logits"),
-              (std::vector<int64_t>{5, 3}));
+    EXPECT_EQ(fixed_model->create_context()->output_shape("logits"), (std::vector<int64_t>{5, 3}));
 }
