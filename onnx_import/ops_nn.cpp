@@ -416,6 +416,8 @@ SymbolVarArray batchnorm_op(const NodeCtx& c) {
     if (!training) return one(batch_norm(x, scale, bias, mean, var, eps));
     // Training: normalize with the batch statistics and update the running ones.
     size_t rank = rank_of(c, x);
+    if (rank < 2)
+        c.invalid(fmt::format("the input has rank {}; it needs a batch and a channel dim", rank));
     std::vector<int> axes{0};
     for (size_t i = 2; i < rank; ++i) axes.push_back(int(i));
     std::vector<long> shape(rank, 1);

@@ -336,3 +336,31 @@ TEST(OnnxImport, FuzzedOldGemmWithoutShapesDoesNotReachTheVersionConverter) {
         SUCCEED() << e.what();
     }
 }
+
+TEST(OnnxImport, TrainingBatchNormOfAVectorIsAnErrorNotAWritePastItsShape) {
+    // Found by the ONNX fuzzer: BatchNormalization in training mode on a rank-1 input made the
+    // importer set dim 1 of a rank-1 broadcast shape (a write past a vector's end). It must
+    // fail with a braid error naming the node and the rank.
+    ModelBuilder m;
+    m.model.mutable_opset_import(0)->set_version(15); // training_mode came in opset 14
+    m.input("x", onnx::TensorProto::FLOAT, {3});
+    for (const char* name : {"scale", "bias", "mean", "var"}) {
+        auto* t = m.initializer(name, onnx::TensorProto::FLOAT, {3});
+        for (int i = 0; i < 3; ++i) t->add_float_data(1.f);
+    }
+    auto* bn = m.node("BatchNormalization", {"x", "scale", "bias", "mean", "var"}, {"y"});
+    auto* mode = bn->add_attribute();
+    mode->set_name("training_mode");
+    mode->set_type(onnx::AttributeProto::INT);
+    mode->set_i(1);
+    m.output("y", onnx::TensorProto::FLOAT, 1);
+    auto bytes = m.bytes();
+    try {
+        onnx_import::import_bytes(bytes);
+        FAIL() << "a training BatchNormalization of a rank-1 input imported";
+    } catch (const braid::Error& e) {
+        std::string msg = e.what();
+        EXPECT_NE(msg.find("BatchNormalization"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("rank 1"), std::string::npos) << msg;
+    }
+}
