@@ -228,11 +228,15 @@ SymbolVarArray max_unpool(const NodeCtx& c) {
     std::vector<long> natural = dims_of(x.shape());
     auto k = c.attr_ints("kernel_shape"), s = c.attr_ints("strides"), p = c.attr_ints("pads");
     size_t nsp = rank - 2;
-    if (k.size() != nsp) c.invalid("kernel_shape needs one value per spatial dim");
+    if (k.size() != nsp || (!s.empty() && s.size() != nsp) || (!p.empty() && p.size() != 2 * nsp))
+        c.invalid(fmt::format("kernel_shape and strides need {} values, pads {}", nsp, 2 * nsp));
     for (size_t i = 0; i < nsp; ++i) {
         long stride = s.empty() ? 1 : long(s[i]);
         long pads = p.empty() ? 0 : long(p[i] + p[i + nsp]);
+        if (stride <= 0 || k[i] <= 0) c.invalid("kernel_shape and strides must be positive");
         natural[i + 2] = (long(x.shape()[i + 2]) - 1) * stride + long(k[i]) - pads;
+        if (natural[i + 2] <= 0)
+            c.invalid(fmt::format("spatial dim {} would unpool to {} elements", i, natural[i + 2]));
     }
     std::vector<long> out = natural;
     if (c.has_input(2)) {

@@ -364,3 +364,34 @@ TEST(OnnxImport, TrainingBatchNormOfAVectorIsAnErrorNotAWritePastItsShape) {
         EXPECT_NE(msg.find("rank 1"), std::string::npos) << msg;
     }
 }
+
+TEST(OnnxImport, MaxUnpoolWithTooFewStridesOrPadsIsAnError) {
+    // Found by the ONNX fuzzer: MaxUnpool read strides[i] and pads[i + n] past the end of
+    // shorter lists (a heap read out of bounds). Such lists are an error naming the node.
+    for (bool short_pads : {false, true}) {
+        ModelBuilder m;
+        m.model.mutable_opset_import(0)->set_version(11);
+        m.input("x", onnx::TensorProto::FLOAT, {1, 1, 2, 2});
+        m.input("i", onnx::TensorProto::INT64, {1, 1, 2, 2});
+        auto* n = m.node("MaxUnpool", {"x", "i"}, {"y"});
+        auto ints = [&](const char* name, std::vector<int64_t> values) {
+            auto* a = n->add_attribute();
+            a->set_name(name);
+            a->set_type(onnx::AttributeProto::INTS);
+            for (auto v : values) a->add_ints(v);
+        };
+        ints("kernel_shape", {2, 2});
+        ints(short_pads ? "pads" : "strides", {2});
+        m.output("y", onnx::TensorProto::FLOAT, 4);
+        auto bytes = m.bytes();
+        try {
+            onnx_import::import_bytes(bytes);
+            FAIL() << "MaxUnpool with one " << (short_pads ? "pad" : "stride") << " imported";
+        } catch (const braid::Error& e) {
+            std::string msg = e.what();
+            EXPECT_NE(msg.find("MaxUnpool"), std::string::npos) << msg;
+            EXPECT_NE(msg.find("kernel_shape and strides need 2 values, pads 4"), std::string::npos)
+                << msg;
+        }
+    }
+}
