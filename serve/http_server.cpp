@@ -156,7 +156,12 @@ void reply_error(httplib::Response& res, int status, std::string_view message) {
  * that reports failure after its last byte. The error handler leaves such responses alone
  * (they carry "Connection: close").
  */
+//! Set when this thread's request was refused with reply_error_and_close(): its connection is
+//! closed with a linger (see Server::process_and_close_socket).
+thread_local bool t_refused = false;
+
 void reply_error_and_close(httplib::Response& res, int status, std::string_view message) {
+    t_refused = true;
     auto body = std::make_shared<std::string>(error_body(message));
     res.status = status;
     res.set_header("Connection", "close");
@@ -225,9 +230,33 @@ private:
             if (!ok || closed) break;
         }
         m_tracker.close();
+        if (t_refused) linger(sock);
+        t_refused = false;
         ::shutdown(sock, SHUT_RDWR);
         ::close(sock);
         return ok;
+    }
+
+    /*!
+     * After a refusal, the client may still be sending the body it announced. Closing a socket
+     * with unread bytes sends a reset, which can reach the client before it has read the
+     * refusal. So: end our side, then read and discard what still comes, for at most 500 ms
+     * and 4 MiB, before closing (nginx's lingering close, bounded).
+     */
+    static void linger(socket_t sock) {
+        ::shutdown(sock, SHUT_WR);
+        auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
+        char buf[16384];
+        for (size_t left = size_t(4) << 20; left > 0;) {
+            auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          until - std::chrono::steady_clock::now())
+                          .count();
+            pollfd p{sock, POLLIN, 0};
+            if (ms <= 0 || ::poll(&p, 1, int(ms)) <= 0) return;
+            ssize_t n = ::recv(sock, buf, std::min(sizeof buf, left), 0);
+            if (n <= 0) return;
+            left -= size_t(n);
+        }
     }
 
     /*!
