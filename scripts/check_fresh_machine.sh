@@ -26,6 +26,8 @@ REPO="$(cd "$(dirname "$0")/.." && pwd)"
 ROOT="${FRESH_ROOT:-/tmp/braid-fresh-root}"
 LOGS="${FRESH_LOGS:-$REPO/build/fresh}"
 SUITE=bookworm
+# Where the clone lives inside the root (a path of the root, not of this machine).
+SRC=/usr/src/braid
 
 if [ "$(id -u)" -ne 0 ]; then
   echo "check-fresh: needs root (debootstrap, chroot and mounts)" >&2
@@ -115,18 +117,19 @@ clone() {
   local commit
   commit=$(git -C "$REPO" rev-parse HEAD)
   echo "cloning $commit (committed HEAD; uncommitted changes are not part of the check)"
-  git clone -q --no-hardlinks "$REPO" "$ROOT/root/braid"
-  git -C "$ROOT/root/braid" checkout -q "$commit"
+  mkdir -p "$(dirname "$ROOT$SRC")"
+  git clone -q --no-hardlinks "$REPO" "$ROOT$SRC"
+  git -C "$ROOT$SRC" checkout -q "$commit"
 }
 
 T0=$(date +%s)
 echo "check-fresh: Debian $SUITE minbase root in $ROOT, logs in $LOGS ($MODE)"
 step debootstrap make_root || exit 1
 step clone clone || exit 1
-step make-run in_root 'cd /root/braid && make run' || exit 1
+step make-run in_root "cd $SRC && make run" || exit 1
 if [ "$MODE" = full ]; then
-  step make-test in_root 'cd /root/braid && make test TEST_EXCLUDE="slow|fuzz"' || exit 1
+  step make-test in_root "cd $SRC && make test TEST_EXCLUDE='slow|fuzz'" || exit 1
 else
-  step make-smoke in_root 'cd /root/braid && make test-smoke' || exit 1
+  step make-smoke in_root "cd $SRC && make test-smoke" || exit 1
 fi
 echo "check-fresh: passed in $(($(date +%s) - T0))s ($MODE)"
