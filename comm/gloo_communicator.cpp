@@ -2,6 +2,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "comm/peer_liveness.h"
 #include "comm/reduce_kernels.h"
 
 #include <arpa/inet.h>
@@ -301,9 +302,13 @@ GlooCommunicator::GlooCommunicator(const CommunicatorDesc& desc)
     context->setTimeout(timeout());
     m_context = std::move(context);
     logger()->debug("{}: connected, listening on {}", what, device->str());
+    m_liveness_id =
+        PeerLiveness::instance().join({desc.group_client, m_prefix, desc.rank,
+                                       [this](const char* call) { return describe(call); }});
 }
 
 GlooCommunicator::~GlooCommunicator() {
+    if (m_liveness_id) PeerLiveness::instance().leave(m_liveness_id);
     if (!m_context || broken()) return;
     // gloo closes its sockets with a reset, which drops bytes still queued for a peer: meet
     // once more, briefly, so that every peer has read everything before the sockets go.
@@ -317,27 +322,42 @@ GlooCommunicator::~GlooCommunicator() {
     }
 }
 
-std::string GlooCommunicator::missing_peers(const std::string& reason) {
+std::string GlooCommunicator::missing_peers(const char* call, const std::string& reason) {
     auto& client = *m_desc.group_client;
     Deadline wait = Deadline::after(std::min(FAILURE_REPORT_WAIT, timeout() / 4));
+    auto left = [&] { return std::max(wait.remaining(), Duration(1)); };
     try {
-        client.set(m_prefix + fmt::format("failed/{}", m_desc.rank), reason.substr(0, 512),
-                   std::max(wait.remaining(), Duration(1)));
-        std::string missing;
+        std::vector<int64_t> beats(m_desc.nranks);
+        for (uint32_t r = 0; r < m_desc.nranks; ++r)
+            if (r != m_desc.rank) beats[r] = read_beat(client, m_prefix, r, left());
+        PeerLiveness::instance().publish_failure(m_liveness_id, call, reason, wait);
+        std::string missing, alive;
+        std::vector<uint32_t> silent;
         for (uint32_t r = 0; r < m_desc.nranks; ++r) {
             if (r == m_desc.rank) continue;
             try {
-                client.get(m_prefix + fmt::format("failed/{}", r),
-                           std::max(wait.remaining(), Duration(1)));
+                std::string seen = client.get(liveness_key(m_prefix, "failed", r), left());
+                if (seen.starts_with(FAILED_ELSEWHERE))
+                    alive += fmt::format("; peer rank {} is alive but failed in another call: {}",
+                                         r, seen.substr(FAILED_ELSEWHERE.size()));
             } catch (const TimeoutError&) {
+                silent.push_back(r);
+            }
+        }
+        // A silent peer whose process raised its beat during the wait is blocked elsewhere.
+        for (uint32_t r : silent) {
+            if (read_beat(client, m_prefix, r, left()) > beats[r]) {
+                std::string where = client.get(liveness_key(m_prefix, "waiting", r), left());
+                alive += fmt::format("; peer rank {} is alive, blocked in {}", r, where);
+            } else {
                 missing += fmt::format("{}{}", missing.empty() ? "" : ", ", r);
             }
         }
-        if (missing.empty()) return {};
+        if (missing.empty()) return alive;
         return fmt::format("; peer rank{} {} did not report this failure within {} (dead, or "
-                           "never reached this call)",
+                           "never reached this call){}",
                            missing.find(',') == std::string::npos ? "" : "s", missing,
-                           format_duration(wait.span()));
+                           format_duration(wait.span()), alive);
     } catch (const Error& e) {
         return fmt::format("; the group manager {} could not be asked which peers are alive: {}",
                            client.address(), e.what());
@@ -346,6 +366,13 @@ std::string GlooCommunicator::missing_peers(const std::string& reason) {
 
 template <typename Body> void GlooCommunicator::run(const char* call, Body&& body) {
     Deadline deadline = Deadline::after(timeout());
+    auto& liveness = PeerLiveness::instance();
+    liveness.call_started(m_liveness_id, call);
+    struct CallDone {
+        PeerLiveness& liveness;
+        uint64_t id;
+        ~CallDone() { liveness.call_done(id); }
+    } done{liveness, m_liveness_id};
     try {
         body(std::max(deadline.remaining(), Duration(1)));
         return;
@@ -359,7 +386,7 @@ template <typename Body> void GlooCommunicator::run(const char* call, Body&& bod
         // Close every connection, so that the peers blocked on this rank fail now instead of
         // at their deadlines.
         m_context.reset();
-        std::string missing = missing_peers(reason);
+        std::string missing = missing_peers(call, reason);
         bool timed_out = reason.find("Timed out") != std::string::npos ||
                          reason.find("timeout") != std::string::npos;
         std::string message = fmt::format(

@@ -24,8 +24,9 @@
 // communicator broken. Before throwing, it publishes that it is alive and failing (key
 // "braid.gloo.<hash>/failed/<rank>") and waits briefly (FAILURE_REPORT_WAIT, at most a
 // quarter of the timeout) for the peers' own reports: the peers that never report are named
-// in the error as dead (or never reaching the call). Thread-safety: one caller at a time,
-// like every Communicator.
+// in the error as dead (or never reaching the call), unless PeerLiveness shows them alive
+// elsewhere: failing in another call, or blocked in one (then the error says which call).
+// Thread-safety: one caller at a time, like every Communicator.
 #pragma once
 
 #include "comm/communicator.h"
@@ -89,9 +90,10 @@ private:
     //! Runs `body` (given the time left to the deadline); turns a gloo failure into
     //! TimeoutError or CommError naming the peers that did not report back.
     template <typename Body> void run(const char* call, Body&& body);
-    //! Publishes this rank's failure and returns the peers that did not publish theirs
-    //! within the report wait, as text ("" when all did).
-    std::string missing_peers(const std::string& reason);
+    //! Publishes this rank's failure of `call` (PeerLiveness::publish_failure) and returns,
+    //! as text, the peers that did not publish theirs within the report wait and are not
+    //! known to be alive, and the peers alive in another call ("" when all failed in this).
+    std::string missing_peers(const char* call, const std::string& reason);
     //! The all_reduce of float32 copies of a float16/bfloat16 buffer.
     void all_reduce_widened(const void* send, void* recv, size_t count, DType dt, ReduceOp op,
                             Duration left);
@@ -101,6 +103,7 @@ private:
     uint32_t m_tag = 0; //!< tag of the next collective
     std::vector<float> m_scratch;
     std::vector<uint8_t> m_bytes;
+    uint64_t m_liveness_id = 0; //!< this communicator's member id in PeerLiveness
 };
 #endif
 

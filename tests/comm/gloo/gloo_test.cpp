@@ -330,6 +330,32 @@ int worker_allreduce(int rank, int size) {
     return 0;
 }
 
+//! Three ranks join two groups, "calls-a" and "calls-b"; then rank 0 all-reduces in "a",
+//! rank 1 in "b", and rank 2 kills itself. Both survivors fail; each must name rank 2 as
+//! missing and the other as alive in another call (not as missing).
+int worker_two_calls(int rank, int size) {
+    auto client = client_from_env();
+    auto timeout = std::chrono::milliseconds(3000);
+    auto a = join_group(client, "gloo", "calls-a", uint32_t(size), false, rank, uint64_t(rank), {},
+                        timeout);
+    auto b = join_group(client, "gloo", "calls-b", uint32_t(size), false, rank, uint64_t(rank), {},
+                        timeout);
+    if (rank == 2) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        raise(SIGKILL);
+    }
+    std::vector<float> data(1024, 1.f);
+    auto& comm = rank == 0 ? *a.communicator : *b.communicator;
+    try {
+        comm.all_reduce(data.data(), data.data(), data.size(), dtype::Float32(), ReduceOp::SUM);
+    } catch (const Error& e) {
+        report(e.what());
+        return 3; // the expected failure of a survivor
+    }
+    report("the all_reduce returned");
+    return 1;
+}
+
 //! Both ranks join, then wait for a key nobody sets while the test stops the server: they
 //! must get a CommError about the server well before their 30 s deadline, and so must a
 //! call made afterwards.
@@ -382,6 +408,7 @@ int run_worker(const std::string& name) {
         int status = name == "allreduce"       ? worker_allreduce(rank, size)
                      : name == "server-stop"   ? worker_server_stop(rank, size)
                      : name == "two-addresses" ? worker_two_addresses(rank, size)
+                     : name == "two-calls"     ? worker_two_calls(rank, size)
                                                : -1;
         CommunicatorCache::instance().clear();
         if (status >= 0) return status;
@@ -493,6 +520,37 @@ TEST(GlooFaults, KilledRankIsNamedByEveryPeerAndTheNextJobRuns) {
         EXPECT_EQ(status, 0) << "rank " << r << ": " << read_report(workers[r]);
     }
     EXPECT_EQ(server->manager()->nr_pending(), 0u);
+}
+
+TEST(GlooFaults, SurvivorsInDifferentCallsNameEachOtherAlive) {
+    if (!gloo_available()) GTEST_SKIP() << "this build has no gloo backend";
+    if (g_rank >= 0) GTEST_SKIP() << "runs alone, not under braid-launch";
+    auto server = start_server();
+    const int size = 3;
+    std::vector<Worker> workers;
+    for (int r = 0; r < size; ++r)
+        workers.push_back(spawn_worker("two-calls", r, size, address_of(*server)));
+    for (int r = 0; r < size; ++r) {
+        int status = wait_worker(workers[r]);
+        std::string text = read_report(workers[r]);
+        if (r == 2) {
+            EXPECT_EQ(status, 128 + SIGKILL) << text;
+            continue;
+        }
+        ASSERT_EQ(status, 3) << "rank " << r << ": " << text;
+        // The other survivor is alive: blocked in its call (the first to fail sees it so), or
+        // failed there (the second sees that); either way named with its call, not as dead.
+        int other = 1 - r;
+        EXPECT_NE(text.find("peer rank 2 did not report this failure"), std::string::npos)
+            << "rank " << r << ": " << text;
+        std::string call = fmt::format("gloo all_reduce (key \"calls-{}\", rank {} of 3)",
+                                       other == 0 ? 'a' : 'b', other);
+        bool blocked = text.find(fmt::format("peer rank {} is alive, blocked in {}", other,
+                                             call)) != std::string::npos;
+        bool failed = text.find(fmt::format("peer rank {} is alive but failed in another call: {}",
+                                            other, call)) != std::string::npos;
+        EXPECT_TRUE(blocked || failed) << "rank " << r << ": " << text;
+    }
 }
 
 TEST(GlooFaults, StoppedServerFailsWaitingClientsAtOnce) {
