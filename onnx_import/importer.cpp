@@ -1,6 +1,8 @@
 #include "onnx_internal.h"
 
 #include "base/error.h"
+#include "base/isolated_call.h"
+#include "base/log.h"
 #include "graph/computing_graph.h"
 #include "operators/io.h"
 #include "operators/registry.h"
@@ -19,6 +21,7 @@
 #include <set>
 #include <sstream>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace braid::onnx_import {
 
@@ -477,6 +480,62 @@ bool converter_reads_only_known_shapes(const onnx::GraphProto& g, int64_t opset)
     return true;
 }
 
+//! How long ONNX's version converter may run on one model.
+constexpr std::chrono::seconds VERSION_CONVERSION_LIMIT{120};
+
+/*!
+ * `model` converted to TARGET_OPSET by ONNX's version converter, run in a child process
+ * (run_isolated): the converter's adapters read node inputs' shapes and attributes without
+ * checking them (a hostile file crashed the Gemm 6 -> 7 adapter), and a model loaded by a
+ * server must not take it down. The child sends back the converted model without the
+ * initializers it left unchanged; they are moved over from `model`. Throws SerializationError
+ * when the converter throws, crashes or runs past VERSION_CONVERSION_LIMIT.
+ */
+onnx::ModelProto converted_in_child(onnx::ModelProto& model, const std::string& source) {
+    std::string bytes = run_isolated(
+        [&] {
+            onnx::ModelProto converted =
+                onnx::version_conversion::ConvertVersion(model, int(TARGET_OPSET));
+            std::unordered_map<std::string, const onnx::TensorProto*> original;
+            for (auto& t : model.graph().initializer()) original[t.name()] = &t;
+            // Kept: a length-prefixed list of the unchanged initializers' names, then the
+            // model without them.
+            std::string kept;
+            auto* inits = converted.mutable_graph()->mutable_initializer();
+            for (int i = inits->size() - 1; i >= 0; --i) {
+                auto it = original.find(inits->Get(i).name());
+                if (it == original.end() ||
+                    it->second->SerializeAsString() != inits->Get(i).SerializeAsString())
+                    continue;
+                kept += inits->Get(i).name();
+                kept.push_back('\0');
+                inits->DeleteSubrange(i, 1);
+            }
+            uint64_t n = kept.size();
+            return std::string(reinterpret_cast<const char*>(&n), sizeof(n)) + kept +
+                   converted.SerializeAsString();
+        },
+        fmt::format("{}: ONNX's version converter (opset {} to {})", source, default_opset(model),
+                    TARGET_OPSET),
+        VERSION_CONVERSION_LIMIT);
+    uint64_t n = 0;
+    if (bytes.size() >= sizeof(n)) std::memcpy(&n, bytes.data(), sizeof(n));
+    onnx::ModelProto converted;
+    if (bytes.size() < sizeof(n) + n ||
+        !converted.ParseFromArray(bytes.data() + sizeof(n) + n, int(bytes.size() - sizeof(n) - n)))
+        BRAID_THROW(SerializationError, "{}: ONNX's version converter returned a malformed model",
+                    source);
+    std::unordered_set<std::string> kept;
+    for (size_t begin = sizeof(n), end = sizeof(n) + n; begin < end;) {
+        size_t zero = bytes.find('\0', begin);
+        kept.insert(bytes.substr(begin, zero - begin));
+        begin = zero + 1;
+    }
+    for (auto& t : *model.mutable_graph()->mutable_initializer())
+        if (kept.count(t.name())) converted.mutable_graph()->add_initializer()->Swap(&t);
+    return converted;
+}
+
 //! `file`: the model's path when it came from a file ("" for bytes), so that the checker finds
 //! external data files next to it rather than in the working directory.
 LoadedModel import_model(onnx::ModelProto& model, const ImportOptions& options,
@@ -506,11 +565,13 @@ LoadedModel import_model(onnx::ModelProto& model, const ImportOptions& options,
     if (opset < TARGET_OPSET && !has_subgraphs(model.graph()) &&
         converter_reads_only_known_shapes(model.graph(), opset)) {
         try {
-            model = onnx::version_conversion::ConvertVersion(model, int(TARGET_OPSET));
+            model = converted_in_child(model, source);
             opset = TARGET_OPSET;
-        } catch (const std::exception&) {
-            // The converter has no adapter for some op: keep the model's own opset; the
-            // converters handle the older forms they know.
+        } catch (const SerializationError& e) {
+            // The converter has no adapter for some op (or failed on a malformed model):
+            // keep the model's own opset; the op converters handle the older forms they know
+            // and check what they read.
+            logger()->debug("{}; importing at the model's own opset {}", e.what(), opset);
         }
     }
     // ONNX's own shape inference is not run: braid infers every shape itself, naming the

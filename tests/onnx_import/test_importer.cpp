@@ -395,3 +395,35 @@ TEST(OnnxImport, MaxUnpoolWithTooFewStridesOrPadsIsAnError) {
         }
     }
 }
+
+TEST(OnnxImport, OldOpsetModelConvertedInAChildKeepsItsInitializers) {
+    // Opset 6 with every shape declared: ONNX's version converter runs (in a child process,
+    // base/isolated_call.h) and the initializers it left unchanged come back from the parent.
+    ModelBuilder m;
+    m.model.mutable_opset_import(0)->set_version(6);
+    m.input("x", onnx::TensorProto::FLOAT, {2, 3});
+    auto* b = m.initializer("b", onnx::TensorProto::FLOAT, {3, 4});
+    for (int i = 0; i < 12; ++i) b->add_float_data(float(i) * 0.25f);
+    auto* c = m.initializer("c", onnx::TensorProto::FLOAT, {4});
+    for (int i = 0; i < 4; ++i) c->add_float_data(float(i) - 1.f);
+    auto* gemm = m.node("Gemm", {"x", "b", "c"}, {"y"});
+    auto* bc = gemm->add_attribute();
+    bc->set_name("broadcast");
+    bc->set_type(onnx::AttributeProto::INT);
+    bc->set_i(1);
+    m.output("y", onnx::TensorProto::FLOAT, 2);
+    auto model = onnx_import::import_bytes(m.bytes());
+    auto exec = model.compile();
+    Tensor x = iota({2, 3});
+    exec->feed("x", x);
+    exec->run();
+    const Tensor& y = exec->output(0);
+    ASSERT_EQ(y.shape(), (TensorShape{2, 4}));
+    for (int i = 0; i < 2; ++i)
+        for (int j = 0; j < 4; ++j) {
+            float want = float(j) - 1.f;
+            for (int k = 0; k < 3; ++k)
+                want += x.ptr<float>()[i * 3 + k] * float(k * 4 + j) * 0.25f;
+            EXPECT_FLOAT_EQ(y.ptr<float>()[i * 4 + j], want) << i << "," << j;
+        }
+}
