@@ -14,7 +14,7 @@
 //                          [--head-dim 64] [--no-attention]
 #include "base/thread_pool.h"
 #include "braid.h"
-#include "operators/ring_attention.h"
+#include "collective/ring_attention.h"
 #include "parallel/context_parallel.h"
 
 #include <algorithm>

@@ -5,7 +5,7 @@
 #include "base/log.h"
 #include "graph/computing_graph.h"
 #include "operators/io.h"
-#include "operators/registry.h"
+#include "collective/registry.h"
 
 #include <onnx/checker.h>
 #include <onnx/version_converter/convert.h>

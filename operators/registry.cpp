@@ -29,15 +29,12 @@ void register_concat_split_operators();
 void register_fill_operators();
 void register_optimizer_operators();
 void register_copy_operators();
-void register_collective_comm_operators();
-void register_remote_send_recv_operators();
-void register_ring_attention_operators();
 void register_cumsum_operators();
 } // namespace braid::opr
 
 namespace braid {
 
-void register_all_operators() {
+void register_operator_library() {
     static std::once_flag once;
     std::call_once(once, [] {
         using namespace opr;
@@ -67,9 +64,6 @@ void register_all_operators() {
         register_fill_operators();
         register_optimizer_operators();
         register_copy_operators();
-        register_collective_comm_operators();
-        register_remote_send_recv_operators();
-        register_ring_attention_operators();
         register_cumsum_operators();
     });
 }

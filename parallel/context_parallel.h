@@ -9,7 +9,7 @@
 //
 // A sequence that does not split into whole chunks (S % 2N ≠ 0 balanced, S % N ≠ 0 otherwise)
 // is a ShapeError naming S, N and the chunk count: balancing is never turned off silently.
-// Ring attention (operators/ring_attention.h) expects its q, k and v in these layouts.
+// Ring attention (collective/ring_attention.h) expects its q, k and v in these layouts.
 #pragma once
 
 #include "graph/symbol_var.h"

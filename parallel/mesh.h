@@ -13,7 +13,7 @@
 // sub-groups, so the sub-groups of one axis never meet at the group manager.
 #pragma once
 
-#include "operators/collective_comm.h"
+#include "collective/collective_comm.h"
 
 #include <map>
 #include <memory>

@@ -4,7 +4,7 @@
 #include "graph/grad.h"
 #include "operators/elemwise.h"
 #include "operators/io.h"
-#include "operators/remote_send_recv.h"
+#include "collective/remote_send_recv.h"
 
 #include <fmt/format.h>
 

@@ -9,7 +9,7 @@
 // schedule, and the static memory plan sees exactly which micro-batches' activations are alive
 // at each step (GPipe: all B after the forwards; 1F1B: at most S - i on stage i).
 //
-// Activations cross stages through RemoteSend/RemoteRecv (operators/remote_send_recv.h) under
+// Activations cross stages through RemoteSend/RemoteRecv (collective/remote_send_recv.h) under
 // the key "<key>/a<i>/<j>" (stage i to i + 1, micro-batch j); gradients come back under that
 // key + ":grad", sent by the receiver's grad() and received by the sender's grad() of the send
 // placeholder. Sends are synchronous (a send returns once its recv took the message), and a

@@ -3,7 +3,7 @@
 #include "base/error.h"
 #include "graph/input_node.h"
 #include "memory/memory_budget.h"
-#include "operators/collective_modes.h"
+#include "collective/collective_modes.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

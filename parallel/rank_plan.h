@@ -17,7 +17,7 @@
 #pragma once
 
 #include "graph/executable.h"
-#include "operators/collective_comm.h"
+#include "collective/collective_comm.h"
 
 #include <string>
 #include <vector>

@@ -1,7 +1,7 @@
 #include "parallel/redistribute.h"
 
 #include "base/error.h"
-#include "operators/collective_comm.h"
+#include "collective/collective_comm.h"
 #include "operators/subtensor.h"
 #include "operators/tensor_manip.h"
 

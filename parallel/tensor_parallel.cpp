@@ -2,7 +2,7 @@
 
 #include "base/error.h"
 #include "operators/attention.h"
-#include "operators/collective_comm.h"
+#include "collective/collective_comm.h"
 #include "operators/elemwise.h"
 #include "operators/matmul.h"
 #include "operators/tensor_manip.h"

@@ -3,7 +3,7 @@
 #include "base/log.h"
 #include "graph/input_node.h"
 #include "memory/memory_budget.h"
-#include "operators/registry.h"
+#include "collective/registry.h"
 #include "serialization/format.h"
 
 #include <fmt/ranges.h>

@@ -1,7 +1,7 @@
 // Reading model bytes: mapping a file, the checks that run before anything is trusted, and
 // the structure of a verified model.
 #include "base/hash.h"
-#include "operators/registry.h"
+#include "collective/registry.h"
 #include "serialization/format.h"
 
 #include <cerrno>

@@ -6,9 +6,9 @@
 #include "cuda_checker.h"
 
 #include "../comm/collective_checker.h"
-#include "../operators/collective_reference.h"
+#include "../collective/collective_reference.h"
 #include "comm/communicator.h"
-#include "operators/collective_comm.h"
+#include "collective/collective_comm.h"
 
 #if BRAID_WITH_NCCL
 #include "comm/cuda_nccl_communicator.h"

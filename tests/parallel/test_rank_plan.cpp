@@ -4,7 +4,7 @@
 #include "parallel/rank_plan.h"
 
 #include "comm/group_client.h"
-#include "operators/collective_modes.h"
+#include "collective/collective_modes.h"
 #include "parallel/mesh.h"
 
 #include "braid.h"

@@ -16,9 +16,9 @@
 #include "comm/rendezvous_server.h"
 #include "comm/tcp_client.h"
 #include "graph/grad.h"
-#include "operators/registry.h"
-#include "operators/remote_send_recv.h"
-#include "operators/ring_attention.h"
+#include "collective/registry.h"
+#include "collective/remote_send_recv.h"
+#include "collective/ring_attention.h"
 #include "parallel/context_parallel.h"
 
 #include <gtest/gtest.h>

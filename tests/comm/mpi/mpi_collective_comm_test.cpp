@@ -1,6 +1,6 @@
 // CollectiveComm (and, last, RemoteSend / RemoteRecv and ring attention) on the "mpi" backend: one
 // graph per process under mpirun. Every process draws every rank's inputs from a seed all ranks
-// share, so each can compute what any rank must get (tests/operators/collective_reference.h).
+// share, so each can compute what any rank must get (tests/collective/collective_reference.h).
 // Checked: every mode forward with two roots, the static output shapes of non-roots before any rank
 // executes, and the gradients of a loss summed over ranks for the modes whose backward pass is
 // itself a collective.
@@ -8,8 +8,8 @@
 #include "collective_reference.h"
 #include "comm/mpi_communicator.h"
 #include "mpi_test_main.h"
-#include "operators/remote_send_recv.h"
-#include "operators/ring_attention.h"
+#include "collective/remote_send_recv.h"
+#include "collective/ring_attention.h"
 #include "parallel/context_parallel.h"
 
 #include <gtest/gtest.h>

@@ -1,11 +1,11 @@
-#include "operators/collective_comm.h"
+#include "collective/collective_comm.h"
 #include "graph/operator_registry.h"
 
 #include "base/error.h"
 #include "base/log.h"
 #include "comm/communicator.h"
 #include "graph/kernel_registry.h"
-#include "operators/collective_modes.h"
+#include "collective/collective_modes.h"
 
 #include <chrono>
 #include <cstdlib>

@@ -6,7 +6,7 @@
 
 #include "comm/group_client.h"
 #include "graph/grad.h"
-#include "operators/remote_send_recv.h"
+#include "collective/remote_send_recv.h"
 
 #include <gtest/gtest.h>
 

@@ -1,11 +1,11 @@
-#include "operators/ring_attention.h"
+#include "collective/ring_attention.h"
 #include "graph/operator_registry.h"
 
 #include "base/error.h"
 #include "comm/communicator.h"
 #include "graph/grad.h"
 #include "operators/attention_kernels.h"
-#include "operators/collective_comm.h"
+#include "collective/collective_comm.h"
 #include "operators/grad_util.h"
 
 #include <cmath>

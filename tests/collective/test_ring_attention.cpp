@@ -9,7 +9,7 @@
 #include "comm/group_client.h"
 #include "graph/grad.h"
 #include "operators/attention_kernels.h"
-#include "operators/ring_attention.h"
+#include "collective/ring_attention.h"
 #include "parallel/context_parallel.h"
 
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-#include "operators/collective_modes.h"
+#include "collective/collective_modes.h"
 
 #include "base/error.h"
 #include "comm/communicator.h"

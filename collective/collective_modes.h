@@ -3,7 +3,7 @@
 // the CollectiveMode enum.
 #pragma once
 
-#include "operators/collective_comm.h"
+#include "collective/collective_comm.h"
 
 namespace braid::opr {
 

@@ -1,12 +1,12 @@
-#include "operators/remote_send_recv.h"
+#include "collective/remote_send_recv.h"
 #include "graph/operator_registry.h"
 
 #include "base/error.h"
 #include "comm/communicator.h"
 #include "graph/grad.h"
 #include "graph/kernel_registry.h"
-#include "operators/collective_comm.h"
-#include "operators/collective_modes.h"
+#include "collective/collective_comm.h"
+#include "collective/collective_modes.h"
 
 namespace braid::opr {
 

@@ -1,5 +1,5 @@
 // Plain-loop references of the CollectiveComm modes, shared by the thread tests
-// (tests/operators/test_collective_comm.cpp) and the mpirun tests
+// (tests/collective/test_collective_comm.cpp) and the mpirun tests
 // (tests/comm/mpi/mpi_collective_comm_test.cpp): every rank computes, from all ranks' inputs,
 // what each rank's output must be.
 #pragma once
