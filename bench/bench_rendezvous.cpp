@@ -2,7 +2,7 @@
 //
 //     bench_rendezvous --clients 4096 --json
 //
-// Starts a RendezvousServer in this process (or uses --port of a running braid-server) and
+// Starts a RendezvousServer in this process (or uses --port of a running braid-rendezvous) and
 // drives N asynchronous clients from one thread: each connects, sends one register frame
 // (nr_devices N, rank unassigned) and reads its reply. total_s runs from the first connect
 // to the last reply; p50/p99 are per-client latencies from its connect to its reply.
@@ -92,7 +92,7 @@ int main(int argc, char** argv) {
     bool json = false;
     CLI::App app{"bench_rendezvous: N clients registering under one key"};
     app.add_option("--clients", clients, "clients")->check(CLI::Range(1, 60000));
-    app.add_option("--port", port, "port of a running braid-server (0: start one here)");
+    app.add_option("--port", port, "port of a running braid-rendezvous (0: start one here)");
     app.add_option("--server-threads", server_threads, "threads of the in-process server");
     app.add_flag("--json", json, "one JSON object");
     CLI11_PARSE(app, argc, argv);

@@ -8,7 +8,7 @@
 // the half-made communicator is aborted (ncclCommAbort) and TimeoutError names the key and
 // the rank. Each rank needs its own device: one process may drive several GPUs (one comp
 // node, hence one communicator, per device, each used from its comp node's thread), or run
-// one process per GPU (mpirun, or processes meeting at a braid-server).
+// one process per GPU (mpirun, or processes meeting at a braid-rendezvous).
 //
 // Calls: every mode maps to NCCL. all_reduce, reduce, broadcast, all_gather and
 // reduce_scatter are NCCL's own collectives; gather, scatter and all_to_all are grouped

@@ -134,7 +134,7 @@ GroupManager::WaitId GroupManager::opr_register(const std::string& key, uint32_t
         } else if (nr_devices > m_max_world_size) {
             fail_caller(value_error(fmt::format(
                 "opr_register(key \"{}\"): nr_devices {} exceeds the maximum world size of {} "
-                "(braid-server --max-world-size raises it)",
+                "(braid-rendezvous --max-world-size raises it)",
                 key, nr_devices, m_max_world_size)));
         } else if (rank != UNASSIGNED_RANK && (rank < 0 || uint32_t(rank) >= nr_devices)) {
             fail_caller(value_error(fmt::format(
@@ -338,7 +338,7 @@ GroupManager::WaitId GroupManager::round_arrive(std::map<std::string, Round>& ro
     };
     if (size > m_max_world_size) {
         fail_caller(value_error(fmt::format("{}(key \"{}\"): size {} exceeds the maximum world "
-                                            "size of {} (braid-server --max-world-size raises it)",
+                                            "size of {} (braid-rendezvous --max-world-size raises it)",
                                             call, key, size, m_max_world_size)));
         return 0;
     }

@@ -2,7 +2,7 @@
 // RendezvousServer in-process and tells every other rank where it listens (host, port and a
 // random token) with one MPI broadcast; every rank then talks to it through a TcpGroupClient.
 // Examples, tests and `braid-run --backend mpi` use this so that nobody has to start a
-// braid-server next to mpirun.
+// braid-rendezvous next to mpirun.
 #pragma once
 
 #include "comm/group_client.h"

@@ -1,4 +1,4 @@
-// RendezvousServer: the group manager served over TCP (what `braid-server` runs).
+// RendezvousServer: the group manager served over TCP (what `braid-rendezvous` runs).
 //
 // Asynchronous (standalone Asio): one io_context driven by a small thread pool, no thread
 // per connection, so thousands of peers may wait at once. Every request frame is verified

@@ -565,9 +565,11 @@ LoadedModel import_model(onnx::ModelProto& model, const ImportOptions& options,
     if (opset < TARGET_OPSET && !has_subgraphs(model.graph()) &&
         converter_reads_only_known_shapes(model.graph(), opset)) {
         try {
-            model = converted_in_child(model, source);
+            model = options.isolate_version_converter
+                        ? converted_in_child(model, source)
+                        : onnx::version_conversion::ConvertVersion(model, int(TARGET_OPSET));
             opset = TARGET_OPSET;
-        } catch (const SerializationError& e) {
+        } catch (const std::exception& e) {
             // The converter has no adapter for some op (or failed on a malformed model):
             // keep the model's own opset; the op converters handle the older forms they know
             // and check what they read.

@@ -54,6 +54,10 @@ struct ImportOptions {
     //! Values bound to inputs at import (shape inputs, see ShapeInputError); a bound input
     //! becomes a constant of the graph and is not listed among the model's inputs.
     std::map<std::string, Tensor> input_values;
+    //! Run ONNX's version converter in a child process (a crash on a hostile file is then an
+    //! error of that file). The ONNX fuzzer turns it off, to find such crashes (and to fork
+    //! less), so that the importer's own checks steer around them.
+    bool isolate_version_converter = true;
 };
 
 //! Imports the ONNX model file at `path` (external data files are read from its folder).

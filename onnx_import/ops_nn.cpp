@@ -6,7 +6,7 @@
 
 #include "operators/batch_norm.h"
 #include "operators/conv.h"
-#include "operators/conv_grad_ops.h"
+#include "operators/conv_backward.h"
 #include "operators/elemwise.h"
 #include "operators/fill.h"
 #include "operators/indexing.h"

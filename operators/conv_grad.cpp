@@ -4,7 +4,7 @@
 //   dw = backward_filter(x, dy):   dx = backward_data(g, dy),   ddy = conv2d(x, g)
 // (all three are bilinear forms of one pairing, sum(conv2d(x, w) · dy)).
 #include "operators/conv.h"
-#include "operators/conv_grad_ops.h"
+#include "operators/conv_backward.h"
 #include "operators/grad_util.h"
 
 namespace braid::opr {

@@ -5,7 +5,7 @@
 #include "base/error.h"
 #include "operators/grad_util.h"
 #include "operators/pooling.h"
-#include "operators/pooling_grad_ops.h"
+#include "operators/pooling_backward.h"
 
 namespace braid::opr {
 

@@ -254,7 +254,7 @@ int main(int argc, char** argv) {
         ->required()
         ->check(CLI::Range(1, 4096));
     app.add_option("--server", opt.server,
-                   "HOST:PORT of a running braid-server (default: start one in this launcher)");
+                   "HOST:PORT of a running braid-rendezvous (default: start one in this launcher)");
     app.add_option("--host", opt.host, "address the launcher's own server listens on")
         ->capture_default_str();
     app.add_option("--port", opt.port, "port of the launcher's own server (0: a free one)")

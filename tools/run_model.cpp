@@ -319,9 +319,9 @@ void check_rank_flags(const RunConfig& cfg) {
  * The binding every rank of this process loads the model with:
  *  - `--devices N` (and the default, N = 1): rank 0 of N (run_ranks() sets the others), a
  *    group manager embedded in this process, the local backend unless --backend says;
- *  - `--server`: rank and world size from the flags, the braid-server at that address;
+ *  - `--server`: rank and world size from the flags, the braid-rendezvous at that address;
  *  - `--backend mpi`: rank and world size from MPI, the group manager that MPI rank 0 hosts
- *    (`rendezvous` is set), or the braid-server of --server.
+ *    (`rendezvous` is set), or the braid-rendezvous of --server.
  */
 CollectiveBinding rank_binding(const RunConfig& cfg,
                                std::unique_ptr<comm::MpiRendezvous>& rendezvous) {

@@ -1,10 +1,10 @@
 // CUDA kernels of Pooling and PoolingBackward (operators/pooling.h,
-// operators/pooling_grad_ops.h); the device code is operators/cuda/pooling.cu.
+// operators/pooling_backward.h); the device code is operators/cuda/pooling.cu.
 #include "operators/pooling.h"
 #include "base/error.h"
 #include "operators/cuda/cuda_kernels.h"
 #include "operators/cuda/pooling_kernels.h"
-#include "operators/pooling_grad_ops.h"
+#include "operators/pooling_backward.h"
 
 namespace braid::opr::cuda {
 

@@ -1,5 +1,5 @@
 // Pooling CUDA kernels, with the CPU kernels' arithmetic (operators/pooling.cpp,
-// operators/pooling_grad_ops.cpp) in float32 for every float dtype:
+// operators/pooling_backward.cpp) in float32 for every float dtype:
 //  - forward: one thread per output element walking its window in row-major order;
 //  - backward, max: one thread per output element finds the element the window picks, then one
 //    thread per input element adds the gradients of the windows that picked it;

@@ -5,10 +5,10 @@
 // comp nodes. Everything that needs a device skips itself without one.
 #include "cuda_checker.h"
 
-#include "../comm/collective_checker.h"
 #include "../collective/collective_reference.h"
-#include "comm/communicator.h"
+#include "../comm/collective_checker.h"
 #include "collective/collective_comm.h"
+#include "comm/communicator.h"
 
 #if BRAID_WITH_NCCL
 #include "comm/cuda_nccl_communicator.h"

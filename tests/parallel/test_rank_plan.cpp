@@ -3,8 +3,8 @@
 // worked out by hand; and the mismatches between ranks it reports.
 #include "parallel/rank_plan.h"
 
-#include "comm/group_client.h"
 #include "collective/collective_modes.h"
+#include "comm/group_client.h"
 #include "parallel/mesh.h"
 
 #include "braid.h"

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Two "hosts" as two network namespaces joined by a veth pair: braid-server and rank 0 in the
+# Two "hosts" as two network namespaces joined by a veth pair: braid-rendezvous and rank 0 in the
 # first (10.251.R.1), rank 1 in the second (10.251.R.2), each started by its own braid-launch
 # (--server, --world-size 2, --first-rank). Neither sets BRAID_GLOO_HOST: each rank listens on
 # the address its route to the server leaves from. Exits 77 (skipped) where namespaces cannot

@@ -1,10 +1,10 @@
-// braid-server under memory abuse: requests claiming huge groups, connections announcing big
+// braid-rendezvous under memory abuse: requests claiming huge groups, connections announcing big
 // frames and going silent, and connections sending more than the buffer cap. Each case runs
-// against a freshly spawned braid-server (its defaults, nothing configured), measures the
+// against a freshly spawned braid-rendezvous (its defaults, nothing configured), measures the
 // server's peak resident memory (VmHWM in /proc/<pid>/status) against a fixed bound, and
 // checks that a legitimate 3-rank group still completes afterwards.
 //
-// The server path is BRAID_SERVER_PATH (set by the build); the environment variable of the
+// The server path is BRAID_RENDEZVOUS_PATH (set by the build); the environment variable of the
 // same name overrides it, e.g. to measure another build of the server.
 #include "base/error.h"
 #include "comm/frame.h"
@@ -34,12 +34,12 @@ bool contains(const std::string& text, const std::string& part) {
     return text.find(part) != std::string::npos;
 }
 
-//! A braid-server child process on a free loopback port; killed (SIGKILL) on destruction.
+//! A braid-rendezvous child process on a free loopback port; killed (SIGKILL) on destruction.
 class SpawnedServer {
 public:
     explicit SpawnedServer(std::vector<std::string> extra_args = {}) {
-        const char* env = std::getenv("BRAID_SERVER_PATH");
-        std::string path = env && *env ? env : BRAID_SERVER_PATH;
+        const char* env = std::getenv("BRAID_RENDEZVOUS_PATH");
+        std::string path = env && *env ? env : BRAID_RENDEZVOUS_PATH;
         std::vector<std::string> args = {path, "--host", "127.0.0.1", "--port", "0"};
         args.insert(args.end(), extra_args.begin(), extra_args.end());
         int out[2];
@@ -56,7 +56,7 @@ public:
             std::_Exit(127);
         }
         ::close(out[1]);
-        // "braid-server listening on 127.0.0.1:PORT"
+        // "braid-rendezvous listening on 127.0.0.1:PORT"
         std::string line;
         char c;
         while (::read(out[0], &c, 1) == 1 && c != '\n') line += c;

@@ -1,4 +1,4 @@
-#include "operators/conv_grad_ops.h"
+#include "operators/conv_backward.h"
 #include "graph/operator_registry.h"
 
 #include "base/error.h"
@@ -324,14 +324,14 @@ void register_conv_grad_kernels();
 }
 #endif
 
-void register_conv_grad_ops_operators() {
+void register_conv_backward_operators() {
     auto& reg = OperatorRegistry::instance();
-    reg.add("Conv2dBackwardData", "conv_grad_ops", dump_param<Conv2dBackwardData>,
+    reg.add("Conv2dBackwardData", "conv_backward", dump_param<Conv2dBackwardData>,
             load_conv2d_backward_data);
-    reg.add("Conv2dBackwardFilter", "conv_grad_ops", dump_param<Conv2dBackwardFilter>,
+    reg.add("Conv2dBackwardFilter", "conv_backward", dump_param<Conv2dBackwardFilter>,
             load_conv2d_backward_filter);
 #if BRAID_WITH_CUDA
-    cuda::register_conv_grad_kernels(); // operators/cuda/conv_grad.cpp
+    cuda::register_conv_grad_kernels(); // operators/cuda/conv_backward.cpp
 #endif
 }
 

@@ -1,5 +1,5 @@
 // CUDA kernels of Conv2dBackwardData and Conv2dBackwardFilter, the two halves of Conv2d's
-// gradient (operators/conv_grad_ops.h).
+// gradient (operators/conv_backward.h).
 //
 // With cuDNN (BRAID_WITH_CUDNN and the library loads at run time): cudnnConvolutionBackwardData
 // and cudnnConvolutionBackwardFilter on the descriptors of the forward convolution, accumulated
@@ -14,10 +14,10 @@
 //  - filter: dw_g [og, cg·kh·kw] += dy_g · cols_g^T, cols_g the im2col columns of x (x itself
 //    for pointwise kernels), accumulated over the batch in float32 (in dw itself for float32,
 //    else in a buffer converted into dw at the end).
+#include "operators/conv_backward.h"
 #include "base/cuda_check.h"
 #include "base/cuda_cublas.h"
 #include "base/error.h"
-#include "operators/conv_grad_ops.h"
 #include "operators/cuda/conv_kernels.h"
 #include "operators/cuda/conv_util.h"
 #include "operators/cuda/convert_kernels.h"

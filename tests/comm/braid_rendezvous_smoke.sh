@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Starts the braid-server binary on a free port, registers 64 clients through it (with
+# Starts the braid-rendezvous binary on a free port, registers 64 clients through it (with
 # bench_rendezvous) and stops it with SIGTERM, which must end it cleanly.
-#     braid_server_smoke.sh path/to/braid-server path/to/bench_rendezvous
+#     braid_rendezvous_smoke.sh path/to/braid-rendezvous path/to/bench_rendezvous
 set -euo pipefail
 server=$1
 clients=$2
@@ -13,13 +13,13 @@ for _ in $(seq 200); do
   grep -q "listening on" "$out" && break
   sleep 0.05
 done
-port=$(sed -n 's/^braid-server listening on 127\.0\.0\.1:\([0-9]*\)$/\1/p' "$out")
+port=$(sed -n 's/^braid-rendezvous listening on 127\.0\.0\.1:\([0-9]*\)$/\1/p' "$out")
 if [ -z "$port" ]; then
-  echo "braid-server printed no port:"
+  echo "braid-rendezvous printed no port:"
   cat "$out"
   exit 1
 fi
 "$clients" --port "$port" --clients 64 --json
 kill -TERM "$pid"
 wait "$pid"
-echo "braid-server on port $port stopped cleanly"
+echo "braid-rendezvous on port $port stopped cleanly"

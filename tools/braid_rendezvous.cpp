@@ -1,10 +1,10 @@
-// braid-server: the standalone rendezvous server (group manager) collective peers meet at.
+// braid-rendezvous: the standalone rendezvous server (group manager) collective peers meet at.
 //
-//     braid-server [--host 127.0.0.1] [--port 0] [--token SECRET] [--threads 2]
+//     braid-rendezvous [--host 127.0.0.1] [--port 0] [--token SECRET] [--threads 2]
 //                  [--max-world-size 65536] [--max-frame-bytes 16MiB] [--first-frame-bytes 64KiB]
 //                  [--max-buffered-bytes 256MiB] [--frame-timeout 30] [--idle-timeout 600]
 //
-// Prints "braid-server listening on HOST:PORT" once it accepts connections, then serves
+// Prints "braid-rendezvous listening on HOST:PORT" once it accepts connections, then serves
 // until SIGINT or SIGTERM. The token may also come from the environment (BRAID_TOKEN).
 #include "base/error.h"
 #include "comm/rendezvous_server.h"
@@ -81,10 +81,10 @@ int main(int argc, char** argv) {
     try {
         server = std::make_unique<RendezvousServer>(options);
         uint16_t port = server->start();
-        std::printf("braid-server listening on %s:%u\n", options.host.c_str(), unsigned(port));
+        std::printf("braid-rendezvous listening on %s:%u\n", options.host.c_str(), unsigned(port));
         std::fflush(stdout);
     } catch (const braid::Error& e) {
-        std::fprintf(stderr, "braid-server: %s\n", e.what());
+        std::fprintf(stderr, "braid-rendezvous: %s\n", e.what());
         return 1;
     }
     int signal = 0;

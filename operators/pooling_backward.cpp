@@ -1,4 +1,4 @@
-#include "operators/pooling_grad_ops.h"
+#include "operators/pooling_backward.h"
 #include "graph/operator_registry.h"
 
 #include "base/error.h"
@@ -163,9 +163,9 @@ static SymbolVarArray load_pooling_backward(const OprLoadContext& ctx) {
 // their params functions above, gradient rules and kernels.
 namespace braid::opr {
 
-void register_pooling_grad_ops_operators() {
+void register_pooling_backward_operators() {
     auto& reg = OperatorRegistry::instance();
-    reg.add("PoolingBackward", "pooling_grad_ops", dump_pooling_backward, load_pooling_backward);
+    reg.add("PoolingBackward", "pooling_backward", dump_pooling_backward, load_pooling_backward);
 }
 
 } // namespace braid::opr
