@@ -2,6 +2,10 @@
 #pragma once
 
 #include "base/error.h"
+#include "collective/collective_comm.h"
+#include "collective/registry.h"
+#include "collective/remote_send_recv.h"
+#include "collective/ring_attention.h"
 #include "graph/computing_graph.h"
 #include "graph/executable.h"
 #include "graph/grad.h"
@@ -10,7 +14,6 @@
 #include "memory/tensor.h"
 #include "operators/attention.h"
 #include "operators/batch_norm.h"
-#include "collective/collective_comm.h"
 #include "operators/concat_split.h"
 #include "operators/conv.h"
 #include "operators/conv_backward.h"
@@ -26,9 +29,6 @@
 #include "operators/pooling.h"
 #include "operators/pooling_backward.h"
 #include "operators/reduce.h"
-#include "collective/registry.h"
-#include "collective/remote_send_recv.h"
-#include "collective/ring_attention.h"
 #include "operators/scatter.h"
 #include "operators/subtensor.h"
 #include "operators/tensor_manip.h"

@@ -337,9 +337,10 @@ GroupManager::WaitId GroupManager::round_arrive(std::map<std::string, Round>& ro
         fire.push_back([done = std::move(done), error = std::move(error)] { done(error); });
     };
     if (size > m_max_world_size) {
-        fail_caller(value_error(fmt::format("{}(key \"{}\"): size {} exceeds the maximum world "
-                                            "size of {} (braid-rendezvous --max-world-size raises it)",
-                                            call, key, size, m_max_world_size)));
+        fail_caller(
+            value_error(fmt::format("{}(key \"{}\"): size {} exceeds the maximum world "
+                                    "size of {} (braid-rendezvous --max-world-size raises it)",
+                                    call, key, size, m_max_world_size)));
         return 0;
     }
     if (size == 0 || rank >= size || root >= size) {

@@ -75,6 +75,19 @@ struct Context::Impl {
     }
 };
 
+/*!
+ * The one way to load a model, whichever its format: an ONNX file (a path ending in ".onnx")
+ * is imported with the options that apply to it (graph options, comp node, input shapes,
+ * values bound to shape inputs); any other file is mapped and verified as a braid model. The
+ * embedding API's Model::load, braid-run, braid-inspect, braid-convert and braid-serve all
+ * load through it. Throws braid's errors (translate() turns them into embed::Error).
+ */
+std::shared_ptr<Model> open_model(const std::string& path, const LoadOptions& options);
+
+//! The load options behind ModelOptions: every operator on `cpu:default` (runs execute on the
+//! calling thread, with the shared kernel pool), and the memory budget.
+LoadOptions load_options(const ModelOptions& options);
+
 //! braid's exception in flight as an embed::Error (code and message); call in a catch block.
 Error current_error();
 

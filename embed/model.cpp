@@ -84,15 +84,6 @@ TensorInfo info_of(const ModelIO& io) {
     return t;
 }
 
-LoadOptions load_options(const ModelOptions& options) {
-    LoadOptions lopt;
-    lopt.comp_node = "cpu:default"; // runs execute on the calling thread
-    if (!options.memory_budget.empty())
-        lopt.graph_options.memory_budget =
-            parse_byte_size(options.memory_budget, "ModelOptions::memory_budget");
-    return lopt;
-}
-
 std::shared_ptr<Model> make_model(LoadedModel loaded, std::shared_ptr<ModelImage> image) {
     auto impl = std::make_unique<Model::Impl>();
     impl->image = std::move(image);
@@ -107,6 +98,33 @@ std::shared_ptr<Model> make_model(LoadedModel loaded, std::shared_ptr<ModelImage
 }
 
 } // namespace
+
+LoadOptions load_options(const ModelOptions& options) {
+    LoadOptions lopt;
+    lopt.comp_node = "cpu:default";
+    if (!options.memory_budget.empty())
+        lopt.graph_options.memory_budget =
+            parse_byte_size(options.memory_budget, "ModelOptions::memory_budget");
+    return lopt;
+}
+
+std::shared_ptr<Model> open_model(const std::string& path, const LoadOptions& options) {
+    if (onnx_import::is_onnx_path(path)) {
+        onnx_import::ImportOptions io;
+        io.graph_options = options.graph_options;
+        io.comp_node = options.comp_node;
+        io.input_shapes = options.input_shapes;
+        io.input_values = options.input_values;
+        return make_model(onnx_import::import_file(path, io), nullptr);
+    }
+    if (!options.input_values.empty())
+        BRAID_THROW(SerializationError,
+                    "{}: values are bound to inputs ({} first), but only ONNX models have shape "
+                    "inputs to bind",
+                    path, options.input_values.begin()->first);
+    auto image = ModelImage::open(path, options.verify_integrity, options.map_min_bytes);
+    return make_model(braid::load(*image, options), image);
+}
 
 DType to_embed(braid::DType dtype) {
     for (auto [e, b] : DTYPES)
@@ -133,12 +151,7 @@ std::shared_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
     struct stat st;
     if (::stat(path.c_str(), &st) != 0)
         throw Error(Code::NOT_FOUND, path + ": cannot open: " + std::strerror(errno));
-    return translate([&] {
-        if (onnx_import::is_onnx_path(path))
-            return make_model(onnx_import::load_model(path, load_options(options)), nullptr);
-        auto image = ModelImage::open(path);
-        return make_model(braid::load(*image, load_options(options)), image);
-    });
+    return translate([&] { return open_model(path, load_options(options)); });
 }
 
 std::shared_ptr<Model> Model::load(const std::string& path, const ModelOptions& options,
@@ -156,7 +169,7 @@ std::shared_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
             std::copy(values.begin(), values.end(), t.ptr<double>());
             lopt.input_values[name] = t;
         }
-        return make_model(onnx_import::load_model(path, lopt), nullptr);
+        return open_model(path, lopt);
     });
 }
 

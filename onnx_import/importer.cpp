@@ -3,9 +3,9 @@
 #include "base/error.h"
 #include "base/isolated_call.h"
 #include "base/log.h"
+#include "collective/registry.h"
 #include "graph/computing_graph.h"
 #include "operators/io.h"
-#include "collective/registry.h"
 
 #include <onnx/checker.h>
 #include <onnx/version_converter/convert.h>
@@ -716,23 +716,6 @@ LoadedModel import_file(const std::string& path, const ImportOptions& options) {
     auto slash = path.rfind('/');
     return import_model(model, options, path,
                         slash == std::string::npos ? "." : path.substr(0, slash), path);
-}
-
-LoadedModel load_model(const std::string& path, const LoadOptions& options) {
-    if (!is_onnx_path(path)) {
-        if (!options.input_values.empty())
-            BRAID_THROW(SerializationError,
-                        "{}: values are bound to inputs ({} first), but only ONNX models have "
-                        "shape inputs to bind",
-                        path, options.input_values.begin()->first);
-        return load(path, options);
-    }
-    ImportOptions io;
-    io.graph_options = options.graph_options;
-    io.comp_node = options.comp_node;
-    io.input_shapes = options.input_shapes;
-    io.input_values = options.input_values;
-    return import_file(path, io);
 }
 
 bool is_onnx_path(const std::string& path) {

@@ -67,10 +67,6 @@ LoadedModel import_bytes(std::span<const uint8_t> bytes, const ImportOptions& op
                          const std::string& source = "<buffer>");
 //! Whether `path` names an ONNX file (by its extension, ".onnx").
 bool is_onnx_path(const std::string& path);
-//! A model file of either format: ONNX (by its ".onnx" extension) through import_file(), with
-//! the options that apply to it (graph options, comp node, input shapes), else braid's own
-//! format through load().
-LoadedModel load_model(const std::string& path, const LoadOptions& options = {});
 //! The ONNX ops the importer maps, sorted.
 std::vector<std::string> supported_ops();
 

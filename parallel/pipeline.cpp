@@ -1,10 +1,10 @@
 #include "parallel/pipeline.h"
 
 #include "base/error.h"
+#include "collective/remote_send_recv.h"
 #include "graph/grad.h"
 #include "operators/elemwise.h"
 #include "operators/io.h"
-#include "collective/remote_send_recv.h"
 
 #include <fmt/format.h>
 

@@ -8,6 +8,7 @@
 #include "operators/reduce.h"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -180,28 +181,32 @@ std::string stage_profile_table(const std::vector<StageProfile>& profiles) {
 }
 
 std::string stage_profiles_json(const std::vector<StageProfile>& profiles) {
-    std::string out = "{\"stages\":[";
-    for (size_t s = 0; s < profiles.size(); ++s) {
-        auto& sp = profiles[s];
-        out +=
-            fmt::format("{}{{\"stage\":{},\"first_layer\":{},\"end_layer\":{},"
-                        "\"microbatches\":{},\"schedule\":\"{}\",\"initial_var_size\":{},"
-                        "\"step_arena_bytes\":{},\"available_memory\":{},\"modules\":[",
-                        s ? "," : "", sp.stage, sp.first_layer, sp.end_layer, sp.microbatches,
-                        sp.schedule, sp.initial_var_size, sp.step_arena_bytes, sp.available_memory);
-        for (size_t k = 0; k < sp.modules.size(); ++k) {
-            auto& m = sp.modules[k];
-            out += fmt::format("{}{{\"name\":\"{}\",\"compute_cost\":{:.6g},\"peak_memory\":{},"
-                               "\"temp_buffer_size\":{},\"input_bytes\":{},\"output_bytes\":{},"
-                               "\"donated_bytes\":{},\"nr_inputs\":{},\"nr_outputs\":{},"
-                               "\"nr_donated\":{}}}",
-                               k ? "," : "", m.name, m.compute_cost, m.peak_memory,
-                               m.temp_buffer_size, m.input_bytes, m.output_bytes, m.donated_bytes,
-                               m.nr_inputs, m.nr_outputs, m.nr_donated);
-        }
-        out += "]}";
+    auto stages = nlohmann::ordered_json::array();
+    for (auto& sp : profiles) {
+        auto modules = nlohmann::ordered_json::array();
+        for (auto& m : sp.modules)
+            modules.push_back({{"name", m.name},
+                               {"compute_cost", m.compute_cost},
+                               {"peak_memory", m.peak_memory},
+                               {"temp_buffer_size", m.temp_buffer_size},
+                               {"input_bytes", m.input_bytes},
+                               {"output_bytes", m.output_bytes},
+                               {"donated_bytes", m.donated_bytes},
+                               {"nr_inputs", m.nr_inputs},
+                               {"nr_outputs", m.nr_outputs},
+                               {"nr_donated", m.nr_donated}});
+        stages.push_back({{"stage", sp.stage},
+                          {"first_layer", sp.first_layer},
+                          {"end_layer", sp.end_layer},
+                          {"microbatches", sp.microbatches},
+                          {"schedule", sp.schedule},
+                          {"initial_var_size", sp.initial_var_size},
+                          {"step_arena_bytes", sp.step_arena_bytes},
+                          {"available_memory", sp.available_memory},
+                          {"modules", std::move(modules)}});
     }
-    return out + "]}";
+    return nlohmann::ordered_json{{"stages", std::move(stages)}}.dump(
+        -1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
 // ---- per-layer profiles and the partition

@@ -1,9 +1,9 @@
 #include "parallel/rank_plan.h"
 
 #include "base/error.h"
+#include "collective/collective_modes.h"
 #include "graph/input_node.h"
 #include "memory/memory_budget.h"
-#include "collective/collective_modes.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

@@ -16,8 +16,8 @@
 // its deadline.
 #pragma once
 
-#include "graph/executable.h"
 #include "collective/collective_comm.h"
+#include "graph/executable.h"
 
 #include <string>
 #include <vector>

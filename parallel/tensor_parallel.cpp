@@ -1,8 +1,8 @@
 #include "parallel/tensor_parallel.h"
 
 #include "base/error.h"
-#include "operators/attention.h"
 #include "collective/collective_comm.h"
+#include "operators/attention.h"
 #include "operators/elemwise.h"
 #include "operators/matmul.h"
 #include "operators/tensor_manip.h"

@@ -1,7 +1,7 @@
 // dump(): a graph to a model file (format: model.fbs).
 #include "base/hash.h"
-#include "graph/input_node.h"
 #include "collective/registry.h"
+#include "graph/input_node.h"
 #include "serialization/format.h"
 
 #include <algorithm>

@@ -1,9 +1,9 @@
 // load(): a model file to a graph. The file-level checks live in model_file.cpp; this file
 // rebuilds the operators through their registered loaders, checking every index it follows.
 #include "base/log.h"
+#include "collective/registry.h"
 #include "graph/input_node.h"
 #include "memory/memory_budget.h"
-#include "collective/registry.h"
 #include "serialization/format.h"
 
 #include <fmt/ranges.h>
@@ -285,30 +285,7 @@ LoadedModel build_graph(const ModelImage& image, const LoadOptions& options) {
     return res;
 }
 
-const ModelIO& find_io(const std::vector<ModelIO>& ios, const std::string& name, const char* kind) {
-    for (auto& io : ios)
-        if (io.name == name) return io;
-    std::string known;
-    for (auto& io : ios) known += (known.empty() ? "" : ", ") + io.name;
-    BRAID_THROW(GraphError, "the model has no {} named \"{}\" ({}s: {})", kind, name, kind,
-                known.empty() ? "none" : known);
-}
-
 } // namespace
-
-const ModelIO& LoadedModel::input(const std::string& name) const {
-    return find_io(inputs, name, "input");
-}
-
-const ModelIO& LoadedModel::output(const std::string& name) const {
-    return find_io(outputs, name, "output");
-}
-
-std::unique_ptr<Executable> LoadedModel::compile() const {
-    std::vector<OutputSpec> specs;
-    for (auto& o : outputs) specs.emplace_back(o.var);
-    return graph->compile(specs);
-}
 
 // ---------------------------------------------------------------- ModelImage
 struct ModelImage::Impl {

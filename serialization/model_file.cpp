@@ -373,19 +373,6 @@ ModelDescription describe_verified(const ModelBytes& bytes, const fbs::Model* mo
 
 namespace braid {
 
-bool ModelIO::accepts(const TensorShape& actual) const {
-    if (actual.ndim() != shape.size()) return false;
-    for (size_t i = 0; i < shape.size(); ++i)
-        if (shape[i] >= 0 && size_t(shape[i]) != actual[i]) return false;
-    return true;
-}
-
-std::string ModelIO::shape_string() const {
-    std::string s = "{";
-    for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
-    return s + "}";
-}
-
 ModelDescription describe_model(const std::string& path) {
     auto bytes = serial::map_file(path);
     return serial::describe_verified(bytes, serial::check_model(bytes, true));

@@ -21,27 +21,6 @@ std::string ms_text(Clock::duration d) {
     return buf;
 }
 
-//! The index of output `name` in the signature (the name was checked when decoding).
-size_t output_index(const ModelSignature& s, const std::string& name) {
-    for (size_t k = 0; k < s.outputs.size(); ++k)
-        if (s.outputs[k].name == name) return k;
-    return s.outputs.size();
-}
-
-//! The outputs a request asked for, in its order (all, in the model's order, when none).
-template <typename ViewOf>
-std::vector<OutputView> select_outputs(const ModelSignature& s, const InferRequest& request,
-                                       ViewOf view_of) {
-    std::vector<OutputView> views;
-    if (request.outputs.empty()) {
-        for (size_t k = 0; k < s.outputs.size(); ++k)
-            views.push_back(view_of(k, request.binary_outputs));
-    } else {
-        for (auto& r : request.outputs) views.push_back(view_of(output_index(s, r.name), r.binary));
-    }
-    return views;
-}
-
 } // namespace
 
 ModelConfig read_model_config(const std::string& path) {
@@ -140,13 +119,16 @@ ModelRunner::ModelRunner(std::string name, std::string platform,
         };
         check(m_signature.inputs, "input");
     }
-    for (int64_t i = 0; i < m_config.instances; ++i) {
-        m_contexts.push_back(m_model->create_context());
-        m_free.push_back(size_t(i));
+    // The instances' contexts are compiled now, into the model's pool, so that the first
+    // requests do not pay for it; every run takes one from the pool (Model::acquire_context).
+    {
+        std::vector<std::shared_ptr<embed::Context>> warm;
+        for (int64_t i = 0; i < m_config.instances; ++i) warm.push_back(m_model->acquire_context());
     }
+    m_free = size_t(m_config.instances);
     if (batching())
-        for (size_t i = 0; i < m_contexts.size(); ++i)
-            m_workers.emplace_back([this, i] { batch_worker(i); });
+        for (int64_t i = 0; i < m_config.instances; ++i)
+            m_workers.emplace_back([this] { batch_worker(); });
 }
 
 void ModelRunner::mark_dynamic_output_dims() {
@@ -228,48 +210,45 @@ void ModelRunner::infer_direct(InferRequest& request, Clock::time_point arrival,
                                Clock::time_point deadline, InferResult& result) {
     // Instances go to waiting requests in arrival order: a released context is handed to the
     // oldest waiter (a condition variable alone lets late arrivals overtake, and the p99 grows).
-    size_t slot = SIZE_MAX;
     {
         std::unique_lock lock(m_mutex);
         if (m_stopping) throw RequestError(503, "model \"" + m_name + "\" is unloading");
-        if (!m_free.empty() && m_waiters.empty()) {
-            slot = m_free.back();
-            m_free.pop_back();
+        if (m_free > 0 && m_waiters.empty()) {
+            --m_free;
         } else {
             Waiter self;
             m_waiters.push_back(&self);
-            if (!self.cv.wait_until(lock, deadline, [&] { return self.slot != SIZE_MAX; })) {
+            if (!self.cv.wait_until(lock, deadline, [&] { return self.granted; })) {
                 m_waiters.erase(std::find(m_waiters.begin(), m_waiters.end(), &self));
                 throw RequestError(504, where(request.id) + " deadline passed after waiting " +
                                             ms_text(Clock::now() - arrival) + " for one of its " +
-                                            std::to_string(m_contexts.size()) +
+                                            std::to_string(m_config.instances) +
                                             " instances; it was not run");
             }
-            slot = self.slot;
         }
     }
     struct Release {
         ModelRunner* self;
-        size_t slot;
         ~Release() {
             std::lock_guard lock(self->m_mutex);
             if (!self->m_waiters.empty()) {
                 Waiter* next = self->m_waiters.front();
                 self->m_waiters.pop_front();
-                next->slot = slot;
+                next->granted = true;
                 next->cv.notify_one();
             } else {
-                self->m_free.push_back(slot);
+                ++self->m_free;
             }
         }
-    } release{this, slot};
+    } release{this};
     auto start = Clock::now();
     m_metrics.queue_time.observe(seconds(start - arrival));
     if (start >= deadline)
         throw RequestError(504, where(request.id) + " deadline passed " + ms_text(start - arrival) +
                                     " after arrival, before its run; it was not run");
-    embed::Context& ctx = *m_contexts[slot];
     try {
+        auto context = m_model->acquire_context();
+        embed::Context& ctx = *context;
         for (auto& t : request.inputs) ctx.set_input(t.name, t.data(), t.dtype, t.shape);
         embed::RunOptions options;
         options.deadline = deadline;
@@ -278,12 +257,12 @@ void ModelRunner::infer_direct(InferRequest& request, Clock::time_point arrival,
                                          ? 1.0
                                          : double(request.inputs[0].shape[0]));
         std::vector<embed::TensorView> views(m_signature.outputs.size());
-        auto outputs = select_outputs(m_signature, request, [&](size_t k, bool binary) {
-            auto& v = views[k];
-            if (!v.data) v = ctx.output(m_signature.outputs[k].name);
-            return OutputView{&m_signature.outputs[k], v.shape, v.data, v.bytes, binary};
-        });
-        result.json_length = encode_infer_response(result.body, m_name, request.id, outputs);
+        result.json_length =
+            encode_infer_response(result.body, m_signature, request, [&](size_t k) {
+                auto& v = views[k];
+                if (!v.data) v = ctx.output(m_signature.outputs[k].name);
+                return OutputData{v.shape, v.data, v.bytes};
+            });
     } catch (const embed::Error& e) {
         rethrow(e, request.id);
     }
@@ -325,14 +304,14 @@ void ModelRunner::infer_batched(InferRequest& request, Clock::time_point arrival
         }
     }
     if (pending->error_status) throw RequestError(pending->error_status, pending->error);
-    auto outputs = select_outputs(m_signature, request, [&](size_t k, bool binary) {
+    result.json_length = encode_infer_response(result.body, m_signature, request, [&](size_t k) {
         auto& t = pending->outputs[k];
-        return OutputView{&m_signature.outputs[k], t.shape, t.data(), t.bytes, binary};
+        return OutputData{t.shape, t.data(), t.bytes};
     });
-    result.json_length = encode_infer_response(result.body, m_name, request.id, outputs);
 }
 
-void ModelRunner::batch_worker(size_t instance) {
+void ModelRunner::batch_worker() {
+    auto context = m_model->acquire_context(); // this worker's instance
     std::vector<std::shared_ptr<Pending>> batch;
     const auto delay = std::chrono::microseconds(m_config.max_queue_delay_us);
     for (;;) {
@@ -404,11 +383,11 @@ void ModelRunner::batch_worker(size_t instance) {
                 }
             }
         }
-        run_batch(instance, batch);
+        run_batch(*context, batch);
     }
 }
 
-void ModelRunner::run_batch(size_t instance, std::vector<std::shared_ptr<Pending>>& batch) {
+void ModelRunner::run_batch(embed::Context& ctx, std::vector<std::shared_ptr<Pending>>& batch) {
     auto start = Clock::now();
     int64_t total = 0;
     auto deadline = Clock::time_point::min();
@@ -418,7 +397,6 @@ void ModelRunner::run_batch(size_t instance, std::vector<std::shared_ptr<Pending
         m_metrics.queue_time.observe(seconds(start - p->arrival));
     }
     m_metrics.batch_size.observe(double(total));
-    embed::Context& ctx = *m_contexts[instance];
     const Pending& first = *batch.front();
     try {
         for (size_t k = 0; k < first.inputs.size(); ++k) {

@@ -76,8 +76,8 @@ private:
                       InferResult& result);
     void infer_batched(InferRequest& request, Clock::time_point arrival, Clock::time_point deadline,
                        InferResult& result);
-    void batch_worker(size_t instance);
-    void run_batch(size_t instance, std::vector<std::shared_ptr<Pending>>& batch);
+    void batch_worker();
+    void run_batch(embed::Context& ctx, std::vector<std::shared_ptr<Pending>>& batch);
     //! "model \"mlp\", request \"7\":" (no request part when the id is empty).
     std::string where(const std::string& request_id) const;
     [[noreturn]] void rethrow(const embed::Error& e, const std::string& request_id) const;
@@ -88,14 +88,14 @@ private:
     ModelMetrics& m_metrics;
     ModelSignature m_signature;
 
-    // One context per instance; m_free lists those not running (direct runs).
-    std::vector<std::unique_ptr<embed::Context>> m_contexts;
+    // Direct runs: at most `instances` at a time, each with a context from the model's pool
+    // (Model::acquire_context); m_free counts the instances not running.
     std::mutex m_mutex;
     std::condition_variable m_cv;
-    std::vector<size_t> m_free;
+    size_t m_free = 0;
     struct Waiter {
         std::condition_variable cv;
-        size_t slot = SIZE_MAX; //!< the instance handed to this waiter
+        bool granted = false; //!< an instance was handed to this waiter
     };
     std::deque<Waiter*> m_waiters; //!< requests waiting for an instance, oldest first
 

@@ -425,16 +425,45 @@ InferRequest decode_infer_request(std::string_view body, int64_t json_length,
     return req;
 }
 
-int64_t encode_infer_response(std::string& body, const std::string& model_name,
-                              const std::string& request_id,
-                              const std::vector<OutputView>& outputs) {
+namespace {
+
+//! One output of a response: which, its values, and whether it goes as binary data.
+struct OutputView {
+    const embed::TensorInfo* info = nullptr;
+    OutputData values;
+    bool binary = false;
+};
+
+//! The outputs `request` asked for, in its order (all, in the model's order, when none).
+std::vector<OutputView> select_outputs(const ModelSignature& model, const InferRequest& request,
+                                       const std::function<OutputData(size_t)>& output) {
+    std::vector<OutputView> views;
+    auto add = [&](size_t k, bool binary) {
+        views.push_back(OutputView{&model.outputs[k], output(k), binary});
+    };
+    if (request.outputs.empty()) {
+        for (size_t k = 0; k < model.outputs.size(); ++k) add(k, request.binary_outputs);
+        return views;
+    }
+    for (auto& r : request.outputs) // names were checked when the request was decoded
+        for (size_t k = 0; k < model.outputs.size(); ++k)
+            if (model.outputs[k].name == r.name) add(k, r.binary);
+    return views;
+}
+
+} // namespace
+
+int64_t encode_infer_response(std::string& body, const ModelSignature& model,
+                              const InferRequest& request,
+                              const std::function<OutputData(size_t)>& output) {
+    std::vector<OutputView> outputs = select_outputs(model, request, output);
     body.clear();
     body += "{\"model_name\":";
-    append_json_string(body, model_name);
+    append_json_string(body, model.name);
     body += ",\"model_version\":\"1\"";
-    if (!request_id.empty()) {
+    if (!request.id.empty()) {
         body += ",\"id\":";
-        append_json_string(body, request_id);
+        append_json_string(body, request.id);
     }
     body += ",\"outputs\":[";
     bool any_binary = false;
@@ -446,27 +475,27 @@ int64_t encode_infer_response(std::string& body, const std::string& model_name,
         body += ",\"datatype\":\"";
         body += datatype_name(o.info->dtype);
         body += "\",\"shape\":[";
-        for (size_t i = 0; i < o.shape.size(); ++i) {
+        for (size_t i = 0; i < o.values.shape.size(); ++i) {
             if (i) body += ',';
-            append_json_number(body, o.shape[i]);
+            append_json_number(body, o.values.shape[i]);
         }
         body += ']';
         if (o.binary) {
             any_binary = true;
             body += ",\"parameters\":{\"binary_data_size\":";
-            append_json_number(body, uint64_t(o.bytes));
+            append_json_number(body, uint64_t(o.values.bytes));
             body += "}}";
             continue;
         }
         body += ",\"data\":[";
-        size_t n = o.bytes / embed::dtype_size(o.info->dtype);
+        size_t n = o.values.bytes / embed::dtype_size(o.info->dtype);
         auto each = [&](auto write) {
             for (size_t i = 0; i < n; ++i) {
                 if (i) body += ',';
                 write(i);
             }
         };
-        const void* p = o.data;
+        const void* p = o.values.data;
         switch (o.info->dtype) {
         case embed::DType::FLOAT32:
             each([&](size_t i) { append_json_number(body, static_cast<const float*>(p)[i]); });
@@ -512,7 +541,8 @@ int64_t encode_infer_response(std::string& body, const std::string& model_name,
     if (!any_binary) return -1;
     int64_t json_length = int64_t(body.size());
     for (const OutputView& o : outputs)
-        if (o.binary && o.bytes) body.append(static_cast<const char*>(o.data), o.bytes);
+        if (o.binary && o.values.bytes)
+            body.append(static_cast<const char*>(o.values.data), o.values.bytes);
     return json_length;
 }
 

@@ -7,6 +7,7 @@
 #include <braid/embed.h>
 
 #include <cstdint>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -80,22 +81,22 @@ struct ModelSignature {
 InferRequest decode_infer_request(std::string_view body, int64_t json_length,
                                   const ModelSignature& model);
 
-//! One output of a response: braid's or the server's memory, valid while encoding.
-struct OutputView {
-    const embed::TensorInfo* info = nullptr;
+//! One output's values: braid's or the server's memory, valid while encoding.
+struct OutputData {
     std::vector<int64_t> shape;
     const void* data = nullptr;
     size_t bytes = 0;
-    bool binary = false;
 };
 
 /*!
- * Encodes an inference response into `body`; returns the length of its JSON part when any
- * output is binary (the value of Inference-Header-Content-Length), else -1.
+ * Encodes the response to `request` into `body`: the outputs it asked for, in its order (every
+ * output of `model`, in the model's order, when it named none), each as JSON or binary data as
+ * it asked. `output(k)` gives the values of the model's output k. Returns the length of the
+ * JSON part when any output is binary (the value of Inference-Header-Content-Length), else -1.
  */
-int64_t encode_infer_response(std::string& body, const std::string& model_name,
-                              const std::string& request_id,
-                              const std::vector<OutputView>& outputs);
+int64_t encode_infer_response(std::string& body, const ModelSignature& model,
+                              const InferRequest& request,
+                              const std::function<OutputData(size_t)>& output);
 
 //! {"error": message}
 std::string error_body(std::string_view message);

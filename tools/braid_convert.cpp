@@ -5,7 +5,7 @@
 //
 // Exit status: 0 success, 2 usage error, 3 a model that cannot be read or converted.
 #include "braid.h"
-#include "onnx_import/onnx_import.h"
+#include "embed/embed_internal.h"
 #include "tools/printable.h"
 #include "tools/run_model.h"
 
@@ -37,7 +37,7 @@ int main(int argc, char** argv) {
             auto [name, value] = tools::parse_binding(spec);
             lopt.input_values[name] = value;
         }
-        auto model = onnx_import::load_model(in, lopt);
+        auto model = embed::open_model(in, lopt)->impl().loaded;
         DumpOptions opt;
         opt.producer = "braid-convert";
         opt.metadata.push_back({"source", in.substr(in.rfind('/') + 1)});

@@ -11,6 +11,7 @@
 //
 // Exit status: 0 success, 2 usage error, 3 a file that is not a readable model or that this
 // build cannot load (what it holds is still printed first).
+#include "embed/embed_internal.h"
 #include "onnx_import/onnx_import.h"
 #include "parallel/pipeline_model.h"
 #include "parallel/pipeline_profile.h"
@@ -301,7 +302,7 @@ int main(int argc, char** argv) {
                 return EXIT_USAGE;
             }
             // An ONNX file: what it becomes in braid (inputs, outputs, operators, memory).
-            auto model = onnx_import::import_file(path);
+            auto model = embed::open_model(path, {})->impl().loaded;
             if (dot) {
                 std::fprintf(stderr, "braid-inspect: --dot reads braid model files; convert "
                                      "with braid-convert first\n");
@@ -320,7 +321,7 @@ int main(int argc, char** argv) {
         // Building the graph checks what the description cannot (operator types this build
         // has, shape rules, comp nodes, the memory budget): a model that fails is an error,
         // after what it holds was shown.
-        auto model = load(path);
+        auto model = embed::open_model(path, {})->impl().loaded;
         if (ranks)
             print_rank_plan(path, ranks);
         else if (!dot)

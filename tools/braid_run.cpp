@@ -10,11 +10,11 @@
 // Every error is one line on stderr. See docs/cli.md.
 #include "base/hash.h"
 #include "base/log.h"
-#include "tools/json_writer.h"
 #include "tools/printable.h"
 #include "tools/run_model.h"
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <cstdio>
 #include <cstdlib>
@@ -109,81 +109,68 @@ void print_text(const RunConfig& cfg, const RunResult& r) {
     if (!cfg.output_dir.empty()) std::printf("outputs written to %s/\n", cfg.output_dir.c_str());
 }
 
-//! "outputs": [{name, dtype, shape, first_values, checksum}, ...]
-void write_outputs(JsonWriter& j, const std::vector<std::pair<std::string, Tensor>>& outputs) {
-    j.key("outputs").begin_array();
-    for (auto& [name, t] : outputs) {
-        j.begin_object().field("name", name).field("dtype", t.dtype().name());
-        j.key("shape").begin_array();
-        for (size_t d : t.shape().dims()) j.value(d);
-        j.end_array();
-        j.key("first_values").begin_array();
-        for (double v : first_values(t)) j.value(v);
-        j.end_array();
-        j.field("checksum", checksum_hex(t)).end_object();
-    }
-    j.end_array();
+//! [{name, dtype, shape, first_values, checksum}, ...]
+nlohmann::ordered_json outputs_json(const std::vector<std::pair<std::string, Tensor>>& outputs) {
+    auto list = nlohmann::ordered_json::array();
+    for (auto& [name, t] : outputs)
+        list.push_back({{"name", name},
+                        {"dtype", t.dtype().name()},
+                        {"shape", t.shape().dims()},
+                        {"first_values", first_values(t)},
+                        {"checksum", checksum_hex(t)}});
+    return list;
 }
 
 void print_json(const RunConfig& cfg, const RunResult& r) {
     auto& r0 = r.ranks.at(0);
-    JsonWriter j;
-    j.begin_object();
-    j.field("model", cfg.model_path);
-    j.key("format").begin_object();
-    j.field("major", r.info.format_major).field("minor", r.info.format_minor).end_object();
-    j.field("producer", r.info.producer);
-    j.field("operators", r.info.nr_operators);
-    j.field("parameter_tensors", r.info.nr_tensors);
-    j.field("parameter_bytes", r.info.tensor_bytes);
-    j.field("mapped_bytes", r.info.mapped_bytes);
-    j.field("comp_node", r0.comp_node);
-    j.field("kernel_threads", r.kernel_threads);
-    j.field("memory_plan", cfg.mem_plan);
-    j.field("devices", cfg.devices);
-    if (r.world_size > 0) j.field("rank", r.rank).field("world_size", r.world_size);
-    j.field("load_ms", r0.load_ms);
-    j.field("compile_ms", r0.compile_ms);
-    j.field("warmup", cfg.warmup);
-    j.field("iterations", cfg.iterations);
     auto s = latency_stats(all_iterations(r));
-    j.key("latency_ms").begin_object();
-    j.field("min", s.min).field("median", s.median).field("mean", s.mean).field("p90", s.p90);
-    j.field("p99", s.p99).field("max", s.max).end_object();
-    j.key("iteration_ms").begin_array();
-    for (double v : r0.iteration_ms) j.value(v);
-    j.end_array();
+    nlohmann::ordered_json j = {
+        {"model", cfg.model_path},
+        {"format", {{"major", r.info.format_major}, {"minor", r.info.format_minor}}},
+        {"producer", r.info.producer},
+        {"operators", r.info.nr_operators},
+        {"parameter_tensors", r.info.nr_tensors},
+        {"parameter_bytes", r.info.tensor_bytes},
+        {"mapped_bytes", r.info.mapped_bytes},
+        {"comp_node", r0.comp_node},
+        {"kernel_threads", r.kernel_threads},
+        {"memory_plan", cfg.mem_plan},
+        {"devices", cfg.devices}};
+    if (r.world_size > 0) {
+        j["rank"] = r.rank;
+        j["world_size"] = r.world_size;
+    }
+    j["load_ms"] = r0.load_ms;
+    j["compile_ms"] = r0.compile_ms;
+    j["warmup"] = cfg.warmup;
+    j["iterations"] = cfg.iterations;
+    j["latency_ms"] = {{"min", s.min}, {"median", s.median}, {"mean", s.mean},
+                       {"p90", s.p90}, {"p99", s.p99},       {"max", s.max}};
+    j["iteration_ms"] = r0.iteration_ms;
     if (r.ranks.size() > 1) {
-        j.key("ranks").begin_array();
-        for (auto& rank : r.ranks) {
-            auto rs = latency_stats(rank.iteration_ms);
-            j.begin_object().field("rank", rank.rank).field("comp_node", rank.comp_node);
-            j.field("load_ms", rank.load_ms).field("median_ms", rs.median);
-            write_outputs(j, rank.outputs);
-            j.end_object();
-        }
-        j.end_array();
+        auto ranks = nlohmann::ordered_json::array();
+        for (auto& rank : r.ranks)
+            ranks.push_back({{"rank", rank.rank},
+                             {"comp_node", rank.comp_node},
+                             {"load_ms", rank.load_ms},
+                             {"median_ms", latency_stats(rank.iteration_ms).median},
+                             {"outputs", outputs_json(rank.outputs)}});
+        j["ranks"] = std::move(ranks);
     }
-    j.key("inputs").begin_array();
-    for (auto& in : r.inputs) {
-        j.begin_object().field("name", in.name).field("source", in.source);
-        j.field("dtype", in.value.dtype().name());
-        j.key("shape").begin_array();
-        for (size_t d : in.value.shape().dims()) j.value(d);
-        j.end_array().end_object();
-    }
-    j.end_array();
-    write_outputs(j, r0.outputs);
+    auto inputs = nlohmann::ordered_json::array();
+    for (auto& in : r.inputs)
+        inputs.push_back({{"name", in.name},
+                          {"source", in.source},
+                          {"dtype", in.value.dtype().name()},
+                          {"shape", in.value.shape().dims()}});
+    j["inputs"] = std::move(inputs);
+    j["outputs"] = outputs_json(r0.outputs);
     if (cfg.mem_report)
-        j.key("memory")
-            .begin_object()
-            .field("planner_report", r0.planner_report)
-            .field("text", r0.memory_report)
-            .end_object();
-    if (!cfg.profile_path.empty()) j.field("profile", cfg.profile_path);
-    if (!r.note.empty()) j.field("note", r.note);
-    j.end_object();
-    std::printf("%s\n", j.str().c_str());
+        j["memory"] = {{"planner_report", r0.planner_report}, {"text", r0.memory_report}};
+    if (!cfg.profile_path.empty()) j["profile"] = cfg.profile_path;
+    if (!r.note.empty()) j["note"] = r.note;
+    // Names and paths that are not UTF-8 are printed with U+FFFD in place of the bad bytes.
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace).c_str());
 }
 
 int error_exit(int code, const std::string& msg) {

@@ -3,8 +3,10 @@
 #include "base/thread_pool.h"
 #include "comm/mpi_communicator.h"
 #include "comm/mpi_rendezvous.h"
-#include "onnx_import/onnx_import.h"
+#include "embed/embed_internal.h"
 #include "serialization/npy.h"
+
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -173,57 +175,66 @@ private:
     std::vector<TraceEvent> m_events;
 };
 
-//! Compiles and runs one loaded model: warm-up, timed iterations, outputs.
-RankResult run_rank(const RunConfig& cfg, int rank, const LoadedModel& model, double load_ms,
+//! Runs one loaded model through a context of the embedding API, as every caller does:
+//! compile, warm-up, timed iterations, outputs.
+RankResult run_rank(const RunConfig& cfg, int rank, embed::Model& model, double load_ms,
                     const std::vector<ResolvedInput>& inputs, Clock::time_point origin) {
+    const LoadedModel& loaded = model.impl().loaded;
     RankResult r;
     r.rank = rank;
     r.load_ms = load_ms;
-    r.comp_node = model.outputs.at(0).var.comp_node().locator();
+    r.comp_node = loaded.outputs.at(0).var.comp_node().locator();
     bool many_ranks = cfg.devices > 1 || !cfg.server.empty() || cfg.backend == "mpi";
     std::string prefix = many_ranks ? fmt::format("rank {}: ", rank) : "";
     auto t0 = Clock::now();
-    auto exec = stage(EXIT_RUN_FAILED, prefix + "compile: ", [&] {
+    auto ctx = stage(EXIT_RUN_FAILED, prefix + "compile: ", [&] {
         try {
-            return model.compile();
-        } catch (const MemoryBudgetError& e) { // the model asks for more than it may
-            throw ToolError(EXIT_BAD_FILE, one_line(prefix + "compile: " + e.what()));
+            return model.create_context();
+        } catch (const embed::Error& e) { // the model asks for more memory than it may
+            if (e.code() == embed::Code::OUT_OF_MEMORY)
+                throw ToolError(EXIT_BAD_FILE, one_line(prefix + "compile: " + e.what()));
+            throw;
         }
     });
     r.compile_ms = ms_since(t0);
+    Executable& exec = ctx->impl().executable();
     stage(EXIT_RUN_FAILED, prefix, [&] {
-        for (auto& in : inputs) exec->feed(in.name, in.value);
-        for (size_t i = 0; i < cfg.warmup; ++i) exec->run();
+        for (auto& in : inputs) {
+            auto dims = in.value.shape().dims();
+            ctx->set_input(in.name, in.value.raw_ptr(), embed::to_embed(in.value.dtype()),
+                           std::vector<int64_t>(dims.begin(), dims.end()));
+        }
+        for (size_t i = 0; i < cfg.warmup; ++i) ctx->run();
         std::optional<TraceCollector> trace;
         if (!cfg.profile_path.empty()) {
             trace.emplace(origin);
-            exec->set_step_observer([&](const OperatorNode& opr, Clock::time_point b,
-                                        Clock::time_point e) { trace->add(opr, rank, b, e); });
+            exec.set_step_observer([&](const OperatorNode& opr, Clock::time_point b,
+                                       Clock::time_point e) { trace->add(opr, rank, b, e); });
         }
         for (size_t i = 0; i < cfg.iterations; ++i) {
             auto begin = Clock::now();
-            exec->run();
+            ctx->run();
             auto end = Clock::now();
             r.iteration_ms.push_back(
                 std::chrono::duration<double, std::milli>(end - begin).count());
             if (trace) trace->add_iteration(i, rank, begin, end);
         }
         if (trace) {
-            exec->set_step_observer(nullptr);
+            exec.set_step_observer(nullptr);
             r.trace = trace->take();
         }
-        for (size_t i = 0; i < model.outputs.size(); ++i)
-            r.outputs.emplace_back(model.outputs[i].name, exec->output(i).copy());
+        for (size_t i = 0; i < loaded.outputs.size(); ++i)
+            r.outputs.emplace_back(loaded.outputs[i].name, ctx->impl().output_tensor(i).copy());
         return 0;
     });
     if (cfg.mem_report) {
-        if (auto report = planner_report(*exec)) {
+        if (auto report = planner_report(exec)) {
             r.memory_report = *report;
             r.planner_report = true;
         } else {
             std::vector<VarNode*> outs;
-            for (auto& o : model.outputs) outs.push_back(o.var.node());
-            r.memory_report = summarize_memory(*exec, outs).to_string();
+            for (auto& o : loaded.outputs) outs.push_back(o.var.node());
+            r.memory_report = summarize_memory(exec, outs).to_string();
         }
     }
     return r;
@@ -245,7 +256,7 @@ LoadOptions load_options(const RunConfig& cfg, const std::string& comp_node,
 //! collective blocks its comp node's queue until its peers arrive, so ranks never share one).
 //! Rank 0's model is already loaded; every other rank loads the file with its own binding.
 std::vector<RankResult> run_ranks(const RunConfig& cfg, const std::string& comp_node,
-                                  const CollectiveBinding& base, LoadedModel& model0,
+                                  const CollectiveBinding& base, embed::Model& model0,
                                   double load0_ms, const std::vector<ResolvedInput>& inputs,
                                   Clock::time_point origin) {
     size_t n = cfg.devices;
@@ -264,9 +275,9 @@ std::vector<RankResult> run_ranks(const RunConfig& cfg, const std::string& comp_
                 std::string cn = rank_comp_node(comp_node, int(r));
                 auto t0 = Clock::now();
                 auto model = stage(EXIT_BAD_FILE, fmt::format("rank {}: ", r), [&] {
-                    return onnx_import::load_model(cfg.model_path, load_options(cfg, cn, binding));
+                    return embed::open_model(cfg.model_path, load_options(cfg, cn, binding));
                 });
-                results[r] = run_rank(cfg, int(r), model, ms_since(t0), inputs, origin);
+                results[r] = run_rank(cfg, int(r), *model, ms_since(t0), inputs, origin);
             } catch (...) {
                 errors[r] = std::current_exception();
             }
@@ -506,8 +517,11 @@ RunResult run_model(const RunConfig& cfg) {
 
     if (cfg.threads) set_kernel_threads(cfg.threads);
     result.kernel_threads = kernel_threads();
-    // Ranks as threads need one comp node each: from --comp-node, else from cpu0.
-    std::string comp_node = cfg.comp_node.empty() && cfg.devices > 1 ? "cpu0" : cfg.comp_node;
+    // The embedding API's default, cpu:default (the calling thread, with the shared kernel
+    // pool); ranks as threads need one comp node each: from --comp-node, else from cpu0.
+    std::string comp_node = !cfg.comp_node.empty() ? cfg.comp_node
+                            : cfg.devices > 1      ? "cpu0"
+                                                   : "cpu:default";
     if (!comp_node.empty())
         stage(EXIT_USAGE, "--comp-node: ", [&] { return CompNode::load(comp_node); });
     for (size_t r = 1; r < cfg.devices; ++r)
@@ -515,9 +529,11 @@ RunResult run_model(const RunConfig& cfg) {
               [&] { return CompNode::load(rank_comp_node(comp_node, int(r))); });
 
     auto origin = Clock::now();
-    auto model = stage(EXIT_BAD_FILE, "", [&] {
-        return onnx_import::load_model(cfg.model_path, load_options(cfg, comp_node, binding));
+    auto model_ptr = stage(EXIT_BAD_FILE, "", [&] {
+        return embed::open_model(cfg.model_path, load_options(cfg, comp_node, binding));
     });
+    embed::Model& embedded = *model_ptr;
+    const LoadedModel& model = embedded.impl().loaded;
     double load_ms = ms_since(origin);
     result.info = model.info;
     for (auto& opr : model.graph->operators())
@@ -546,9 +562,9 @@ RunResult run_model(const RunConfig& cfg) {
     }
     if (cfg.devices == 1)
         result.ranks.push_back(
-            run_rank(cfg, std::max(binding.rank, 0), model, load_ms, result.inputs, origin));
+            run_rank(cfg, std::max(binding.rank, 0), embedded, load_ms, result.inputs, origin));
     else
-        result.ranks = run_ranks(cfg, comp_node, binding, model, load_ms, result.inputs, origin);
+        result.ranks = run_ranks(cfg, comp_node, binding, embedded, load_ms, result.inputs, origin);
     if (rendezvous) finish_mpi_ranks(*rendezvous);
 
     if (!cfg.profile_path.empty() && result.report) {
@@ -589,48 +605,38 @@ void abort_mpi_job(int exit_code) {
 }
 
 void write_chrome_trace(const std::string& path, const std::vector<TraceEvent>& events) {
-    auto esc = [](const std::string& s) {
-        std::string r;
-        for (char c : s) {
-            if (c == '"' || c == '\\') r += '\\';
-            if (static_cast<unsigned char>(c) < 0x20) {
-                r += fmt::format("\\u{:04x}", c);
-                continue;
-            }
-            r += c;
-        }
-        return r;
-    };
     // One track (tid) per comp node, one process (pid) per rank.
     std::map<std::pair<int, std::string>, int> tids;
     for (auto& e : events) tids.emplace(std::pair{e.rank, e.comp_node}, 0);
     int next = 0;
     for (auto& [key, tid] : tids) tid = next++;
-    std::string out = "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
-    bool first = true;
-    auto emit = [&](const std::string& line) {
-        out += (first ? "" : ",\n") + line;
-        first = false;
-    };
+    auto trace = nlohmann::ordered_json::array();
     std::set<int> ranks;
     for (auto& [key, tid] : tids) {
         ranks.insert(key.first);
-        emit(fmt::format(
-            R"({{"ph":"M","name":"thread_name","pid":{},"tid":{},"args":{{"name":"{}"}}}})",
-            key.first, tid, esc(key.second)));
+        trace.push_back({{"ph", "M"},
+                         {"name", "thread_name"},
+                         {"pid", key.first},
+                         {"tid", tid},
+                         {"args", {{"name", key.second}}}});
     }
     for (int r : ranks)
-        emit(fmt::format(
-            R"({{"ph":"M","name":"process_name","pid":{},"args":{{"name":"rank {}"}}}})", r, r));
+        trace.push_back({{"ph", "M"},
+                         {"name", "process_name"},
+                         {"pid", r},
+                         {"args", {{"name", fmt::format("rank {}", r)}}}});
     for (auto& e : events)
-        emit(fmt::format(
-            R"({{"ph":"X","name":"{}","cat":"{}","pid":{},"tid":{},"ts":{:.3f},"dur":{:.3f}}})",
-            esc(e.name), esc(e.type), e.rank, tids.at({e.rank, e.comp_node}), e.begin_us,
-            e.duration_us));
-    out += "\n]}\n";
+        trace.push_back({{"ph", "X"},
+                         {"name", e.name},
+                         {"cat", e.type},
+                         {"pid", e.rank},
+                         {"tid", tids.at({e.rank, e.comp_node})},
+                         {"ts", e.begin_us},
+                         {"dur", e.duration_us}});
+    nlohmann::ordered_json doc = {{"displayTimeUnit", "ms"}, {"traceEvents", std::move(trace)}};
     std::ofstream f(path, std::ios::trunc);
     if (!f) throw ToolError(EXIT_RUN_FAILED, fmt::format("--profile: cannot create \"{}\"", path));
-    f << out;
+    f << doc.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
     if (!f) throw ToolError(EXIT_RUN_FAILED, fmt::format("--profile: cannot write \"{}\"", path));
 }
 

@@ -48,7 +48,7 @@ struct RunConfig {
     size_t iterations = 10;
     size_t warmup = 1;
     size_t threads = 0;    //!< 0: keep the default (BRAID_NUM_THREADS or the hardware threads)
-    std::string comp_node; //!< empty: the comp nodes recorded in the model
+    std::string comp_node; //!< empty: cpu:default (cpu0 and up for --devices N)
     std::string output_dir;
     bool json = false;
     std::string profile_path;

@@ -4,9 +4,9 @@
 // a dtype or shape the two sides disagree on.
 #include "checker.h"
 
+#include "collective/remote_send_recv.h"
 #include "comm/group_client.h"
 #include "graph/grad.h"
-#include "collective/remote_send_recv.h"
 
 #include <gtest/gtest.h>
 

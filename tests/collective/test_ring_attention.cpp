@@ -6,10 +6,10 @@
 // worked values, two graphs on threads, and the errors.
 #include "checker.h"
 
+#include "collective/ring_attention.h"
 #include "comm/group_client.h"
 #include "graph/grad.h"
 #include "operators/attention_kernels.h"
-#include "collective/ring_attention.h"
 #include "parallel/context_parallel.h"
 
 #include <gtest/gtest.h>

@@ -257,12 +257,20 @@ TEST(Embed, CancelAndDeadlineStopARunWithTheirOwnCodes) {
     EXPECT_EQ(code_of([&] { ctx->run(late); }, &msg), em::Code::DEADLINE_EXCEEDED);
     EXPECT_THAT(msg, HasSubstr("deadline"));
 
-    // Cancelled from another thread while running.
-    auto fut = ctx->run_async(opt);
-    std::this_thread::sleep_for(part);
-    token.cancel();
-    EXPECT_EQ(code_of([&] { fut.get(); }), em::Code::CANCELLED);
-    token.reset();
+    // Cancelled from another thread while running. A run may still end before the cancel
+    // when the machine was loaded while `full` was measured: then it completed normally, and
+    // the cancel is tried again, sent earlier each time.
+    bool cancelled = false;
+    for (int attempt = 0; attempt < 5 && !cancelled; ++attempt) {
+        auto fut = ctx->run_async(opt);
+        std::this_thread::sleep_for(part / (1 << attempt));
+        token.cancel();
+        em::Code code = code_of([&] { fut.get(); });
+        EXPECT_TRUE(code == em::Code::CANCELLED || code == em::Code::OK) << int(code);
+        cancelled = code == em::Code::CANCELLED;
+        token.reset();
+    }
+    EXPECT_TRUE(cancelled) << "5 runs all ended before their cancel";
     ctx->run(opt); // the context still works
     EXPECT_EQ(ctx->output("y").shape, (std::vector<int64_t>{256, 256}));
 }

@@ -17,7 +17,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     (void)initialized;
     braid::onnx_import::ImportOptions options;
     options.isolate_version_converter = false; // crashes in it must surface here
-    options.comp_node = "cpu:default"; // one comp node: each new locator starts a thread
+    options.comp_node = "cpu:default";         // one comp node: each new locator starts a thread
     try {
         auto model =
             braid::onnx_import::import_bytes(std::span<const uint8_t>(data, size), options);

@@ -219,7 +219,7 @@ TEST(BraidRunCli, RandomShapeOutputDirProfileAndMemReport) {
     EXPECT_THAT(text, HasSubstr("\"ph\":\"X\",\"name\":\"MatMul \\\"MatMul"));
     EXPECT_THAT(text, HasSubstr("\"name\":\"iteration 1\""));
     EXPECT_THAT(r.out, HasSubstr("memory"));
-    EXPECT_THAT(r.out, HasSubstr("cpu0: "));
+    EXPECT_THAT(r.out, HasSubstr("cpu:default: "));
 }
 
 TEST(BraidRunCli, UsageErrorsExitWithStatus2) {

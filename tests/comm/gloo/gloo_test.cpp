@@ -9,6 +9,9 @@
 //    what it saw to the file in BRAID_TEST_REPORT.
 #include "base/error.h"
 #include "checker.h"
+#include "collective/registry.h"
+#include "collective/remote_send_recv.h"
+#include "collective/ring_attention.h"
 #include "collective_checker.h"
 #include "collective_reference.h"
 #include "comm/gloo_communicator.h"
@@ -16,9 +19,6 @@
 #include "comm/rendezvous_server.h"
 #include "comm/tcp_client.h"
 #include "graph/grad.h"
-#include "collective/registry.h"
-#include "collective/remote_send_recv.h"
-#include "collective/ring_attention.h"
 #include "parallel/context_parallel.h"
 
 #include <gtest/gtest.h>

@@ -5,11 +5,11 @@
 // executes, and the gradients of a loss summed over ranks for the modes whose backward pass is
 // itself a collective.
 #include "checker.h"
+#include "collective/remote_send_recv.h"
+#include "collective/ring_attention.h"
 #include "collective_reference.h"
 #include "comm/mpi_communicator.h"
 #include "mpi_test_main.h"
-#include "collective/remote_send_recv.h"
-#include "collective/ring_attention.h"
 #include "parallel/context_parallel.h"
 
 #include <gtest/gtest.h>
