@@ -1,4 +1,6 @@
 #include "base/thread_pool.h"
+
+#include "base/cpu_relax.h"
 #include "base/run_control.h"
 
 #include <algorithm>
@@ -26,14 +28,6 @@ namespace {
 //! and an idle pool uses no CPU.
 constexpr auto WORKER_POLL = std::chrono::microseconds(200);
 constexpr auto CALLER_POLL = std::chrono::microseconds(1000);
-
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    asm volatile("yield");
-#endif
-}
 
 int current_cpu() {
     return sched_getcpu();

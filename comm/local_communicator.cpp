@@ -1,5 +1,7 @@
 #include "comm/local_communicator.h"
 
+#include "base/cpu_relax.h"
+
 #include "base/error.h"
 #include "base/log.h"
 #include "comm/reduce_kernels.h"
@@ -9,13 +11,6 @@
 #include <cstring>
 #include <thread>
 #include <unordered_map>
-
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define BRAID_CPU_RELAX() _mm_pause()
-#else
-#define BRAID_CPU_RELAX() std::this_thread::yield()
-#endif
 
 namespace braid::comm {
 
@@ -115,7 +110,7 @@ public:
                 if ((i & 127) == 0 &&
                     (m_aborted.load(std::memory_order_acquire) || Clock::now() >= spin_until))
                     break;
-                BRAID_CPU_RELAX();
+                cpu_relax();
             }
         }
         std::unique_lock<std::mutex> lock(m_mutex);

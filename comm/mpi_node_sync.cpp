@@ -1,5 +1,7 @@
 #include "comm/mpi_node_sync.h"
 
+#include "base/cpu_relax.h"
+
 #include "base/error.h"
 #include "base/log.h"
 #include "comm/mpi_communicator.h"
@@ -10,13 +12,6 @@
 
 #include <cstring>
 #include <thread>
-
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define BRAID_CPU_RELAX() _mm_pause()
-#else
-#define BRAID_CPU_RELAX() std::this_thread::yield()
-#endif
 
 namespace braid::comm {
 
@@ -157,7 +152,7 @@ void MpiNodeSync::enter(uint64_t sequence, const Deadline& deadline,
             // Ranks may outnumber cores: let the late ones run.
             if (polls > 4096) std::this_thread::yield();
         }
-        BRAID_CPU_RELAX();
+        cpu_relax();
     }
 }
 

@@ -17,6 +17,7 @@
 // Prints the loss every few steps and, per rank, the largest difference from the reference.
 // Exit status: 0 when every parameter is within 1e-5 (relative, see max_relative_difference)
 // of the reference, 1 when one is not, 2 on an error.
+#include "base/host_port.h"
 #include "braid.h"
 #include "comm/mpi_communicator.h"
 #include "comm/mpi_rendezvous.h"
@@ -259,12 +260,8 @@ int run_gloo(Options opt) {
     if (opt.batch % opt.ranks != 0)
         BRAID_THROW(ValueError, "the batch of {} rows does not split over {} processes", opt.batch,
                     opt.ranks);
-    std::string address = server;
-    auto colon = address.rfind(':');
-    if (colon == std::string::npos)
-        BRAID_THROW(ValueError, "BRAID_SERVER=\"{}\" is not HOST:PORT", address);
-    auto client = std::make_shared<comm::TcpGroupClient>(
-        address.substr(0, colon), uint16_t(std::stoul(address.substr(colon + 1))));
+    auto address = host_port_or_throw(server, "BRAID_SERVER");
+    auto client = std::make_shared<comm::TcpGroupClient>(address.host, address.port);
     Problem problem = make_problem(opt);
     MlpParams params = problem.initial.clone();
     opr::Group group{"dp", size, int32_t(rank), client, "gloo", 0, CompNode::load("cpu0")};

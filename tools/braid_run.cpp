@@ -9,6 +9,7 @@
 // Exit status: 0 success, 2 usage error, 3 bad model or input file, 4 failure while running.
 // Every error is one line on stderr. See docs/cli.md.
 #include "base/hash.h"
+#include "base/host_port.h"
 #include "base/log.h"
 #include "tools/printable.h"
 #include "tools/run_model.h"
@@ -170,7 +171,8 @@ void print_json(const RunConfig& cfg, const RunResult& r) {
     if (!cfg.profile_path.empty()) j["profile"] = cfg.profile_path;
     if (!r.note.empty()) j["note"] = r.note;
     // Names and paths that are not UTF-8 are printed with U+FFFD in place of the bad bytes.
-    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace).c_str());
+    std::printf("%s\n",
+                j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace).c_str());
 }
 
 int error_exit(int code, const std::string& msg) {
@@ -245,15 +247,8 @@ int main(int argc, char** argv) {
         app.add_option("--server", cfg.server, "Group manager HOST:PORT (multi-process ranks)")
             ->check(CLI::Validator(
                 [](std::string& s) -> std::string {
-                    auto colon = s.rfind(':');
-                    if (colon == std::string::npos || colon == 0 || colon + 1 == s.size())
-                        return "expected HOST:PORT, got \"" + s + "\"";
-                    auto port = s.substr(colon + 1);
-                    if (port.size() > 5 ||
-                        port.find_first_not_of("0123456789") != std::string::npos ||
-                        std::stoi(port) < 1 || std::stoi(port) > 65535)
-                        return "bad port \"" + port + "\" in \"" + s + "\"";
-                    return {};
+                    if (parse_host_port(s)) return {};
+                    return "expected HOST:PORT (a port in 1..65535), got \"" + s + "\"";
                 },
                 "HOST:PORT"));
     app.add_option("--rank", cfg.rank,

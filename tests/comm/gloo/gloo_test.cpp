@@ -8,6 +8,7 @@
 //  - `--worker NAME`: one worker of those tests; its exit status is its verdict and it writes
 //    what it saw to the file in BRAID_TEST_REPORT.
 #include "base/error.h"
+#include "base/host_port.h"
 #include "checker.h"
 #include "collective/registry.h"
 #include "collective/remote_send_recv.h"
@@ -56,10 +57,8 @@ int env_int(const char* name) {
 
 //! A client of the group manager at BRAID_SERVER ("HOST:PORT").
 std::shared_ptr<GroupClient> client_from_env() {
-    std::string server = std::getenv("BRAID_SERVER");
-    auto colon = server.rfind(':');
-    return std::make_shared<TcpGroupClient>(server.substr(0, colon),
-                                            uint16_t(std::stoi(server.substr(colon + 1))));
+    auto server = host_port_or_throw(std::getenv("BRAID_SERVER"), "BRAID_SERVER");
+    return std::make_shared<TcpGroupClient>(server.host, server.port);
 }
 
 // ------------------------------------------------------------ collectives under braid-launch
