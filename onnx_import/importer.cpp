@@ -555,11 +555,9 @@ LoadedModel import_model(onnx::ModelProto& model, const ImportOptions& options,
     } catch (const std::exception& e) {
         BRAID_THROW(SerializationError, "{}: not a valid ONNX model: {}", source, e.what());
     }
-    for (auto& o : model.opset_import())
-        if (!o.domain().empty() && o.domain() != "ai.onnx" && o.domain() != TRAINING_DOMAIN)
-            throw UnsupportedOnnxError(
-                fmt::format("{}: operator set domain \"{}\" (version {}) is not supported", source,
-                            o.domain(), o.version()));
+    // An operator set of another domain is only a declaration: a model may import one that
+    // no node uses (exporters add ai.onnx.ml by default). A node of an unsupported domain is
+    // refused below, naming it.
     check_dataflow(model.graph(), source);
     int64_t opset = default_opset(model);
     if (opset < TARGET_OPSET && !has_subgraphs(model.graph()) &&
@@ -639,8 +637,13 @@ LoadedModel import_model(onnx::ModelProto& model, const ImportOptions& options,
     for (auto& node : g.node()) {
         NodeCtx ctx(imp, node, opset);
         bool training = node.domain() == TRAINING_DOMAIN;
-        if (!node.domain().empty() && node.domain() != "ai.onnx" && !training)
-            ctx.unsupported(fmt::format("domain \"{}\" is not supported", node.domain()));
+        if (!node.domain().empty() && node.domain() != "ai.onnx" && !training) {
+            std::string version = "not imported";
+            for (auto& o : model.opset_import())
+                if (o.domain() == node.domain()) version = std::to_string(o.version());
+            ctx.unsupported(fmt::format("operator set domain \"{}\" (version {}) is not supported",
+                                        node.domain(), version));
+        }
         if (node.op_type() == "Constant") {
             // A known value: later nodes may read it as an attribute-like input.
             imp.constants[node.output(0)] = constant_value(ctx, dir);

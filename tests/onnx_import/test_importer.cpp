@@ -427,3 +427,39 @@ TEST(OnnxImport, OldOpsetModelConvertedInAChildKeepsItsInitializers) {
             EXPECT_FLOAT_EQ(y.ptr<float>()[i * 4 + j], want) << i << "," << j;
         }
 }
+
+TEST(OnnxImport, AnOperatorSetOfAnotherDomainThatNoNodeUsesIsAccepted) {
+    // Exporters declare ai.onnx.ml by default; a model that uses none of its ops imports.
+    ModelBuilder m;
+    auto* ml = m.model.add_opset_import();
+    ml->set_domain("ai.onnx.ml");
+    ml->set_version(3);
+    m.input("x", onnx::TensorProto::FLOAT, {2, 3});
+    m.node("Relu", {"x"}, {"y"});
+    m.output("y", onnx::TensorProto::FLOAT, 2);
+    auto model = onnx_import::import_bytes(m.bytes());
+    auto exec = model.compile();
+    Tensor x = iota({2, 3});
+    x.ptr<float>()[0] = -2.f;
+    exec->feed("x", x);
+    exec->run();
+    EXPECT_EQ(exec->output(0).ptr<float>()[0], 0.f);
+    EXPECT_EQ(exec->output(0).ptr<float>()[1], x.ptr<float>()[1]);
+}
+
+TEST(OnnxImport, ANodeOfAnUnsupportedDomainIsRefusedNamingNodeOpDomainAndVersion) {
+    ModelBuilder m;
+    auto* ms = m.model.add_opset_import();
+    ms->set_domain("com.microsoft");
+    ms->set_version(1);
+    m.input("x", onnx::TensorProto::FLOAT, {2, 3});
+    auto* n = m.node("FusedGelu", {"x"}, {"y"});
+    n->set_domain("com.microsoft");
+    m.output("y", onnx::TensorProto::FLOAT, 2);
+    std::string msg = error_of([&] { onnx_import::import_bytes(m.bytes()); });
+    EXPECT_NE(msg.find("FusedGelu_1"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("FusedGelu"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("operator set domain \"com.microsoft\" (version 1) is not supported"),
+              std::string::npos)
+        << msg;
+}
