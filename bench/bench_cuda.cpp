@@ -11,6 +11,7 @@
 // Without a CUDA device it says so and exits 0.
 //
 //     bench_cuda [--filter NAME] [--n N] [--elems N] [--min-seconds S]
+#include "bench/bench_cli.h"
 #include "braid.h"
 
 #include <cublas_v2.h>
@@ -198,24 +199,18 @@ void bench_add(const Options& opt, const char* device) {
 
 int main(int argc, char** argv) {
     Options opt;
-    for (int i = 1; i < argc; ++i) {
-        std::string arg = argv[i];
-        if (arg == "--filter" && i + 1 < argc)
-            opt.filter = argv[++i];
-        else if (arg == "--n" && i + 1 < argc)
-            opt.n = std::stoul(argv[++i]);
-        else if (arg == "--elems" && i + 1 < argc)
-            opt.elems = std::stoul(argv[++i]);
-        else if (arg == "--min-seconds" && i + 1 < argc)
-            opt.min_seconds = std::stod(argv[++i]);
-        else if (arg == "--json")
-            ; // always JSON lines
-        else {
-            std::fprintf(stderr, "usage: bench_cuda [--filter NAME] [--n N] [--elems N] "
-                                 "[--min-seconds S]\n");
-            return 2;
-        }
-    }
+    CLI::App app{"bench_cuda: braid's CUDA kernels against direct cuBLAS / cudaMemcpy calls"};
+    app.option_defaults()->always_capture_default();
+    app.add_option("--filter", opt.filter, "run only the cases whose name contains this");
+    app.add_option("--n", opt.n, "matmul cases: n of the n x n x n products")
+        ->check(CLI::Range(size_t(1), size_t(1) << 20));
+    app.add_option("--elems", opt.elems, "add_fp32: floats per tensor")
+        ->check(CLI::Range(size_t(1), size_t(1) << 36));
+    app.add_option("--min-seconds", opt.min_seconds, "time each side at least this long")
+        ->check(CLI::Range(0.0, 3600.0));
+    bool json = false;
+    app.add_flag("--json", json, "accepted for symmetry: the output is always JSON lines");
+    if (auto status = bench::parse_command_line(app, argc, argv)) return *status;
     if (CompNode::cuda_device_count() == 0) {
         std::printf("bench_cuda: no CUDA device found; nothing to measure\n");
         return 0;

@@ -5,6 +5,7 @@
 //
 // On cuda0 each add is a kernel launch on the comp node's stream; a run ends with a stream
 // synchronisation and the copy of the 1-element result to the host.
+#include "bench/bench_cli.h"
 #include "braid.h"
 
 #include <chrono>
@@ -19,22 +20,15 @@ int main(int argc, char** argv) {
     size_t ops = 1000;
     int runs = 2000;
     bool json = false;
-    for (int i = 1; i < argc; ++i) {
-        std::string a = argv[i];
-        if (a == "--json")
-            json = true;
-        else if (a == "--comp-node" && i + 1 < argc)
-            cn = argv[++i];
-        else if (a == "--ops" && i + 1 < argc)
-            ops = std::stoul(argv[++i]);
-        else if (a == "--runs" && i + 1 < argc)
-            runs = std::stoi(argv[++i]);
-        else {
-            std::fprintf(stderr, "usage: bench_dispatch [--json] [--comp-node CN] [--ops N] "
-                                 "[--runs N]\n");
-            return 2;
-        }
-    }
+    CLI::App app{"bench_dispatch: per-operator cost of running a compiled chain of 1-element adds"};
+    app.option_defaults()->always_capture_default();
+    app.add_flag("--json", json, "one JSON object instead of a sentence");
+    app.add_option("--comp-node", cn, "comp node the graph runs on (cpu0, cpu:default, cuda0)");
+    app.add_option("--ops", ops, "adds in the chain")
+        ->check(CLI::Range(size_t(1), size_t(1) << 20));
+    app.add_option("--runs", runs, "timed runs of the chain (after 50 warm-up runs)")
+        ->check(CLI::Range(1, 1 << 30));
+    if (auto status = bench::parse_command_line(app, argc, argv)) return *status;
     register_all_operators(); // device kernels (cuda0)
     try {
         CompNode::load(cn);

@@ -19,6 +19,7 @@
 // to __libc_*): libstdc++'s operator new, std::make_shared and braid's aligned_alloc for tensors
 // all allocate through it, on every thread.
 #include "base/thread_pool.h"
+#include "bench/bench_cli.h"
 #include "braid.h"
 #include "braid/braid_c.h"
 #include "tools/example_models.h"
@@ -413,12 +414,11 @@ void cancel() {
 } // namespace
 
 int main(int argc, char** argv) {
-    for (int i = 1; i < argc; ++i) {
-        if (std::string(argv[i]) != "--json") {
-            std::fprintf(stderr, "usage: bench_embed [--json]\n");
-            return 2;
-        }
-    }
+    CLI::App app{"bench_embed: the embedding C API's run overhead, memory per context, "
+                 "throughput and cancellation latency"};
+    bool json = false;
+    app.add_flag("--json", json, "accepted for symmetry: the output is always JSON lines");
+    if (auto status = bench::parse_command_line(app, argc, argv)) return *status;
     overhead_1op();
     shared_weights();
     throughput();

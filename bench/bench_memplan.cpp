@@ -15,6 +15,7 @@
 //   intervals_10k/100k  random block sets given to the planner directly (a stress case)
 //
 //     bench_memplan [--json] [--graph NAME] [--algo NAME]
+#include "bench/bench_cli.h"
 #include "braid.h"
 #include "memory/planner.h"
 #include "tests/support/random_blocks.h"
@@ -167,22 +168,6 @@ Result intervals(size_t n, const std::string& algo) {
 } // namespace
 
 int main(int argc, char** argv) {
-    bool json = false;
-    std::string only_graph, only_algo;
-    for (int i = 1; i < argc; ++i) {
-        std::string a = argv[i];
-        if (a == "--json")
-            json = true;
-        else if (a == "--graph" && i + 1 < argc)
-            only_graph = argv[++i];
-        else if (a == "--algo" && i + 1 < argc)
-            only_algo = argv[++i];
-        else {
-            std::fprintf(stderr, "usage: bench_memplan [--json] [--graph NAME] [--algo NAME]\n");
-            return 2;
-        }
-    }
-    register_all_operators();
     std::vector<std::pair<std::string, std::function<Result(const std::string&)>>> graphs{
         {"mlp_fwd", mlp_fwd},
         {"mlp_train", mlp_train},
@@ -194,6 +179,19 @@ int main(int argc, char** argv) {
         {"intervals_10k", [](const std::string& a) { return intervals(10000, a); }},
         {"intervals_100k", [](const std::string& a) { return intervals(100000, a); }},
     };
+    std::vector<std::string> graph_names;
+    for (auto& graph : graphs) graph_names.push_back(graph.first);
+    bool json = false;
+    std::string only_graph, only_algo;
+    CLI::App app{"bench_memplan: arena size and planning time of each memory planner against the "
+                 "lower bound"};
+    app.add_flag("--json", json, "one JSON object per graph and algorithm instead of a table");
+    app.add_option("--graph", only_graph, "run only this graph (default: all)")
+        ->check(CLI::IsMember(graph_names));
+    app.add_option("--algo", only_algo, "run only this planner algorithm (default: all)")
+        ->check(CLI::IsMember(MemPlanner::algorithms()));
+    if (auto status = bench::parse_command_line(app, argc, argv)) return *status;
+    register_all_operators();
     if (!json)
         std::printf("%-17s %-9s %7s %12s %12s %7s %13s %9s %9s\n", "graph", "algo", "vars",
                     "arena_bytes", "lower_bound", "ratio", "no_reuse", "plan_ms", "cpu_ms");

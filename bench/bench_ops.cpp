@@ -1,5 +1,6 @@
 // bench_ops [--json] [--comp-node CN] [--filter NAME] [--min-seconds S]
 #include "bench/bench_ops.h"
+#include "bench/bench_cli.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -51,22 +52,15 @@ bool case_selected(const OpsOptions& opt, const std::string& name) {
 
 int main(int argc, char** argv) {
     braid::bench::OpsOptions opt;
-    for (int i = 1; i < argc; ++i) {
-        std::string a = argv[i];
-        if (a == "--json")
-            opt.json = true;
-        else if (a == "--comp-node" && i + 1 < argc)
-            opt.comp_node = argv[++i];
-        else if (a == "--filter" && i + 1 < argc)
-            opt.filter = argv[++i];
-        else if (a == "--min-seconds" && i + 1 < argc)
-            opt.min_seconds = std::stod(argv[++i]);
-        else {
-            std::fprintf(stderr, "usage: bench_ops [--json] [--comp-node CN] [--filter NAME] "
-                                 "[--min-seconds S]\n");
-            return 2;
-        }
-    }
+    CLI::App app{"bench_ops: per-operator throughput against an anchor (OpenBLAS sgemm, memcpy) "
+                 "measured in the same run"};
+    app.option_defaults()->always_capture_default();
+    app.add_flag("--json", opt.json, "one JSON object per case instead of a table line");
+    app.add_option("--comp-node", opt.comp_node, "comp node the graphs run on");
+    app.add_option("--filter", opt.filter, "run only the cases whose name contains this");
+    app.add_option("--min-seconds", opt.min_seconds, "time each measurement at least this long")
+        ->check(CLI::Range(0.0, 3600.0));
+    if (auto status = braid::bench::parse_command_line(app, argc, argv)) return *status;
     braid::bench::run_elemwise_cases(opt);
     braid::bench::run_dense_cases(opt);
     return 0;

@@ -12,6 +12,7 @@
 //     bench_pipeline [--json] [--stages 2] [--iterations 5] [--batch 256] [--width 512]
 //                    [--hidden 2048] [--layers 4]
 #include "base/thread_pool.h"
+#include "bench/bench_cli.h"
 #include "braid.h"
 #include "parallel/pipeline.h"
 #include "parallel/pipeline_model.h"
@@ -193,38 +194,25 @@ void run_partition(const Options& o) {
 
 int main(int argc, char** argv) {
     Options o;
-    for (int i = 1; i < argc; ++i) {
-        std::string a = argv[i];
-        auto next = [&]() -> long {
-            if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
-            return std::stol(argv[++i]);
-        };
-        try {
-            if (a == "--json")
-                o.json = true;
-            else if (a == "--stages")
-                o.stages = uint32_t(next());
-            else if (a == "--iterations")
-                o.iterations = int(next());
-            else if (a == "--batch")
-                o.batch = size_t(next());
-            else if (a == "--width")
-                o.width = size_t(next());
-            else if (a == "--hidden")
-                o.hidden = size_t(next());
-            else if (a == "--layers")
-                o.layers = size_t(next());
-            else
-                throw std::invalid_argument("unknown option " + a);
-        } catch (const std::exception& e) {
-            std::fprintf(stderr,
-                         "bench_pipeline: %s\nusage: bench_pipeline [--json] [--stages 2] "
-                         "[--iterations 5] [--batch 256] [--width 512] [--hidden 2048] "
-                         "[--layers 4]\n",
-                         e.what());
-            return 2;
-        }
-    }
+    CLI::App app{"bench_pipeline: GPipe and 1F1B training steps of an MLP on S stages against one "
+                 "device"};
+    app.option_defaults()->always_capture_default();
+    app.add_flag("--json", o.json, "one JSON object per case instead of a sentence");
+    app.add_option("--stages", o.stages, "pipeline stages (threads, stage i on cpu<i>)")
+        ->check(CLI::Range(1u, 1024u));
+    app.add_option("--iterations", o.iterations,
+                   "timed steps per case, after one warm-up step (the median is reported)")
+        ->check(CLI::Range(1, 1 << 20));
+    app.add_option("--batch", o.batch, "samples per step, split into the micro-batches")
+        ->check(CLI::Range(size_t(1), size_t(1) << 20));
+    app.add_option("--width", o.width,
+                   "the MLP's input width and the output width of its layers 1, 3, ...")
+        ->check(CLI::Range(size_t(1), size_t(1) << 20));
+    app.add_option("--hidden", o.hidden, "output width of the MLP's layers 0, 2, ...")
+        ->check(CLI::Range(size_t(1), size_t(1) << 20));
+    app.add_option("--layers", o.layers, "layers of the balanced MLP")
+        ->check(CLI::Range(size_t(1), size_t(4096)));
+    if (auto status = bench::parse_command_line(app, argc, argv)) return *status;
     try {
         register_all_operators();
         set_kernel_threads(1);

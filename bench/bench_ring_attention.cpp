@@ -13,6 +13,7 @@
 //     bench_ring_attention [--json] [--ranks 2] [--iterations 3] [--seq 4096] [--heads 8]
 //                          [--head-dim 64] [--no-attention]
 #include "base/thread_pool.h"
+#include "bench/bench_cli.h"
 #include "braid.h"
 #include "collective/ring_attention.h"
 #include "parallel/context_parallel.h"
@@ -121,50 +122,38 @@ double time_ranks(std::vector<RankStep>& ranks, int iterations) {
     return median(times);
 }
 
-Options parse(int argc, char** argv) {
-    Options o;
-    for (int i = 1; i < argc; ++i) {
-        std::string a = argv[i];
-        auto next = [&]() -> long {
-            if (i + 1 >= argc) {
-                std::fprintf(stderr, "%s needs a value\n", a.c_str());
-                std::exit(2);
-            }
-            return std::stol(argv[++i]);
-        };
-        if (a == "--json")
-            o.json = true;
-        else if (a == "--no-attention")
-            o.attention = false;
-        else if (a == "--ranks")
-            o.ranks = uint32_t(next());
-        else if (a == "--iterations")
-            o.iterations = int(next());
-        else if (a == "--seq")
-            o.seq = size_t(next());
-        else if (a == "--heads")
-            o.heads = size_t(next());
-        else if (a == "--head-dim")
-            o.head_dim = size_t(next());
-        else {
-            std::fprintf(stderr,
-                         "usage: bench_ring_attention [--json] [--ranks N] [--iterations N] "
-                         "[--seq S] [--heads H] [--head-dim D] [--no-attention]\n");
-            std::exit(2);
-        }
-    }
-    if (o.ranks == 0 || o.iterations < 1 || o.seq % (2 * o.ranks) != 0) {
-        std::fprintf(stderr, "need ranks >= 1, iterations >= 1 and seq %% (2 * ranks) == 0\n");
-        std::exit(2);
-    }
-    return o;
-}
-
 } // namespace
 
 int main(int argc, char** argv) {
+    Options o;
+    CLI::App app{"bench_ring_attention: scaling efficiency of context-parallel ring attention on "
+                 "N ranks over one"};
+    app.option_defaults()->always_capture_default();
+    app.add_flag("--json", o.json, "one JSON object per case instead of a table line");
+    app.add_option("--ranks", o.ranks, "ranks (threads, one core each)")
+        ->check(CLI::Range(1u, 1024u));
+    app.add_option("--iterations", o.iterations,
+                   "timed steps per measurement, after one warm-up step (the median is reported)")
+        ->check(CLI::Range(1, 1 << 20));
+    app.add_option("--seq", o.seq, "sequence length, a multiple of 2 x ranks")
+        ->check(CLI::Range(size_t(1), size_t(1) << 24));
+    app.add_option("--heads", o.heads, "attention heads")
+        ->check(CLI::Range(size_t(1), size_t(1) << 16));
+    app.add_option("--head-dim", o.head_dim, "size of each head")
+        ->check(CLI::Range(size_t(1), size_t(1) << 16));
+    bool no_attention = false;
+    app.add_flag("--no-attention", no_attention,
+                 "skip the single-rank Attention operator printed for reference");
+    if (auto status = bench::parse_command_line(app, argc, argv)) return *status;
+    o.attention = !no_attention;
+    if (o.seq % (2 * o.ranks) != 0) {
+        std::fprintf(stderr,
+                     "bench_ring_attention: --seq %zu must be a multiple of 2 x --ranks (%u): "
+                     "each rank holds two chunks of the zigzag layout\n",
+                     o.seq, o.ranks);
+        return 2;
+    }
     register_all_operators();
-    Options o = parse(argc, argv);
     set_kernel_threads(1); // one core per rank, for the single rank as for each of the N
     std::mt19937 rng(11);
     TensorShape shape{1, o.heads, o.seq, o.head_dim};

@@ -12,6 +12,7 @@
 //     bench_tensor_parallel [--json] [--ranks 2] [--iterations 5] [--tokens 128]
 //                           [--d-model 2048] [--d-ff 8192]
 #include "base/thread_pool.h"
+#include "bench/bench_cli.h"
 #include "braid.h"
 #include "parallel/pmap.h"
 #include "parallel/sharded_tensor.h"
@@ -167,40 +168,26 @@ Parallel run_parallel(const Mesh& mesh, const std::vector<PmapArg>& args,
 
 int main(int argc, char** argv) {
     Options o;
-    for (int i = 1; i < argc; ++i) {
-        std::string a = argv[i];
-        auto value = [&]() -> long {
-            if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
-            return std::stol(argv[++i]);
-        };
-        try {
-            if (a == "--json")
-                o.json = true;
-            else if (a == "--ranks")
-                o.ranks = uint32_t(value());
-            else if (a == "--iterations")
-                o.iterations = int(value());
-            else if (a == "--tokens")
-                o.tokens = size_t(value());
-            else if (a == "--d-model")
-                o.d_model = size_t(value());
-            else if (a == "--d-ff")
-                o.d_ff = size_t(value());
-            else
-                throw std::invalid_argument("unknown flag " + a);
-        } catch (const std::exception& e) {
-            std::fprintf(stderr,
-                         "bench_tensor_parallel: %s\nusage: bench_tensor_parallel [--json] "
-                         "[--ranks N] [--iterations N] [--tokens N] [--d-model N] [--d-ff N]\n",
-                         e.what());
-            return 2;
-        }
-    }
-    if (o.ranks < 1 || o.iterations < 1 || o.d_ff % o.ranks != 0) {
-        std::fprintf(stderr,
-                     "bench_tensor_parallel: --ranks %u must be >= 1 and divide --d-ff "
-                     "%zu; --iterations >= 1\n",
-                     o.ranks, o.d_ff);
+    CLI::App app{"bench_tensor_parallel: a training step of the Megatron-style MLP on N ranks "
+                 "against one device"};
+    app.option_defaults()->always_capture_default();
+    app.add_flag("--json", o.json, "one JSON object instead of a summary");
+    app.add_option("--ranks", o.ranks,
+                   "ranks (graphs of this process, rank r on cpu<r>); must divide --d-ff")
+        ->check(CLI::Range(1u, 1024u));
+    app.add_option("--iterations", o.iterations,
+                   "timed steps, after one warm-up step (the median is reported)")
+        ->check(CLI::Range(1, 1 << 20));
+    app.add_option("--tokens", o.tokens, "rows of the input (batch x sequence)")
+        ->check(CLI::Range(size_t(1), size_t(1) << 20));
+    app.add_option("--d-model", o.d_model, "the MLP's input and output width")
+        ->check(CLI::Range(size_t(1), size_t(1) << 20));
+    app.add_option("--d-ff", o.d_ff, "the MLP's hidden width, split across the ranks")
+        ->check(CLI::Range(size_t(1), size_t(1) << 20));
+    if (auto status = bench::parse_command_line(app, argc, argv)) return *status;
+    if (o.d_ff % o.ranks != 0) {
+        std::fprintf(stderr, "bench_tensor_parallel: --ranks %u must divide --d-ff %zu\n", o.ranks,
+                     o.d_ff);
         return 2;
     }
     try {

@@ -4,6 +4,7 @@
 #include "comm/mpi_communicator.h"
 #include "comm/mpi_rendezvous.h"
 #include "embed/embed_internal.h"
+#include "onnx_import/onnx_import.h"
 #include "serialization/npy.h"
 
 #include <nlohmann/json.hpp>
@@ -249,6 +250,20 @@ LoadOptions load_options(const RunConfig& cfg, const std::string& comp_node,
     opt.graph_options.memory_budget = cfg.memory_budget;
     opt.collective = binding;
     opt.input_values = cfg.bound_inputs;
+    // An ONNX model is imported at the shapes fed to it (--input FILE.npy or random:SHAPE),
+    // so that what the importer decides from shapes fits them rather than the placeholder
+    // size 1 of a symbolic dim. A file that cannot be read is reported by resolve_inputs().
+    if (onnx_import::is_onnx_path(cfg.model_path))
+        for (auto& spec : cfg.inputs) {
+            if (spec.shape) {
+                opt.input_shapes[spec.name] = *spec.shape;
+            } else if (!spec.file.empty()) {
+                try {
+                    opt.input_shapes[spec.name] = read_npy(spec.file).shape();
+                } catch (const std::exception&) {
+                }
+            }
+        }
     return opt;
 }
 
