@@ -1,6 +1,7 @@
 #include "base/cuda_cublas.h"
 
 #include "base/error.h"
+#include "base/shared_library.h"
 
 #include <atomic>
 #include <dlfcn.h>
@@ -30,14 +31,11 @@ const CublasApi& load_cublas() {
     if (auto* loaded = g_loaded.load(std::memory_order_acquire)) return *loaded;
     // The soname of the major version braid was compiled against, then the unversioned name.
     std::string versioned = "libcublas.so." + std::to_string(CUBLAS_VER_MAJOR);
-    std::string file = versioned;
-    void* lib = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!lib) {
-        std::string first_error = dlerror() ? dlerror() : "unknown error";
-        file = "libcublas.so";
-        lib = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
-        if (!lib) BRAID_THROW(LibraryError, "cannot load cuBLAS ({}): {}", versioned, first_error);
-    }
+    SharedLibrary opened = open_shared_library(versioned, "libcublas.so");
+    if (!opened.handle)
+        BRAID_THROW(LibraryError, "cannot load cuBLAS ({}): {}", versioned, opened.error);
+    void* lib = opened.handle;
+    const std::string& file = opened.file;
     resolve(lib, "cublasCreate_v2", api.create, file);
     resolve(lib, "cublasDestroy_v2", api.destroy, file);
     resolve(lib, "cublasSetStream_v2", api.set_stream, file);

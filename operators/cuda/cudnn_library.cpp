@@ -5,6 +5,7 @@
 #include "base/cuda_check.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "base/shared_library.h"
 #include "memory/cuda_allocator.h"
 
 #include <dlfcn.h>
@@ -26,14 +27,10 @@ template <typename Fn> bool resolve(void* lib, const char* name, Fn& fn, std::st
 std::string open_cudnn(CudnnApi& api) {
     // The soname of the major version braid was compiled against, then the unversioned name.
     std::string versioned = "libcudnn.so." + std::to_string(CUDNN_MAJOR);
-    std::string file = versioned;
-    void* lib = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!lib) {
-        std::string first_error = dlerror() ? dlerror() : "unknown error";
-        file = "libcudnn.so";
-        lib = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
-        if (!lib) return "cannot load cuDNN (" + versioned + "): " + first_error;
-    }
+    SharedLibrary opened = open_shared_library(versioned, "libcudnn.so");
+    if (!opened.handle) return "cannot load cuDNN (" + versioned + "): " + opened.error;
+    void* lib = opened.handle;
+    const std::string& file = opened.file;
     std::string missing;
     resolve(lib, "cudnnGetVersion", api.get_version, missing);
     resolve(lib, "cudnnGetErrorString", api.error_string, missing);
