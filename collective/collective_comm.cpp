@@ -3,9 +3,9 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "collective/collective_modes.h"
 #include "comm/communicator.h"
 #include "graph/kernel_registry.h"
-#include "collective/collective_modes.h"
 
 #include <chrono>
 #include <cstdlib>
@@ -432,7 +432,9 @@ void register_collective_comm_operators() {
     auto& reg = OperatorRegistry::instance();
     reg.add("CollectiveComm", "collective_comm", dump_collective_comm, load_collective_comm,
             /*version=*/1, /*rank_dependent=*/true);
-    register_collective_grad();
+    // Always run: every rank takes part in the gradient collective, whatever its own inputs
+    // need.
+    register_grad_rule("CollectiveComm", CollectiveComm::grad_rule, /*always_run=*/true);
     register_collective_kernels();
 }
 

@@ -92,6 +92,8 @@ public:
                           const OperatorConfig& config = {});
 
     const char* type_name() const override { return "CollectiveComm"; }
+    //! The gradient rule (graph/grad.h): the mode trait's, in collective_modes.cpp.
+    static VarNode* grad_rule(OperatorNode& opr, size_t wrt, const VarNodeArray& out_grads);
     const CollectiveParam& param() const { return m_param; }
     std::string param_string() const override { return describe_param(m_param); }
     bool allow_dedup() const override { return false; }

@@ -312,14 +312,14 @@ public:
     }
 };
 
-VarNode* collective_grad(OperatorNode& node, size_t wrt, const VarNodeArray& out_grads) {
+} // namespace
+
+VarNode* CollectiveComm::grad_rule(OperatorNode& node, size_t wrt, const VarNodeArray& out_grads) {
     auto& opr = static_cast<CollectiveComm&>(node);
     SymbolVar g = out_grads[0];
     if (!g.valid()) g = filled_like(opr.output(0), 0.0); // still take part in the collective
     return mode_trait(opr.param().mode).grad(opr, wrt, g);
 }
-
-} // namespace
 
 void zero_fill(const comm::Communicator& c, Tensor& t) {
     if (!t.nr_bytes()) return;
@@ -368,10 +368,6 @@ const CollectiveModeTrait& mode_trait(CollectiveMode mode) {
         return all_to_all;
     }
     BRAID_THROW(ValueError, "unknown collective mode {}", int(mode));
-}
-
-void register_collective_grad() {
-    register_grad_rule("CollectiveComm", collective_grad, /*always_run=*/true);
 }
 
 } // namespace braid::opr

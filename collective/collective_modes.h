@@ -53,9 +53,6 @@ void zero_fill(const comm::Communicator& c, Tensor& t);
 //! The trait of `mode`.
 const CollectiveModeTrait& mode_trait(CollectiveMode mode);
 
-//! Registers CollectiveComm's gradient rule (an always-run rule: see graph/grad.h).
-void register_collective_grad();
-
 //! Registers CollectiveComm's CUDA kernel (execute(); see collective_comm.cpp).
 void register_collective_kernels();
 

@@ -124,7 +124,9 @@ void register_attention_operators() {
     auto& reg = OperatorRegistry::instance();
     reg.add("Attention", "attention", dump_param<Attention>, load_attention);
     reg.add("AttentionGrad", "attention", dump_param<AttentionGrad>, load_attention_grad);
-    register_attention_grad();
+    register_grad_rule("Attention", Attention::grad_rule);
+    register_non_differentiable("AttentionGrad",
+                                "second derivatives of attention are not implemented");
 #if BRAID_WITH_CUDA
     cuda::register_attention_kernels(); // operators/cuda/attention.cpp
 #endif

@@ -23,9 +23,7 @@
 
 namespace braid::opr {
 
-namespace {
-
-VarNode* attention_grad(OperatorNode& node, size_t i, const VarNodeArray& out_grads) {
+VarNode* Attention::grad_rule(OperatorNode& node, size_t i, const VarNodeArray& out_grads) {
     auto& opr = static_cast<Attention&>(node);
     SymbolVar gout = out_grads[0], glse = out_grads[1];
     if (!gout.valid() && !glse.valid()) return nullptr;
@@ -66,8 +64,6 @@ VarNode* attention_grad(OperatorNode& node, size_t i, const VarNodeArray& out_gr
     if (i == 0) return (batched_matmul(ds, k) * scale).node();
     return (batched_matmul(ds, q, true, false) * scale).node();
 }
-
-} // namespace
 
 SymbolVarArray Attention::backward(SymbolVar gout, SymbolVar glse) {
     auto key = std::make_pair(gout.node(), glse.node());
@@ -150,12 +146,6 @@ void AttentionGrad::execute(ExecCtx& ctx) {
     kern::store_float32(dq, ctx.output(0));
     kern::store_float32(dk, ctx.output(1));
     kern::store_float32(dv, ctx.output(2));
-}
-
-void register_attention_grad() {
-    register_grad_rule("Attention", attention_grad);
-    register_non_differentiable("AttentionGrad",
-                                "second derivatives of attention are not implemented");
 }
 
 } // namespace braid::opr

@@ -141,7 +141,7 @@ void register_batch_norm_kernels();
 void register_batch_norm_operators() {
     auto& reg = OperatorRegistry::instance();
     reg.add("BatchNorm", "batch_norm", dump_param<BatchNorm>, load_batch_norm);
-    register_batch_norm_grad();
+    register_grad_rule("BatchNorm", BatchNorm::grad_rule);
 #if BRAID_WITH_CUDA
     cuda::register_batch_norm_kernels(); // operators/cuda/batch_norm.cpp
 #endif

@@ -29,6 +29,8 @@ public:
                           SymbolVar var, float eps = 1e-5f, const OperatorConfig& config = {});
 
     const char* type_name() const override { return "BatchNorm"; }
+    //! The gradient rule (graph/grad.h), in operators/batch_norm_grad.cpp.
+    static VarNode* grad_rule(OperatorNode& opr, size_t wrt, const VarNodeArray& out_grads);
     float eps() const { return m_param.eps; }
     void init_output_dtypes() override;
     bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;

@@ -11,9 +11,7 @@
 
 namespace braid::opr {
 
-namespace {
-
-VarNode* batch_norm_grad(OperatorNode& node, size_t i, const VarNodeArray& out_grads) {
+VarNode* BatchNorm::grad_rule(OperatorNode& node, size_t i, const VarNodeArray& out_grads) {
     auto& opr = static_cast<BatchNorm&>(node);
     SymbolVar g = out_grads[0];
     if (!g.valid()) return nullptr;
@@ -51,12 +49,6 @@ VarNode* batch_norm_grad(OperatorNode& node, size_t i, const VarNodeArray& out_g
     default:
         return as_stat(channel_sum(g * (x - mean)) * scale * (rstd * rstd * rstd) * -0.5, 4);
     }
-}
-
-} // namespace
-
-void register_batch_norm_grad() {
-    register_grad_rule("BatchNorm", batch_norm_grad);
 }
 
 } // namespace braid::opr

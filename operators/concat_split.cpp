@@ -228,7 +228,8 @@ void register_concat_split_operators() {
     auto& reg = OperatorRegistry::instance();
     reg.add("Concat", "concat_split", dump_param<Concat>, load_concat);
     reg.add("Split", "concat_split", dump_param<Split>, load_split);
-    register_concat_split_grad();
+    register_grad_rule("Concat", Concat::grad_rule);
+    register_grad_rule("Split", Split::grad_rule);
 #if BRAID_WITH_CUDA
     cuda::register_concat_split_kernels(); // operators/cuda/concat_split.cpp
 #endif

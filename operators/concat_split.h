@@ -28,6 +28,8 @@ public:
                           const OperatorConfig& config = {});
 
     const char* type_name() const override { return "Concat"; }
+    //! The gradient rule (graph/grad.h), in operators/concat_split_grad.cpp.
+    static VarNode* grad_rule(OperatorNode& opr, size_t wrt, const VarNodeArray& out_grads);
     int axis() const { return m_param.axis; }
     void init_output_dtypes() override;
     bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
@@ -56,6 +58,8 @@ public:
     static SymbolVarArray make(SymbolVar x, Param param, const OperatorConfig& config = {});
 
     const char* type_name() const override { return "Split"; }
+    //! The gradient rule (graph/grad.h), in operators/concat_split_grad.cpp.
+    static VarNode* grad_rule(OperatorNode& opr, size_t wrt, const VarNodeArray& out_grads);
     bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
     OutputMem output_mem(size_t) const override { return OutputMem::READONLY_FORWARD; }
     bool accepts_strided_inputs() const override { return true; }

@@ -8,9 +8,7 @@
 
 namespace braid::opr {
 
-namespace {
-
-VarNode* concat_grad(OperatorNode& node, size_t i, const VarNodeArray& out_grads) {
+VarNode* Concat::grad_rule(OperatorNode& node, size_t i, const VarNodeArray& out_grads) {
     auto& opr = static_cast<Concat&>(node);
     SymbolVar g = out_grads[0];
     if (!g.valid()) return nullptr;
@@ -23,20 +21,13 @@ VarNode* concat_grad(OperatorNode& node, size_t i, const VarNodeArray& out_grads
     return subtensor(g, {AxisIndex::slice(int(axis), begin, begin + len)}).node();
 }
 
-VarNode* split_grad(OperatorNode& node, size_t, const VarNodeArray& out_grads) {
+VarNode* Split::grad_rule(OperatorNode& node, size_t, const VarNodeArray& out_grads) {
     auto& opr = static_cast<Split&>(node);
     SymbolVarArray parts;
     for (size_t k = 0; k < opr.outputs().size(); ++k)
         parts.push_back(out_grads[k] ? SymbolVar(out_grads[k]) : zeros_of(opr.output(k)));
     if (parts.size() == 1) return parts[0].node();
     return concat(parts, opr.param().axis).node();
-}
-
-} // namespace
-
-void register_concat_split_grad() {
-    register_grad_rule("Concat", concat_grad);
-    register_grad_rule("Split", split_grad);
 }
 
 } // namespace braid::opr

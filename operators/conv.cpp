@@ -268,7 +268,7 @@ void register_conv_kernels();
 void register_conv_operators() {
     auto& reg = OperatorRegistry::instance();
     reg.add("Conv2d", "conv", dump_conv2d, load_conv2d);
-    register_conv_grad();
+    register_grad_rule("Conv2d", Conv2d::grad_rule);
 #if BRAID_WITH_CUDA
     cuda::register_conv_kernels(); // operators/cuda/conv.cpp
 #endif

@@ -330,6 +330,8 @@ void register_conv_backward_operators() {
             load_conv2d_backward_data);
     reg.add("Conv2dBackwardFilter", "conv_backward", dump_param<Conv2dBackwardFilter>,
             load_conv2d_backward_filter);
+    register_grad_rule("Conv2dBackwardData", Conv2dBackwardData::grad_rule);
+    register_grad_rule("Conv2dBackwardFilter", Conv2dBackwardFilter::grad_rule);
 #if BRAID_WITH_CUDA
     cuda::register_conv_grad_kernels(); // operators/cuda/conv_backward.cpp
 #endif

@@ -39,6 +39,8 @@ public:
                           const OperatorConfig& config = {});
 
     const char* type_name() const override { return "Conv2dBackwardData"; }
+    //! The gradient rule (graph/grad.h), in operators/conv_grad.cpp.
+    static VarNode* grad_rule(OperatorNode& opr, size_t wrt, const VarNodeArray& out_grads);
     void init_output_dtypes() override;
     bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
     void execute(ExecCtx& ctx) override;
@@ -66,6 +68,8 @@ public:
                           const OperatorConfig& config = {});
 
     const char* type_name() const override { return "Conv2dBackwardFilter"; }
+    //! The gradient rule (graph/grad.h), in operators/conv_grad.cpp.
+    static VarNode* grad_rule(OperatorNode& opr, size_t wrt, const VarNodeArray& out_grads);
     void init_output_dtypes() override;
     bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
     void execute(ExecCtx& ctx) override;

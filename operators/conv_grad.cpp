@@ -9,9 +9,7 @@
 
 namespace braid::opr {
 
-namespace {
-
-VarNode* conv2d_grad(OperatorNode& node, size_t i, const VarNodeArray& out_grads) {
+VarNode* Conv2d::grad_rule(OperatorNode& node, size_t i, const VarNodeArray& out_grads) {
     auto& opr = static_cast<Conv2d&>(node);
     SymbolVar g = out_grads[0];
     if (!g.valid()) return nullptr;
@@ -21,7 +19,8 @@ VarNode* conv2d_grad(OperatorNode& node, size_t i, const VarNodeArray& out_grads
     return conv2d_backward_filter(opr.input(0), g, opr.param(), ws[2], ws[3]).node();
 }
 
-VarNode* backward_data_grad(OperatorNode& node, size_t i, const VarNodeArray& out_grads) {
+VarNode* Conv2dBackwardData::grad_rule(OperatorNode& node, size_t i,
+                                       const VarNodeArray& out_grads) {
     auto& opr = static_cast<Conv2dBackwardData&>(node);
     SymbolVar g = out_grads[0];
     if (!g.valid()) return nullptr;
@@ -34,7 +33,8 @@ VarNode* backward_data_grad(OperatorNode& node, size_t i, const VarNodeArray& ou
     return Conv2d::make(g, w, p.conv).node();
 }
 
-VarNode* backward_filter_grad(OperatorNode& node, size_t i, const VarNodeArray& out_grads) {
+VarNode* Conv2dBackwardFilter::grad_rule(OperatorNode& node, size_t i,
+                                         const VarNodeArray& out_grads) {
     auto& opr = static_cast<Conv2dBackwardFilter&>(node);
     SymbolVar g = out_grads[0];
     if (!g.valid()) return nullptr;
@@ -45,14 +45,6 @@ VarNode* backward_filter_grad(OperatorNode& node, size_t i, const VarNodeArray& 
         return conv2d_backward_data(g, dy, p.conv, xs[2], xs[3]).node();
     }
     return Conv2d::make(x, g, p.conv).node();
-}
-
-} // namespace
-
-void register_conv_grad() {
-    register_grad_rule("Conv2d", conv2d_grad);
-    register_grad_rule("Conv2dBackwardData", backward_data_grad);
-    register_grad_rule("Conv2dBackwardFilter", backward_filter_grad);
 }
 
 } // namespace braid::opr

@@ -64,13 +64,6 @@ void copy_kernel(OperatorNode& opr, ExecCtx& ctx) {
 
 } // namespace
 
-void register_copy() {
-    set_cross_device_copy(&route_through_copy);
-    register_grad_rule("Copy", copy_grad);
-    // Copy is device-agnostic (CompNode::copy picks the path), so its CUDA kernel is execute().
-    register_kernel("Copy", Device::Kind::CUDA, &copy_kernel);
-}
-
 } // namespace braid::opr
 
 // ---- serialization: params dump and load, registered in register_all_operators()
@@ -96,7 +89,10 @@ namespace braid::opr {
 void register_copy_operators() {
     auto& reg = OperatorRegistry::instance();
     reg.add("Copy", "copy", dump_copy, load_copy);
-    register_copy();
+    set_cross_device_copy(&route_through_copy);
+    register_grad_rule("Copy", copy_grad);
+    // Copy is device-agnostic (CompNode::copy picks the path), so its CUDA kernel is execute().
+    register_kernel("Copy", Device::Kind::CUDA, &copy_kernel);
 }
 
 } // namespace braid::opr

@@ -28,8 +28,4 @@ public:
     void execute(ExecCtx& ctx) override;
 };
 
-//! Registers the Copy type's pieces: the cross-device rule of ComputingGraph, the gradient
-//! rule (a copy back) and the device kernels (called by register_all_operators()).
-void register_copy();
-
 } // namespace braid::opr

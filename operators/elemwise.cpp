@@ -543,7 +543,7 @@ void register_elemwise_kernels();
 void register_elemwise_operators() {
     auto& reg = OperatorRegistry::instance();
     reg.add("Elemwise", "elemwise", dump_param<Elemwise>, load_elemwise);
-    register_elemwise_grad();
+    register_grad_rule("Elemwise", Elemwise::grad_rule);
 #if BRAID_WITH_CUDA
     cuda::register_elemwise_kernels(); // operators/cuda/elemwise.cpp
 #endif

@@ -92,6 +92,8 @@ public:
                           const OperatorConfig& config = {});
 
     const char* type_name() const override { return "Elemwise"; }
+    //! The gradient rule (graph/grad.h), in operators/elemwise_grad.cpp.
+    static VarNode* grad_rule(OperatorNode& opr, size_t wrt, const VarNodeArray& out_grads);
     ElemMode mode() const { return m_param.mode; }
     void init_output_dtypes() override;
     bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;

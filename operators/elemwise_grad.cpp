@@ -23,7 +23,9 @@ SymbolVar keep_where(SymbolVar cond, SymbolVar v) {
     return where(cond, v, scalar_like(v, 0.0));
 }
 
-VarNode* elemwise_grad(OperatorNode& node, size_t i, const VarNodeArray& out_grads) {
+} // namespace
+
+VarNode* Elemwise::grad_rule(OperatorNode& node, size_t i, const VarNodeArray& out_grads) {
     auto& opr = static_cast<Elemwise&>(node);
     SymbolVar g = out_grads[0];
     if (!g.valid()) return nullptr;
@@ -179,12 +181,6 @@ VarNode* elemwise_grad(OperatorNode& node, size_t i, const VarNodeArray& out_gra
         BRAID_THROW(GraphError, "grad(): {} has no gradient rule for mode {}", opr.describe(),
                     elem_mode_name(opr.mode()));
     return reduce_sum_to_shape(r, in(i)).node();
-}
-
-} // namespace
-
-void register_elemwise_grad() {
-    register_grad_rule("Elemwise", elemwise_grad);
 }
 
 } // namespace braid::opr

@@ -204,7 +204,13 @@ void register_fill_operators() {
     auto& reg = OperatorRegistry::instance();
     reg.add("Fill", "fill", dump_param<Fill>, load_fill);
     reg.add("Arange", "fill", dump_param<Arange>, load_arange);
-    register_fill_grad();
+    // Generators: their values do not depend on any input (a Fill's only input is a shape),
+    // so no input gets a gradient.
+    auto no_input_grad = [](OperatorNode&, size_t, const VarNodeArray&) -> VarNode* {
+        return nullptr;
+    };
+    register_grad_rule("Fill", no_input_grad);
+    register_grad_rule("Arange", no_input_grad);
 #if BRAID_WITH_CUDA
     cuda::register_fill_kernels(); // operators/cuda/fill.cpp
 #endif

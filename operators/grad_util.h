@@ -1,4 +1,5 @@
-// Helpers shared by the gradient rules (operators/*_grad.cpp) and their registration.
+// Helpers shared by the gradient rules (operators/*_grad.cpp and the rules beside their
+// operators); each family registers its rules in its own register_<family>_operators().
 #pragma once
 
 #include "graph/grad.h"
@@ -32,21 +33,6 @@ SymbolVar nr_elems_along(SymbolVar x, const std::vector<int>& axes, DType dtype)
 //! rules that need static geometry).
 const TensorShape& static_shape(VarNode* var, const char* who);
 
-//! Registers the gradient rules of each family (called by register_all_operators()).
-void register_elemwise_grad();
-void register_matmul_grad();
-void register_reduce_grad();
-void register_tensor_manip_grad();
-void register_optimizer_grad();
-void register_normalization_grad();
-void register_concat_split_grad();
-void register_subtensor_grad();
-void register_indexing_grad();
-void register_conv_grad();
-void register_pooling_grad();
-void register_batch_norm_grad();
-void register_attention_grad();
-void register_fill_grad();
 //! Installs the arithmetic the autodiff walk needs (add, ones, zeros).
 void register_grad_arith();
 

@@ -270,7 +270,9 @@ void register_indexing_operators() {
     reg.add("Gather", "indexing", dump_param<Gather>, load_gather);
     reg.add("IndexingOneHot", "indexing", dump_param<IndexingOneHot>, load_indexing_one_hot);
     reg.add("Embedding", "indexing", dump_embedding, load_embedding);
-    register_indexing_grad();
+    register_grad_rule("Gather", Gather::grad_rule);
+    register_grad_rule("IndexingOneHot", IndexingOneHot::grad_rule);
+    register_grad_rule("Embedding", Embedding::grad_rule);
 #if BRAID_WITH_CUDA
     cuda::register_indexing_kernels(); // operators/cuda/indexing.cpp
 #endif

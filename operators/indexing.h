@@ -29,6 +29,8 @@ public:
                           const OperatorConfig& config = {});
 
     const char* type_name() const override { return "Gather"; }
+    //! The gradient rule (graph/grad.h), in operators/indexing_grad.cpp.
+    static VarNode* grad_rule(OperatorNode& opr, size_t wrt, const VarNodeArray& out_grads);
     int axis() const { return m_param.axis; }
     void init_output_dtypes() override;
     bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
@@ -57,6 +59,8 @@ public:
                           const OperatorConfig& config = {});
 
     const char* type_name() const override { return "IndexingOneHot"; }
+    //! The gradient rule (graph/grad.h), in operators/indexing_grad.cpp.
+    static VarNode* grad_rule(OperatorNode& opr, size_t wrt, const VarNodeArray& out_grads);
     int axis() const { return m_param.axis; }
     bool keepdims() const { return m_param.keepdims; }
     void init_output_dtypes() override;
@@ -73,6 +77,8 @@ public:
     static SymbolVar make(SymbolVar table, SymbolVar ids, const OperatorConfig& config = {});
 
     const char* type_name() const override { return "Embedding"; }
+    //! The gradient rule (graph/grad.h), in operators/indexing_grad.cpp.
+    static VarNode* grad_rule(OperatorNode& opr, size_t wrt, const VarNodeArray& out_grads);
     void init_output_dtypes() override;
     bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
     void execute(ExecCtx& ctx) override;

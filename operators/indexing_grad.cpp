@@ -12,16 +12,14 @@
 
 namespace braid::opr {
 
-namespace {
-
-VarNode* gather_grad(OperatorNode& node, size_t i, const VarNodeArray& out_grads) {
+VarNode* Gather::grad_rule(OperatorNode& node, size_t i, const VarNodeArray& out_grads) {
     auto& opr = static_cast<Gather&>(node);
     SymbolVar g = out_grads[0];
     if (!g.valid() || i != 0) return nullptr;
     return scatter_add(zeros_of(opr.input(0)), opr.input(1), g, opr.axis()).node();
 }
 
-VarNode* indexing_one_hot_grad(OperatorNode& node, size_t i, const VarNodeArray& out_grads) {
+VarNode* IndexingOneHot::grad_rule(OperatorNode& node, size_t i, const VarNodeArray& out_grads) {
     auto& opr = static_cast<IndexingOneHot&>(node);
     SymbolVar g = out_grads[0];
     if (!g.valid() || i != 0) return nullptr;
@@ -32,7 +30,7 @@ VarNode* indexing_one_hot_grad(OperatorNode& node, size_t i, const VarNodeArray&
     return scatter_add(zeros_of(opr.input(0)), index, g, axis).node();
 }
 
-VarNode* embedding_grad(OperatorNode& opr, size_t i, const VarNodeArray& out_grads) {
+VarNode* Embedding::grad_rule(OperatorNode& opr, size_t i, const VarNodeArray& out_grads) {
     SymbolVar g = out_grads[0];
     if (!g.valid() || i != 0) return nullptr;
     const TensorShape& ts = static_shape(opr.input(0), "Embedding");
@@ -40,7 +38,7 @@ VarNode* embedding_grad(OperatorNode& opr, size_t i, const VarNodeArray& out_gra
     return index_add(zeros_of(opr.input(0)), ids, g.reshape({-1, long(ts[1])}), 0).node();
 }
 
-VarNode* scatter_add_grad(OperatorNode& node, size_t i, const VarNodeArray& out_grads) {
+VarNode* ScatterAdd::grad_rule(OperatorNode& node, size_t i, const VarNodeArray& out_grads) {
     auto& opr = static_cast<ScatterAdd&>(node);
     SymbolVar g = out_grads[0];
     if (!g.valid() || i == 1) return nullptr;
@@ -48,7 +46,7 @@ VarNode* scatter_add_grad(OperatorNode& node, size_t i, const VarNodeArray& out_
     return gather(g, opr.input(1), opr.axis()).node();
 }
 
-VarNode* index_add_grad(OperatorNode& node, size_t i, const VarNodeArray& out_grads) {
+VarNode* IndexAdd::grad_rule(OperatorNode& node, size_t i, const VarNodeArray& out_grads) {
     auto& opr = static_cast<IndexAdd&>(node);
     SymbolVar g = out_grads[0];
     if (!g.valid() || i == 1) return nullptr;
@@ -63,16 +61,6 @@ VarNode* index_add_grad(OperatorNode& node, size_t i, const VarNodeArray& out_gr
     if (!unit_axes.empty()) index = expand_dims(index, unit_axes);
     index = index.broadcast(SymbolVar(opr.input(2)).symshape());
     return gather(g, index, int(axis)).node();
-}
-
-} // namespace
-
-void register_indexing_grad() {
-    register_grad_rule("Gather", gather_grad);
-    register_grad_rule("IndexingOneHot", indexing_one_hot_grad);
-    register_grad_rule("Embedding", embedding_grad);
-    register_grad_rule("ScatterAdd", scatter_add_grad);
-    register_grad_rule("IndexAdd", index_add_grad);
 }
 
 } // namespace braid::opr

@@ -273,7 +273,8 @@ void register_matmul_operators() {
     auto& reg = OperatorRegistry::instance();
     reg.add("MatMul", "matmul", dump_param<MatMul>, load_matmul);
     reg.add("BatchedMatMul", "matmul", dump_param<BatchedMatMul>, load_batched_matmul);
-    register_matmul_grad();
+    register_grad_rule("MatMul", MatMul::grad_rule);
+    register_grad_rule("BatchedMatMul", BatchedMatMul::grad_rule);
 #if BRAID_WITH_CUDA
     cuda::register_matmul_kernels(); // operators/cuda/matmul.cpp
 #endif

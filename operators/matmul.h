@@ -34,6 +34,8 @@ public:
                           const OperatorConfig& config = {});
 
     const char* type_name() const override { return "MatMul"; }
+    //! The gradient rule (graph/grad.h), in operators/matmul_grad.cpp.
+    static VarNode* grad_rule(OperatorNode& opr, size_t wrt, const VarNodeArray& out_grads);
     void init_output_dtypes() override;
     bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
     void execute(ExecCtx& ctx) override;
@@ -54,6 +56,8 @@ public:
                           const OperatorConfig& config = {});
 
     const char* type_name() const override { return "BatchedMatMul"; }
+    //! The gradient rule (graph/grad.h), in operators/matmul_grad.cpp.
+    static VarNode* grad_rule(OperatorNode& opr, size_t wrt, const VarNodeArray& out_grads);
     void init_output_dtypes() override;
     bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
     void execute(ExecCtx& ctx) override;

@@ -7,9 +7,7 @@
 
 namespace braid::opr {
 
-namespace {
-
-VarNode* matmul_grad(OperatorNode& node, size_t i, const VarNodeArray& out_grads) {
+VarNode* MatMul::grad_rule(OperatorNode& node, size_t i, const VarNodeArray& out_grads) {
     auto& opr = static_cast<MatMul&>(node);
     SymbolVar g = out_grads[0];
     if (!g.valid()) return nullptr;
@@ -19,7 +17,7 @@ VarNode* matmul_grad(OperatorNode& node, size_t i, const VarNodeArray& out_grads
     return (tb ? matmul(g, a, true, ta) : matmul(a, g, !ta, false)).node();
 }
 
-VarNode* batched_matmul_grad(OperatorNode& node, size_t i, const VarNodeArray& out_grads) {
+VarNode* BatchedMatMul::grad_rule(OperatorNode& node, size_t i, const VarNodeArray& out_grads) {
     auto& opr = static_cast<BatchedMatMul&>(node);
     SymbolVar g = out_grads[0];
     if (!g.valid()) return nullptr;
@@ -41,13 +39,6 @@ VarNode* batched_matmul_grad(OperatorNode& node, size_t i, const VarNodeArray& o
     return reduce_sum_to_shape(
                tb ? batched_matmul(g, a, true, ta) : batched_matmul(a, g, !ta, false), b)
         .node();
-}
-
-} // namespace
-
-void register_matmul_grad() {
-    register_grad_rule("MatMul", matmul_grad);
-    register_grad_rule("BatchedMatMul", batched_matmul_grad);
 }
 
 } // namespace braid::opr

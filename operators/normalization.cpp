@@ -628,7 +628,9 @@ void register_normalization_operators() {
     reg.add("Softmax", "normalization", dump_param<Softmax>, load_softmax);
     reg.add("LayerNorm", "normalization", dump_param<Normalization>, load_layer_norm);
     reg.add("RMSNorm", "normalization", dump_param<Normalization>, load_rms_norm);
-    register_normalization_grad();
+    register_grad_rule("Softmax", Softmax::grad_rule);
+    register_grad_rule("LayerNorm", Normalization::grad_rule);
+    register_grad_rule("RMSNorm", Normalization::grad_rule);
 #if BRAID_WITH_CUDA
     cuda::register_normalization_kernels(); // operators/cuda/normalization.cpp
 #endif

@@ -33,6 +33,8 @@ public:
     static SymbolVar make(SymbolVar x, Param param, const OperatorConfig& config = {});
 
     const char* type_name() const override { return "Softmax"; }
+    //! The gradient rule (graph/grad.h), in operators/normalization_grad.cpp.
+    static VarNode* grad_rule(OperatorNode& opr, size_t wrt, const VarNodeArray& out_grads);
     void init_output_dtypes() override;
     bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
     int inplace_input(size_t) const override { return 0; }
@@ -75,6 +77,8 @@ public:
     const char* type_name() const override {
         return m_param.kind == Kind::LAYER ? "LayerNorm" : "RMSNorm";
     }
+    //! The gradient rule (graph/grad.h), in operators/normalization_grad.cpp.
+    static VarNode* grad_rule(OperatorNode& opr, size_t wrt, const VarNodeArray& out_grads);
     void init_output_dtypes() override;
     bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
     int inplace_input(size_t) const override { return 0; }

@@ -14,9 +14,7 @@
 
 namespace braid::opr {
 
-namespace {
-
-VarNode* softmax_grad(OperatorNode& node, size_t, const VarNodeArray& out_grads) {
+VarNode* Softmax::grad_rule(OperatorNode& node, size_t, const VarNodeArray& out_grads) {
     auto& opr = static_cast<Softmax&>(node);
     SymbolVar g = out_grads[0];
     if (!g.valid()) return nullptr;
@@ -26,7 +24,7 @@ VarNode* softmax_grad(OperatorNode& node, size_t, const VarNodeArray& out_grads)
     return (y * (g - reduce_sum(g * y, {axis}, true))).node();
 }
 
-VarNode* normalization_grad(OperatorNode& node, size_t i, const VarNodeArray& out_grads) {
+VarNode* Normalization::grad_rule(OperatorNode& node, size_t i, const VarNodeArray& out_grads) {
     auto& opr = static_cast<Normalization&>(node);
     SymbolVar g = out_grads[0];
     if (!g.valid()) return nullptr;
@@ -48,14 +46,6 @@ VarNode* normalization_grad(OperatorNode& node, size_t i, const VarNodeArray& ou
     SymbolVar inner = gh - xhat * reduce_mean(gh * xhat, axes, true);
     if (layer) inner = inner - reduce_mean(gh, axes, true);
     return (rstd * inner).node();
-}
-
-} // namespace
-
-void register_normalization_grad() {
-    register_grad_rule("Softmax", softmax_grad);
-    register_grad_rule("LayerNorm", normalization_grad);
-    register_grad_rule("RMSNorm", normalization_grad);
 }
 
 } // namespace braid::opr

@@ -113,10 +113,6 @@ const char* optimizer_kind_name(OptimizerKind kind) {
     return "?";
 }
 
-void register_optimizer_grad() {
-    register_non_differentiable("ParamUpdate", "parameter updates have no gradient");
-}
-
 } // namespace braid::opr
 
 // ---- serialization: params dump and load, registered in register_all_operators()
@@ -165,7 +161,7 @@ void register_optimizer_kernels();
 void register_optimizer_operators() {
     auto& reg = OperatorRegistry::instance();
     reg.add("ParamUpdate", "optimizer", write_config, load_param_update);
-    register_optimizer_grad();
+    register_non_differentiable("ParamUpdate", "parameter updates have no gradient");
 #if BRAID_WITH_CUDA
     cuda::register_optimizer_kernels(); // operators/cuda/optimizer.cpp
 #endif

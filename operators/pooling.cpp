@@ -251,7 +251,7 @@ void register_pooling_kernels();
 void register_pooling_operators() {
     auto& reg = OperatorRegistry::instance();
     reg.add("Pooling", "pooling", dump_pooling, load_pooling);
-    register_pooling_grad();
+    register_grad_rule("Pooling", Pooling::grad_rule);
 #if BRAID_WITH_CUDA
     cuda::register_pooling_kernels(); // operators/cuda/pooling.cpp
 #endif

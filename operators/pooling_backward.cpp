@@ -166,6 +166,7 @@ namespace braid::opr {
 void register_pooling_backward_operators() {
     auto& reg = OperatorRegistry::instance();
     reg.add("PoolingBackward", "pooling_backward", dump_pooling_backward, load_pooling_backward);
+    register_grad_rule("PoolingBackward", PoolingBackward::grad_rule);
 }
 
 } // namespace braid::opr

@@ -9,16 +9,14 @@
 
 namespace braid::opr {
 
-namespace {
-
-VarNode* pooling_grad(OperatorNode& node, size_t, const VarNodeArray& out_grads) {
+VarNode* Pooling::grad_rule(OperatorNode& node, size_t, const VarNodeArray& out_grads) {
     auto& opr = static_cast<Pooling&>(node);
     SymbolVar g = out_grads[0];
     if (!g.valid()) return nullptr;
     return pooling_backward(opr.input(0), g, opr.param()).node();
 }
 
-VarNode* pooling_backward_grad(OperatorNode& node, size_t i, const VarNodeArray& out_grads) {
+VarNode* PoolingBackward::grad_rule(OperatorNode& node, size_t i, const VarNodeArray& out_grads) {
     auto& opr = static_cast<PoolingBackward&>(node);
     SymbolVar g = out_grads[0];
     if (!g.valid()) return nullptr;
@@ -28,13 +26,6 @@ VarNode* pooling_backward_grad(OperatorNode& node, size_t i, const VarNodeArray&
                     "grad(): {}: second-order gradients of max pooling are not supported",
                     opr.describe());
     return Pooling::make(g, opr.param()).node();
-}
-
-} // namespace
-
-void register_pooling_grad() {
-    register_grad_rule("Pooling", pooling_grad);
-    register_grad_rule("PoolingBackward", pooling_backward_grad);
 }
 
 } // namespace braid::opr

@@ -499,7 +499,9 @@ void register_reduce_operators() {
     auto& reg = OperatorRegistry::instance();
     reg.add("Reduce", "reduce", dump_param<Reduce>, load_reduce);
     reg.add("ArgReduce", "reduce", dump_param<ArgReduce>, load_arg_reduce);
-    register_reduce_grad();
+    register_grad_rule("Reduce", Reduce::grad_rule);
+    register_non_differentiable("ArgReduce",
+                                "its output is integer indices, piecewise constant in the input");
 #if BRAID_WITH_CUDA
     cuda::register_reduce_kernels(); // operators/cuda/reduce.cpp
 #endif

@@ -12,9 +12,7 @@
 
 namespace braid::opr {
 
-namespace {
-
-VarNode* reduce_grad(OperatorNode& node, size_t, const VarNodeArray& out_grads) {
+VarNode* Reduce::grad_rule(OperatorNode& node, size_t, const VarNodeArray& out_grads) {
     auto& opr = static_cast<Reduce&>(node);
     SymbolVar g = out_grads[0];
     if (!g.valid()) return nullptr;
@@ -58,14 +56,6 @@ VarNode* reduce_grad(OperatorNode& node, size_t, const VarNodeArray& out_grads) 
     }
     BRAID_THROW(GraphError, "grad(): {} has no gradient rule for mode {}", opr.describe(),
                 reduce_mode_name(opr.param().mode));
-}
-
-} // namespace
-
-void register_reduce_grad() {
-    register_grad_rule("Reduce", reduce_grad);
-    register_non_differentiable("ArgReduce",
-                                "its output is integer indices, piecewise constant in the input");
 }
 
 } // namespace braid::opr

@@ -236,6 +236,8 @@ void register_scatter_operators() {
     auto& reg = OperatorRegistry::instance();
     reg.add("ScatterAdd", "scatter", dump_param<ScatterAdd>, load_scatter_add);
     reg.add("IndexAdd", "scatter", dump_param<IndexAdd>, load_index_add);
+    register_grad_rule("ScatterAdd", ScatterAdd::grad_rule);
+    register_grad_rule("IndexAdd", IndexAdd::grad_rule);
 }
 
 } // namespace braid::opr

@@ -37,6 +37,8 @@ public:
                           const OperatorConfig& config = {});
 
     const char* type_name() const override { return "ScatterAdd"; }
+    //! The gradient rule (graph/grad.h), in operators/indexing_grad.cpp.
+    static VarNode* grad_rule(OperatorNode& opr, size_t wrt, const VarNodeArray& out_grads);
     int axis() const { return m_param.axis; }
     void init_output_dtypes() override;
     bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
@@ -62,6 +64,8 @@ public:
                           const OperatorConfig& config = {});
 
     const char* type_name() const override { return "IndexAdd"; }
+    //! The gradient rule (graph/grad.h), in operators/indexing_grad.cpp.
+    static VarNode* grad_rule(OperatorNode& opr, size_t wrt, const VarNodeArray& out_grads);
     int axis() const { return m_param.axis; }
     void init_output_dtypes() override;
     bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;

@@ -423,7 +423,9 @@ void register_subtensor_operators() {
     reg.add("Subtensor", "subtensor", dump_subtensor, load_subtensor);
     reg.add("SetSubtensor", "subtensor", dump_set_subtensor, load_set_subtensor);
     reg.add("IncrSubtensor", "subtensor", dump_incr_subtensor, load_incr_subtensor);
-    register_subtensor_grad();
+    register_grad_rule("Subtensor", Subtensor::grad_rule);
+    register_grad_rule("SetSubtensor", SetSubtensor::grad_rule);
+    register_grad_rule("IncrSubtensor", SetSubtensor::grad_rule);
 #if BRAID_WITH_CUDA
     cuda::register_subtensor_kernels(); // operators/cuda/subtensor.cpp
 #endif

@@ -46,6 +46,8 @@ public:
                           const OperatorConfig& config = {});
 
     const char* type_name() const override { return "Subtensor"; }
+    //! The gradient rule (graph/grad.h), in operators/subtensor_grad.cpp.
+    static VarNode* grad_rule(OperatorNode& opr, size_t wrt, const VarNodeArray& out_grads);
     const std::vector<AxisIndex>& items() const { return m_items; }
     void hash_params(Hasher& h) const override;
     bool params_equal(const OperatorNode& rhs) const override;
@@ -75,6 +77,8 @@ public:
     const char* type_name() const override {
         return m_kind == Kind::SET ? "SetSubtensor" : "IncrSubtensor";
     }
+    //! The gradient rule (graph/grad.h), in operators/subtensor_grad.cpp.
+    static VarNode* grad_rule(OperatorNode& opr, size_t wrt, const VarNodeArray& out_grads);
     Kind kind() const { return m_kind; }
     const std::vector<AxisIndex>& items() const { return m_items; }
     void hash_params(Hasher& h) const override;

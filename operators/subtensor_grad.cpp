@@ -8,16 +8,14 @@
 
 namespace braid::opr {
 
-namespace {
-
-VarNode* subtensor_grad(OperatorNode& node, size_t, const VarNodeArray& out_grads) {
+VarNode* Subtensor::grad_rule(OperatorNode& node, size_t, const VarNodeArray& out_grads) {
     auto& opr = static_cast<Subtensor&>(node);
     SymbolVar g = out_grads[0];
     if (!g.valid()) return nullptr;
     return incr_subtensor(zeros_of(opr.input(0)), g, opr.items()).node();
 }
 
-VarNode* set_subtensor_grad(OperatorNode& node, size_t i, const VarNodeArray& out_grads) {
+VarNode* SetSubtensor::grad_rule(OperatorNode& node, size_t i, const VarNodeArray& out_grads) {
     auto& opr = static_cast<SetSubtensor&>(node);
     SymbolVar g = out_grads[0];
     if (!g.valid()) return nullptr;
@@ -25,14 +23,6 @@ VarNode* set_subtensor_grad(OperatorNode& node, size_t i, const VarNodeArray& ou
     if (i == 0) return set ? set_subtensor(g, scalar_like(g, 0.0), opr.items()).node() : g.node();
     static_shape(opr.input(1), opr.type_name()); // the broadcast axes come from it
     return reduce_sum_to_shape(subtensor(g, opr.items()), opr.input(1)).node();
-}
-
-} // namespace
-
-void register_subtensor_grad() {
-    register_grad_rule("Subtensor", subtensor_grad);
-    register_grad_rule("SetSubtensor", set_subtensor_grad);
-    register_grad_rule("IncrSubtensor", set_subtensor_grad);
 }
 
 } // namespace braid::opr

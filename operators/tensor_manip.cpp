@@ -668,7 +668,14 @@ void register_tensor_manip_operators() {
     reg.add("TypeCvt", "tensor_manip", dump_param<TypeCvt>, load_type_cvt);
     reg.add("Dimshuffle", "tensor_manip", dump_param<Dimshuffle>, load_dimshuffle);
     reg.add("AxisAddRemove", "tensor_manip", dump_param<AxisAddRemove>, load_axis_add_remove);
-    register_tensor_manip_grad();
+    register_grad_rule("Reshape", Reshape::grad_rule);
+    register_grad_rule("Broadcast", Broadcast::grad_rule);
+    register_grad_rule("TypeCvt", TypeCvt::grad_rule);
+    // A shape is piecewise constant in the input: no gradient flows through it.
+    register_grad_rule("GetVarShape",
+                       [](OperatorNode&, size_t, const VarNodeArray&) { return nullptr; });
+    register_grad_rule("Dimshuffle", Dimshuffle::grad_rule);
+    register_grad_rule("AxisAddRemove", AxisAddRemove::grad_rule);
 #if BRAID_WITH_CUDA
     cuda::register_tensor_manip_kernels(); // operators/cuda/tensor_manip.cpp
 #endif

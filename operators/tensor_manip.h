@@ -34,6 +34,8 @@ public:
     static SymbolVar make(SymbolVar x, SymbolVar shape_var, const OperatorConfig& config = {});
 
     const char* type_name() const override { return "Reshape"; }
+    //! The gradient rule (graph/grad.h), in operators/tensor_manip_grad.cpp.
+    static VarNode* grad_rule(OperatorNode& opr, size_t wrt, const VarNodeArray& out_grads);
     void init_output_dtypes() override;
     bool shape_needs_value(size_t i) const override { return i == 1; }
     bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
@@ -78,6 +80,8 @@ public:
     static SymbolVar make(SymbolVar x, SymbolVar shape_var, const OperatorConfig& config = {});
 
     const char* type_name() const override { return "Broadcast"; }
+    //! The gradient rule (graph/grad.h), in operators/tensor_manip_grad.cpp.
+    static VarNode* grad_rule(OperatorNode& opr, size_t wrt, const VarNodeArray& out_grads);
     void init_output_dtypes() override;
     bool shape_needs_value(size_t i) const override { return i == 1; }
     bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
@@ -102,6 +106,8 @@ public:
     static SymbolVar make(SymbolVar x, DType dtype, const OperatorConfig& config = {});
 
     const char* type_name() const override { return "TypeCvt"; }
+    //! The gradient rule (graph/grad.h), in operators/tensor_manip_grad.cpp.
+    static VarNode* grad_rule(OperatorNode& opr, size_t wrt, const VarNodeArray& out_grads);
     void init_output_dtypes() override;
     bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
     void execute(ExecCtx& ctx) override;
@@ -125,6 +131,8 @@ public:
     static SymbolVar make(SymbolVar x, std::vector<int> pattern, const OperatorConfig& config = {});
 
     const char* type_name() const override { return "Dimshuffle"; }
+    //! The gradient rule (graph/grad.h), in operators/tensor_manip_grad.cpp.
+    static VarNode* grad_rule(OperatorNode& opr, size_t wrt, const VarNodeArray& out_grads);
     const std::vector<int>& pattern() const { return m_param.pattern; }
     bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
     //! A view when the input axes keep their order, else a contiguous copy.
@@ -167,6 +175,8 @@ public:
                           const OperatorConfig& config = {});
 
     const char* type_name() const override { return "AxisAddRemove"; }
+    //! The gradient rule (graph/grad.h), in operators/tensor_manip_grad.cpp.
+    static VarNode* grad_rule(OperatorNode& opr, size_t wrt, const VarNodeArray& out_grads);
     Kind kind() const { return m_param.kind; }
     const std::vector<int>& axes() const { return m_param.axes; }
     bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;

@@ -4,28 +4,26 @@
 
 namespace braid::opr {
 
-namespace {
-
-VarNode* reshape_grad(OperatorNode& opr, size_t i, const VarNodeArray& out_grads) {
+VarNode* Reshape::grad_rule(OperatorNode& opr, size_t i, const VarNodeArray& out_grads) {
     SymbolVar g = out_grads[0];
     if (!g.valid() || i != 0) return nullptr; // the shape input has no gradient
     return reshape_to(g, opr.input(0)).node();
 }
 
-VarNode* broadcast_grad(OperatorNode& opr, size_t i, const VarNodeArray& out_grads) {
+VarNode* Broadcast::grad_rule(OperatorNode& opr, size_t i, const VarNodeArray& out_grads) {
     SymbolVar g = out_grads[0];
     if (!g.valid() || i != 0) return nullptr;
     return reduce_sum_to_shape(g, opr.input(0)).node();
 }
 
-VarNode* typecvt_grad(OperatorNode& opr, size_t, const VarNodeArray& out_grads) {
+VarNode* TypeCvt::grad_rule(OperatorNode& opr, size_t, const VarNodeArray& out_grads) {
     SymbolVar g = out_grads[0];
     DType in = opr.input(0)->dtype();
     if (!g.valid() || !in.is_float() || !g.dtype().is_float()) return nullptr;
     return g.astype(in).node();
 }
 
-VarNode* dimshuffle_grad(OperatorNode& node, size_t, const VarNodeArray& out_grads) {
+VarNode* Dimshuffle::grad_rule(OperatorNode& node, size_t, const VarNodeArray& out_grads) {
     auto& opr = static_cast<Dimshuffle&>(node);
     SymbolVar g = out_grads[0];
     if (!g.valid()) return nullptr;
@@ -48,22 +46,10 @@ VarNode* dimshuffle_grad(OperatorNode& node, size_t, const VarNodeArray& out_gra
     return (identity ? g : dimshuffle(g, inverse)).node();
 }
 
-VarNode* axis_add_remove_grad(OperatorNode& opr, size_t, const VarNodeArray& out_grads) {
+VarNode* AxisAddRemove::grad_rule(OperatorNode& opr, size_t, const VarNodeArray& out_grads) {
     SymbolVar g = out_grads[0];
     if (!g.valid()) return nullptr;
     return reshape_to(g, opr.input(0)).node();
-}
-
-} // namespace
-
-void register_tensor_manip_grad() {
-    register_grad_rule("Reshape", reshape_grad);
-    register_grad_rule("Broadcast", broadcast_grad);
-    register_grad_rule("TypeCvt", typecvt_grad);
-    register_grad_rule("GetVarShape",
-                       [](OperatorNode&, size_t, const VarNodeArray&) { return nullptr; });
-    register_grad_rule("Dimshuffle", dimshuffle_grad);
-    register_grad_rule("AxisAddRemove", axis_add_remove_grad);
 }
 
 } // namespace braid::opr
