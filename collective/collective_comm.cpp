@@ -55,7 +55,7 @@ bool debug_collectives() {
 } // namespace
 
 CollectiveComm::CollectiveComm(VarNode* input, CollectiveParam param, const OperatorConfig& config)
-    : OperatorNode(config), m_param(std::move(param)) {
+    : ParamOperator(std::move(param), config) {
     const auto& trait = mode_trait(m_param.mode);
     if (m_param.key.empty()) BRAID_THROW(GraphError, "CollectiveComm: the key is empty");
     if (m_param.nr_devices == 0)
@@ -308,7 +308,7 @@ SymbolVar scatter_from_root(SymbolVar x, ComputingGraph& graph, const Group& g, 
 
 } // namespace braid::opr
 
-// ---- serialization: params dump and load, registered in register_all_operators()
+// ---- serialization: the params functions written by hand, registered below
 #include "comm/tcp_client.h"
 #include "graph/param_io.h"
 
@@ -349,10 +349,6 @@ std::shared_ptr<comm::GroupClient> binding_client(const CollectiveBinding& b,
         slot = client;
     }
     return client;
-}
-
-static void dump_collective_comm(const OperatorNode& opr, ParamWriter& w) {
-    write_param(w, opr_cast<CollectiveComm>(opr).param());
 }
 
 static SymbolVarArray load_collective_comm(const OprLoadContext& ctx) {
@@ -424,13 +420,13 @@ static SymbolVarArray load_collective_comm(const OprLoadContext& ctx) {
 
 } // namespace braid::opr
 
-// ---- registration: this family's operator descriptors (graph/operator_registry.h), with
-// their params functions above, gradient rules and kernels.
+// ---- registration: this family's operator descriptors (graph/operator_registry.h): params
+// functions, gradient rules and kernels.
 namespace braid::opr {
 
 void register_collective_comm_operators() {
     auto& reg = OperatorRegistry::instance();
-    reg.add("CollectiveComm", "collective_comm", dump_collective_comm, load_collective_comm,
+    reg.add("CollectiveComm", "collective_comm", dump_param<CollectiveComm>, load_collective_comm,
             /*version=*/1, /*rank_dependent=*/true);
     // Always run: every rank takes part in the gradient collective, whatever its own inputs
     // need.

@@ -81,7 +81,7 @@ struct CollectiveParam {
     }
 };
 
-class CollectiveComm final : public OperatorNode {
+class CollectiveComm final : public ParamOperator<CollectiveComm, CollectiveParam> {
 public:
     CollectiveComm(VarNode* input, CollectiveParam param, const OperatorConfig& config);
     /*!
@@ -94,8 +94,7 @@ public:
     const char* type_name() const override { return "CollectiveComm"; }
     //! The gradient rule (graph/grad.h): the mode trait's, in collective_modes.cpp.
     static VarNode* grad_rule(OperatorNode& opr, size_t wrt, const VarNodeArray& out_grads);
-    const CollectiveParam& param() const { return m_param; }
-    std::string param_string() const override { return describe_param(m_param); }
+    //! Never merged: equal-looking collectives of one rank are distinct exchanges.
     bool allow_dedup() const override { return false; }
     std::string peer_group() const override { return m_param.key; }
     void wait_queued_work() override;
@@ -117,7 +116,6 @@ private:
     //! m_checks + 1 of the key and compares every peer's; throws CommError on a mismatch.
     void check_peers(const Tensor* input, const TensorShape& output);
 
-    CollectiveParam m_param;
     std::shared_ptr<comm::Communicator> m_comm;
     uint32_t m_rank = 0, m_root = 0;
     //! Consistency checks done, and the input and output shapes of the last one: a later run

@@ -2,11 +2,11 @@
 #include "graph/operator_registry.h"
 
 #include "base/error.h"
+#include "collective/collective_comm.h"
+#include "collective/collective_modes.h"
 #include "comm/communicator.h"
 #include "graph/grad.h"
 #include "graph/kernel_registry.h"
-#include "collective/collective_comm.h"
-#include "collective/collective_modes.h"
 
 namespace braid::opr {
 
@@ -16,7 +16,7 @@ constexpr uint32_t SENDER = 0, RECEIVER = 1;
 } // namespace
 
 RemoteTransfer::RemoteTransfer(RemoteParam param, const OperatorConfig& config)
-    : OperatorNode(config), m_param(std::move(param)) {
+    : ParamOperator(std::move(param), config) {
     if (m_param.key.empty()) BRAID_THROW(GraphError, "RemoteSend/RemoteRecv: the key is empty");
     if (!m_param.group_client)
         BRAID_THROW(GraphError, "RemoteSend/RemoteRecv \"{}\": no group client given", m_param.key);
@@ -259,14 +259,10 @@ VarNode* remote_recv_grad(OperatorNode& node, size_t, const VarNodeArray& out_gr
 
 } // namespace braid::opr
 
-// ---- serialization: params dump and load, registered in register_all_operators()
+// ---- serialization: the params functions written by hand, registered below
 #include "graph/param_io.h"
 
 namespace braid::opr {
-
-static void dump_remote(const OperatorNode& opr, ParamWriter& w) {
-    write_param(w, static_cast<const RemoteTransfer&>(opr).param());
-}
 
 //! The params as recorded, with the binding's group client and backend.
 static RemoteParam load_remote_param(const OprLoadContext& ctx) {
@@ -294,9 +290,9 @@ static void remote_kernel(OperatorNode& opr, ExecCtx& ctx) {
 
 void register_remote_send_recv_operators() {
     auto& reg = OperatorRegistry::instance();
-    reg.add("RemoteSend", "remote_send", dump_remote, load_remote_send, /*version=*/1,
+    reg.add("RemoteSend", "remote_send", dump_param<RemoteSend>, load_remote_send, /*version=*/1,
             /*rank_dependent=*/true);
-    reg.add("RemoteRecv", "remote_recv", dump_remote, load_remote_recv, /*version=*/1,
+    reg.add("RemoteRecv", "remote_recv", dump_param<RemoteRecv>, load_remote_recv, /*version=*/1,
             /*rank_dependent=*/true);
     register_grad_rule("RemoteSend", remote_send_grad);
     register_grad_rule("RemoteRecv", remote_recv_grad, /*always_run=*/true);

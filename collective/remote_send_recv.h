@@ -55,10 +55,9 @@ struct RemoteParam {
 };
 
 //! Common part of both sides: the pair's registration and communicator.
-class RemoteTransfer : public OperatorNode {
+class RemoteTransfer : public ParamOperator<RemoteTransfer, RemoteParam> {
 public:
-    const RemoteParam& param() const { return m_param; }
-    std::string param_string() const override { return describe_param(m_param); }
+    //! Never merged: each send or recv is one transfer with its peer.
     bool allow_dedup() const override { return false; }
     std::string peer_group() const override { return m_param.key; }
     ValueInference value_inference() const override { return ValueInference::NONE; }
@@ -74,7 +73,6 @@ protected:
     //! Runs `body` with the communicator, naming the peer in a timeout or comm error.
     template <typename Body> void transfer(Body&& body);
 
-    RemoteParam m_param;
     std::shared_ptr<comm::Communicator> m_comm;
 };
 

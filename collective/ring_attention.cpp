@@ -2,10 +2,10 @@
 #include "graph/operator_registry.h"
 
 #include "base/error.h"
+#include "collective/collective_comm.h"
 #include "comm/communicator.h"
 #include "graph/grad.h"
 #include "operators/attention_kernels.h"
-#include "collective/collective_comm.h"
 #include "operators/grad_util.h"
 
 #include <cmath>
@@ -192,7 +192,7 @@ std::pair<kern::AttentionGeometry, kern::HeadStrides> block_geometry(const Dims&
 // ---- common part
 
 RingAttentionBase::RingAttentionBase(RingAttentionParam param, const OperatorConfig& config)
-    : OperatorNode(config), m_param(std::move(param)) {
+    : ParamOperator(std::move(param), config) {
     if (m_param.key.empty()) BRAID_THROW(GraphError, "RingAttention: the key is empty");
     if (!m_param.group_client)
         BRAID_THROW(GraphError, "RingAttention \"{}\": no group client given", m_param.key);
@@ -490,14 +490,10 @@ VarNode* ring_attention_grad(OperatorNode& node, size_t wrt, const VarNodeArray&
 
 } // namespace braid::opr
 
-// ---- serialization: params dump and load, registered in register_all_operators()
+// ---- serialization: the params functions written by hand, registered below
 #include "graph/param_io.h"
 
 namespace braid::opr {
-
-static void dump_ring_attention(const OperatorNode& opr, ParamWriter& w) {
-    write_param(w, static_cast<const RingAttentionBase&>(opr).param());
-}
 
 //! The params as recorded, with the binding's rank, world size, group client and backend.
 static RingAttentionParam load_ring_param(const OprLoadContext& ctx) {
@@ -529,9 +525,10 @@ static SymbolVarArray load_ring_attention_grad(const OprLoadContext& ctx) {
 
 void register_ring_attention_operators() {
     auto& reg = OperatorRegistry::instance();
-    reg.add("RingAttention", "ring_attention", dump_ring_attention, load_ring_attention,
+    reg.add("RingAttention", "ring_attention", dump_param<RingAttention>, load_ring_attention,
             /*version=*/1, /*rank_dependent=*/true);
-    reg.add("RingAttentionGrad", "ring_attention", dump_ring_attention, load_ring_attention_grad,
+    reg.add("RingAttentionGrad", "ring_attention", dump_param<RingAttentionGrad>,
+            load_ring_attention_grad,
             /*version=*/1, /*rank_dependent=*/true);
     // Always run: every rank takes part in the backward ring, whatever its own inputs need.
     register_grad_rule("RingAttention", ring_attention_grad, /*always_run=*/true);

@@ -80,11 +80,10 @@ struct RingAttentionParam {
 };
 
 //! Common part of the forward and backward operators: the group and its communication thread.
-class RingAttentionBase : public OperatorNode {
+class RingAttentionBase : public ParamOperator<RingAttentionBase, RingAttentionParam> {
 public:
     ~RingAttentionBase() override;
-    const RingAttentionParam& param() const { return m_param; }
-    std::string param_string() const override { return describe_param(m_param); }
+    //! Never merged: each one is its own exchange around the ring.
     bool allow_dedup() const override { return false; }
     std::string peer_group() const override { return m_param.key; }
     ValueInference value_inference() const override { return ValueInference::NONE; }
@@ -99,7 +98,6 @@ protected:
     comm::Communicator& communicator();
     Lane& lane();
 
-    RingAttentionParam m_param;
     std::shared_ptr<comm::Communicator> m_comm;
     std::unique_ptr<Lane> m_lane;
 };

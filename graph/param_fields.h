@@ -11,7 +11,11 @@
 //         }
 //     };
 //     class MatMul final : public ParamOperator<MatMul, MatMulParam> { ... };
-//     // registration: reg.add("MatMul", "matmul", dump_param<MatMul>, load_fn);
+//     // registration: reg.add("MatMul", "matmul", dump_param<MatMul>, load_param<MatMul>);
+//
+// dump_param<Op> and load_param<Op> (the default loader: read_param(), then Op::make with the
+// loaded inputs) are the params functions of such an operator; no_params is the dumper of an
+// operator without params.
 //
 // Field types: bool, integers (read back with a range check against the member's type),
 // float and double (equal when their bits are), std::string, enums (with their name function:
@@ -35,6 +39,7 @@
 #include <string>
 #include <tuple>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace braid {
@@ -257,7 +262,9 @@ template <typename P> P read_param(const ParamReader& r) {
 
 /*!
  * Base of an operator with a Param declared by fields(): hash_params(), params_equal() and
- * param_string() come from the field list. `Derived` is the operator class.
+ * param_string() come from the field list. `Derived` is the operator class (or the common base
+ * of the types that share the Param). An operator that must never be merged with an
+ * equal-looking one (communication, side effects) also overrides allow_dedup() to false.
  */
 template <typename Derived, typename P> class ParamOperator : public OperatorNode {
 public:
@@ -278,6 +285,110 @@ protected:
 //! The params dumper of an operator type whose params are its ParamOperator Param.
 template <typename Opr> void dump_param(const OperatorNode& opr, ParamWriter& w) {
     write_param(w, opr_cast<Opr>(opr).param());
+}
+
+//! The params dumper of an operator type without params: it stores nothing.
+inline void no_params(const OperatorNode&, ParamWriter&) {}
+
+namespace param_detail {
+
+template <size_t> using InputVar = SymbolVar;
+
+//! Whether Opr::make(x_0, ..., x_{N-1}, args..., config) is a call, for N input vars x_i.
+template <typename Opr, typename... Args, size_t... I>
+constexpr bool makes_from_vars(std::index_sequence<I...>) {
+    return requires {
+        Opr::make(std::declval<InputVar<I>>()..., std::declval<Args>()...,
+                  std::declval<const OperatorConfig&>());
+    };
+}
+//! Whether Opr::make(inputs, args..., config) is a call, for an array of input vars.
+template <typename Opr, typename... Args> constexpr bool makes_from_array() {
+    return requires {
+        Opr::make(std::declval<const SymbolVarArray&>(), std::declval<Args>()...,
+                  std::declval<const OperatorConfig&>());
+    };
+}
+
+//! How many input vars Opr::make takes one by one before `args`: the fewest, from N up to 6,
+//! that make a call; 0 when it takes them as one array; -1 when neither.
+template <typename Opr, size_t N, typename... Args> constexpr int nr_make_vars_from() {
+    if constexpr (N > 6)
+        return makes_from_array<Opr, Args...>() ? 0 : -1;
+    else if constexpr (makes_from_vars<Opr, Args...>(std::make_index_sequence<N>{}))
+        return int(N);
+    else
+        return nr_make_vars_from<Opr, N + 1, Args...>();
+}
+template <typename Opr, typename... Args> constexpr int nr_make_vars() {
+    return nr_make_vars_from<Opr, 1, Args...>();
+}
+template <typename Opr, typename... Args>
+constexpr bool makes_with = nr_make_vars<Opr, Args...>() >= 0;
+
+inline SymbolVarArray as_outputs(SymbolVar v) {
+    return {v};
+}
+inline SymbolVarArray as_outputs(SymbolVarArray v) {
+    return v;
+}
+
+template <typename Opr, size_t... I, typename... Args>
+SymbolVarArray make_from_vars(const OprLoadContext& ctx, std::index_sequence<I...>,
+                              Args&&... args) {
+    return as_outputs(Opr::make(ctx.input(I)..., std::forward<Args>(args)..., ctx.config));
+}
+
+//! Opr::make(inputs..., args..., config) with the loaded inputs, checking their number.
+template <typename Opr, typename... Args>
+SymbolVarArray make_from_inputs(const OprLoadContext& ctx, Args&&... args) {
+    constexpr int n = nr_make_vars<Opr, Args...>();
+    if constexpr (n == 0) {
+        // The array form takes the graph from its first input, so it needs one.
+        ctx.expect_inputs(1, std::numeric_limits<size_t>::max());
+        return as_outputs(Opr::make(ctx.inputs, std::forward<Args>(args)..., ctx.config));
+    } else {
+        ctx.expect_inputs(n, n);
+        return make_from_vars<Opr>(ctx, std::make_index_sequence<n>{}, std::forward<Args>(args)...);
+    }
+}
+
+template <typename Opr>
+concept HasParam = requires {
+    typename Opr::Param;
+};
+
+} // namespace param_detail
+
+/*!
+ * The default loader: rebuilds an operator by calling its make() with the loaded inputs, the
+ * Param read by read_param(), and the config. make() may take the Param whole or its fields
+ * one by one in their declared order (`Gather::make(x, index, axis, config)`), and its inputs
+ * as vars one by one (their number is checked) or as one SymbolVarArray (at least one input);
+ * an operator type without a Param gets make(inputs..., config). A loader with checks beyond
+ * the field types (lengths, finite values, counts that size allocations) is written by hand.
+ */
+template <typename Opr> SymbolVarArray load_param(const OprLoadContext& ctx) {
+    using namespace param_detail;
+    if constexpr (!HasParam<Opr>) {
+        static_assert(makes_with<Opr>, "Opr::make(inputs..., config) is not a call");
+        return make_from_inputs<Opr>(ctx);
+    } else {
+        using P = typename Opr::Param;
+        P p = read_param<P>(ctx.params);
+        if constexpr (makes_with<Opr, P>) {
+            return make_from_inputs<Opr>(ctx, std::move(p));
+        } else {
+            return std::apply(
+                [&](const auto&... f) {
+                    static_assert(makes_with<Opr, decltype(p.*f.member)...>,
+                                  "Opr::make takes neither its Param nor its fields after "
+                                  "the inputs");
+                    return make_from_inputs<Opr>(ctx, p.*f.member...);
+                },
+                P::fields());
+        }
+    }
 }
 
 } // namespace braid

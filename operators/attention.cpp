@@ -90,7 +90,7 @@ void Attention::execute(ExecCtx& ctx) {
 
 } // namespace braid::opr
 
-// ---- serialization: params dump and load, registered in register_all_operators()
+// ---- serialization: the params functions written by hand, registered below
 #include "graph/param_io.h"
 
 namespace braid::opr {
@@ -101,17 +101,10 @@ static SymbolVarArray load_attention_grad(const OprLoadContext& ctx) {
                                ctx.config);
 }
 
-static SymbolVarArray load_attention(const OprLoadContext& ctx) {
-    ctx.expect_inputs(3, 3);
-    // make() refuses a non-finite scale.
-    auto p = read_param<Attention::Param>(ctx.params);
-    return Attention::make(ctx.input(0), ctx.input(1), ctx.input(2), p, ctx.config);
-}
-
 } // namespace braid::opr
 
-// ---- registration: this family's operator descriptors (graph/operator_registry.h), with
-// their params functions above, gradient rules and kernels.
+// ---- registration: this family's operator descriptors (graph/operator_registry.h): params
+// functions, gradient rules and kernels.
 namespace braid::opr {
 
 #if BRAID_WITH_CUDA
@@ -122,7 +115,8 @@ void register_attention_kernels();
 
 void register_attention_operators() {
     auto& reg = OperatorRegistry::instance();
-    reg.add("Attention", "attention", dump_param<Attention>, load_attention);
+    // Loaded by make(), which refuses a non-finite scale.
+    reg.add("Attention", "attention", dump_param<Attention>, load_param<Attention>);
     reg.add("AttentionGrad", "attention", dump_param<AttentionGrad>, load_attention_grad);
     register_grad_rule("Attention", Attention::grad_rule);
     register_non_differentiable("AttentionGrad",

@@ -110,26 +110,26 @@ void BatchNorm::execute(ExecCtx& ctx) {
 
 } // namespace braid::opr
 
-// ---- serialization: params dump and load, registered in register_all_operators()
+// ---- serialization: the params functions written by hand, registered below
 #include "graph/param_io.h"
 
 namespace braid::opr {
 
 static SymbolVarArray load_batch_norm(const OprLoadContext& ctx) {
     ctx.expect_inputs(5, 5);
-    double eps = ctx.params.read_float("eps");
+    float eps = read_param<BatchNorm::Param>(ctx.params).eps;
     if (!(eps >= 0 && eps <= std::numeric_limits<float>::max()))
         BRAID_THROW(SerializationError,
                     "{}: param \"eps\" is {}; expected a finite float32 value >= 0",
                     ctx.params.context(), eps);
     return {BatchNorm::make(ctx.input(0), ctx.input(1), ctx.input(2), ctx.input(3), ctx.input(4),
-                            float(eps), ctx.config)};
+                            eps, ctx.config)};
 }
 
 } // namespace braid::opr
 
-// ---- registration: this family's operator descriptors (graph/operator_registry.h), with
-// their params functions above, gradient rules and kernels.
+// ---- registration: this family's operator descriptors (graph/operator_registry.h): params
+// functions, gradient rules and kernels.
 namespace braid::opr {
 
 #if BRAID_WITH_CUDA

@@ -176,46 +176,36 @@ SymbolVarArray split(SymbolVar x, int axis, size_t nr_parts) {
 
 } // namespace braid::opr
 
-// ---- serialization: params dump and load, registered in register_all_operators()
+// ---- serialization: the params functions written by hand, registered below
 #include "graph/param_io.h"
 
 namespace braid::opr {
 
-static SymbolVarArray load_concat(const OprLoadContext& ctx) {
-    ctx.expect_inputs(1, std::numeric_limits<size_t>::max());
-    // The axis and the inputs' shapes are checked by make().
-    return {Concat::make(ctx.inputs, read_param<Concat::Param>(ctx.params).axis, ctx.config)};
-}
-
 static SymbolVarArray load_split(const OprLoadContext& ctx) {
     ctx.expect_inputs(1, 1);
     const auto& r = ctx.params;
-    Split::Param p;
-    p.axis = r.read_int_as<int>("axis");
-    p.sizes = r.read_int_list<size_t>("sizes");
-    int64_t nr_parts = r.read_int("nr_parts");
+    auto p = read_param<Split::Param>(r);
     // Every part is an output var: bound their number, so that a few bytes of params cannot
     // ask for billions of vars.
-    if (nr_parts < 0 || uint64_t(nr_parts) > MAX_LOADED_SPLIT_PARTS)
+    if (p.nr_parts > MAX_LOADED_SPLIT_PARTS)
         BRAID_THROW(SerializationError, "{}: param \"nr_parts\" is {}; expected 0..{}", r.context(),
-                    nr_parts, MAX_LOADED_SPLIT_PARTS);
+                    p.nr_parts, MAX_LOADED_SPLIT_PARTS);
     if (p.sizes.size() > MAX_LOADED_SPLIT_PARTS)
         BRAID_THROW(SerializationError, "{}: param \"sizes\" lists {} parts; at most {}",
                     r.context(), p.sizes.size(), MAX_LOADED_SPLIT_PARTS);
-    if (p.sizes.empty() && nr_parts == 0)
+    if (p.sizes.empty() && p.nr_parts == 0)
         BRAID_THROW(SerializationError,
                     "{}: param \"sizes\" is empty and param \"nr_parts\" is 0; expected part "
                     "sizes or a positive number of parts",
                     r.context());
-    p.nr_parts = size_t(nr_parts);
     // The sizes must sum to the axis length, which make() checks.
     return Split::make(ctx.input(0), std::move(p), ctx.config);
 }
 
 } // namespace braid::opr
 
-// ---- registration: this family's operator descriptors (graph/operator_registry.h), with
-// their params functions above, gradient rules and kernels.
+// ---- registration: this family's operator descriptors (graph/operator_registry.h): params
+// functions, gradient rules and kernels.
 namespace braid::opr {
 
 #if BRAID_WITH_CUDA
@@ -226,7 +216,8 @@ void register_concat_split_kernels();
 
 void register_concat_split_operators() {
     auto& reg = OperatorRegistry::instance();
-    reg.add("Concat", "concat_split", dump_param<Concat>, load_concat);
+    // Loaded by make(), which checks the axis and the inputs' shapes.
+    reg.add("Concat", "concat_split", dump_param<Concat>, load_param<Concat>);
     reg.add("Split", "concat_split", dump_param<Split>, load_split);
     register_grad_rule("Concat", Concat::grad_rule);
     register_grad_rule("Split", Split::grad_rule);

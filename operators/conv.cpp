@@ -229,34 +229,8 @@ void conv2d_forward(const Conv2dParam& pr, const Tensor& x, const Tensor& w, Ten
 
 } // namespace braid::opr
 
-// ---- serialization: params dump and load, registered in register_all_operators()
-#include "graph/param_io.h"
-
-namespace braid::opr {
-
-void write_conv2d_param(ParamWriter& w, const Conv2dParam& p) {
-    write_param(w, p);
-}
-
-Conv2dParam read_conv2d_param(const ParamReader& r) {
-    return read_param<Conv2dParam>(r);
-}
-
-static void dump_conv2d(const OperatorNode& opr, ParamWriter& w) {
-    write_conv2d_param(w, opr_cast<Conv2d>(opr).param());
-}
-
-static SymbolVarArray load_conv2d(const OprLoadContext& ctx) {
-    ctx.expect_inputs(2, 2);
-    // make() refuses strides, dilations or groups below 1 and negative paddings (ValueError
-    // naming the operator), and geometry that does not fit the inputs (ShapeError).
-    return {Conv2d::make(ctx.input(0), ctx.input(1), read_conv2d_param(ctx.params), ctx.config)};
-}
-
-} // namespace braid::opr
-
-// ---- registration: this family's operator descriptors (graph/operator_registry.h), with
-// their params functions above, gradient rules and kernels.
+// ---- registration: this family's operator descriptors (graph/operator_registry.h): params
+// functions, gradient rules and kernels.
 namespace braid::opr {
 
 #if BRAID_WITH_CUDA
@@ -267,7 +241,10 @@ void register_conv_kernels();
 
 void register_conv_operators() {
     auto& reg = OperatorRegistry::instance();
-    reg.add("Conv2d", "conv", dump_conv2d, load_conv2d);
+    // Loaded by make(), which refuses strides, dilations or groups below 1 and negative
+    // paddings (ValueError naming the operator), and geometry that does not fit the inputs
+    // (ShapeError).
+    reg.add("Conv2d", "conv", dump_param<Conv2d>, load_param<Conv2d>);
     register_grad_rule("Conv2d", Conv2d::grad_rule);
 #if BRAID_WITH_CUDA
     cuda::register_conv_kernels(); // operators/cuda/conv.cpp

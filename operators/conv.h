@@ -71,17 +71,3 @@ SymbolVar conv2d(SymbolVar x, SymbolVar w, int stride = 1, int padding = 0, int 
                  int groups = 1);
 
 } // namespace braid::opr
-
-// ---- serialization helpers shared with other files of the family (graph/param_io.h)
-namespace braid {
-class ParamWriter;
-class ParamReader;
-struct OprLoadContext;
-} // namespace braid
-
-namespace braid::opr {
-//! Writes a convolution's geometry (Conv2d and its backward operators share the fields).
-void write_conv2d_param(ParamWriter& w, const Conv2dParam& p);
-//! Reads what write_conv2d_param() wrote; values are checked by the operators' make().
-Conv2dParam read_conv2d_param(const ParamReader& r);
-} // namespace braid::opr

@@ -293,29 +293,8 @@ void Conv2dBackwardFilter::execute(ExecCtx& ctx) {
 
 } // namespace braid::opr
 
-// ---- serialization: params dump and load, registered in register_all_operators()
-#include "graph/param_io.h"
-
-namespace braid::opr {
-
-static SymbolVarArray load_conv2d_backward_data(const OprLoadContext& ctx) {
-    ctx.expect_inputs(2, 2);
-    // Spatial sizes fit 32 bits, so no size computed from them overflows; make() checks that
-    // they fit the kernel and the output gradient.
-    return {Conv2dBackwardData::make(
-        ctx.input(0), ctx.input(1), read_param<Conv2dBackwardData::Param>(ctx.params), ctx.config)};
-}
-
-static SymbolVarArray load_conv2d_backward_filter(const OprLoadContext& ctx) {
-    ctx.expect_inputs(2, 2);
-    return {Conv2dBackwardFilter::make(ctx.input(0), ctx.input(1),
-                                       read_param<Conv2dBackwardFilter::Param>(ctx.params),
-                                       ctx.config)};
-}
-} // namespace braid::opr
-
-// ---- registration: this family's operator descriptors (graph/operator_registry.h), with
-// their params functions above, gradient rules and kernels.
+// ---- registration: this family's operator descriptors (graph/operator_registry.h): params
+// functions, gradient rules and kernels.
 namespace braid::opr {
 
 #if BRAID_WITH_CUDA
@@ -326,10 +305,12 @@ void register_conv_grad_kernels();
 
 void register_conv_backward_operators() {
     auto& reg = OperatorRegistry::instance();
+    // Loaded by make(). Spatial sizes are fields of 32 bits, so no size computed from them
+    // overflows; make() checks that they fit the kernel and the output gradient.
     reg.add("Conv2dBackwardData", "conv_backward", dump_param<Conv2dBackwardData>,
-            load_conv2d_backward_data);
+            load_param<Conv2dBackwardData>);
     reg.add("Conv2dBackwardFilter", "conv_backward", dump_param<Conv2dBackwardFilter>,
-            load_conv2d_backward_filter);
+            load_param<Conv2dBackwardFilter>);
     register_grad_rule("Conv2dBackwardData", Conv2dBackwardData::grad_rule);
     register_grad_rule("Conv2dBackwardFilter", Conv2dBackwardFilter::grad_rule);
 #if BRAID_WITH_CUDA

@@ -66,15 +66,12 @@ void copy_kernel(OperatorNode& opr, ExecCtx& ctx) {
 
 } // namespace braid::opr
 
-// ---- serialization: params dump and load, registered in register_all_operators()
+// ---- serialization: the params functions written by hand, registered below
 #include "graph/param_io.h"
 
 namespace braid::opr {
 
-static void dump_copy(const OperatorNode& opr, ParamWriter&) {
-    (void)opr_cast<Copy>(opr); // the target is opr.comp_node(), stored with every operator
-}
-
+//! The target is the loaded operator's comp node, stored with every operator.
 static SymbolVarArray load_copy(const OprLoadContext& ctx) {
     ctx.expect_inputs(1, 1);
     return {Copy::make(ctx.input(0), ctx.config.comp_node, ctx.config)};
@@ -82,13 +79,13 @@ static SymbolVarArray load_copy(const OprLoadContext& ctx) {
 
 } // namespace braid::opr
 
-// ---- registration: this family's operator descriptors (graph/operator_registry.h), with
-// their params functions above, gradient rules and kernels.
+// ---- registration: this family's operator descriptors (graph/operator_registry.h): params
+// functions, gradient rules and kernels.
 namespace braid::opr {
 
 void register_copy_operators() {
     auto& reg = OperatorRegistry::instance();
-    reg.add("Copy", "copy", dump_copy, load_copy);
+    reg.add("Copy", "copy", no_params, load_copy);
     set_cross_device_copy(&route_through_copy);
     register_grad_rule("Copy", copy_grad);
     // Copy is device-agnostic (CompNode::copy picks the path), so its CUDA kernel is execute().

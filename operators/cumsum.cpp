@@ -99,16 +99,11 @@ VarNode* cumsum_grad(OperatorNode& opr, size_t, const VarNodeArray& out_grads) {
     return CumSum::make(g, p).node();
 }
 
-SymbolVarArray load_cumsum(const OprLoadContext& ctx) {
-    ctx.expect_inputs(1, 1);
-    return {CumSum::make(ctx.input(0), read_param<CumSum::Param>(ctx.params), ctx.config)};
-}
-
 } // namespace
 
 void register_cumsum_operators() {
     auto& reg = OperatorRegistry::instance();
-    reg.add("CumSum", "cumsum", dump_param<CumSum>, load_cumsum);
+    reg.add("CumSum", "cumsum", dump_param<CumSum>, load_param<CumSum>);
     register_grad_rule("CumSum", cumsum_grad);
 }
 

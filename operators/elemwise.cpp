@@ -516,7 +516,7 @@ SymbolVar operator/(double a, SymbolVar b) {
 }
 } // namespace braid
 
-// ---- serialization: params dump and load, registered in register_all_operators()
+// ---- serialization: the params functions written by hand, registered below
 #include "graph/param_io.h"
 
 namespace braid::opr {
@@ -530,8 +530,8 @@ static SymbolVarArray load_elemwise(const OprLoadContext& ctx) {
 
 } // namespace braid::opr
 
-// ---- registration: this family's operator descriptors (graph/operator_registry.h), with
-// their params functions above, gradient rules and kernels.
+// ---- registration: this family's operator descriptors (graph/operator_registry.h): params
+// functions, gradient rules and kernels.
 namespace braid::opr {
 
 #if BRAID_WITH_CUDA

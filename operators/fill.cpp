@@ -160,7 +160,7 @@ SymbolVar arange(ComputingGraph& graph, double start, double stop, double step, 
 
 } // namespace braid::opr
 
-// ---- serialization: params dump and load, registered in register_all_operators()
+// ---- serialization: the params functions written by hand, registered below
 #include "graph/param_io.h"
 
 namespace braid::opr {
@@ -190,8 +190,8 @@ static SymbolVarArray load_arange(const OprLoadContext& ctx) {
 
 } // namespace braid::opr
 
-// ---- registration: this family's operator descriptors (graph/operator_registry.h), with
-// their params functions above, gradient rules and kernels.
+// ---- registration: this family's operator descriptors (graph/operator_registry.h): params
+// functions, gradient rules and kernels.
 namespace braid::opr {
 
 #if BRAID_WITH_CUDA

@@ -228,35 +228,8 @@ SymbolVar embedding(SymbolVar table, SymbolVar ids) {
 
 } // namespace braid::opr
 
-// ---- serialization: params dump and load, registered in register_all_operators()
-#include "graph/param_io.h"
-
-namespace braid::opr {
-
-static SymbolVarArray load_gather(const OprLoadContext& ctx) {
-    ctx.expect_inputs(2, 2);
-    // The axis is checked against the input's rank by make().
-    auto p = read_param<Gather::Param>(ctx.params);
-    return {Gather::make(ctx.input(0), ctx.input(1), p.axis, ctx.config)};
-}
-
-static SymbolVarArray load_indexing_one_hot(const OprLoadContext& ctx) {
-    ctx.expect_inputs(2, 2);
-    auto p = read_param<IndexingOneHot::Param>(ctx.params);
-    return {IndexingOneHot::make(ctx.input(0), ctx.input(1), p.axis, p.keepdims, ctx.config)};
-}
-
-static void dump_embedding(const OperatorNode&, ParamWriter&) {}
-
-static SymbolVarArray load_embedding(const OprLoadContext& ctx) {
-    ctx.expect_inputs(2, 2);
-    return {Embedding::make(ctx.input(0), ctx.input(1), ctx.config)};
-}
-
-} // namespace braid::opr
-
-// ---- registration: this family's operator descriptors (graph/operator_registry.h), with
-// their params functions above, gradient rules and kernels.
+// ---- registration: this family's operator descriptors (graph/operator_registry.h): params
+// functions, gradient rules and kernels.
 namespace braid::opr {
 
 #if BRAID_WITH_CUDA
@@ -267,9 +240,10 @@ void register_indexing_kernels();
 
 void register_indexing_operators() {
     auto& reg = OperatorRegistry::instance();
-    reg.add("Gather", "indexing", dump_param<Gather>, load_gather);
-    reg.add("IndexingOneHot", "indexing", dump_param<IndexingOneHot>, load_indexing_one_hot);
-    reg.add("Embedding", "indexing", dump_embedding, load_embedding);
+    // Loaded by make(), which checks the axis against the input's rank.
+    reg.add("Gather", "indexing", dump_param<Gather>, load_param<Gather>);
+    reg.add("IndexingOneHot", "indexing", dump_param<IndexingOneHot>, load_param<IndexingOneHot>);
+    reg.add("Embedding", "indexing", no_params, load_param<Embedding>);
     register_grad_rule("Gather", Gather::grad_rule);
     register_grad_rule("IndexingOneHot", IndexingOneHot::grad_rule);
     register_grad_rule("Embedding", Embedding::grad_rule);

@@ -129,7 +129,7 @@ bool SharedParam::infer_output_shapes(const InferCtx&, TensorShape* out) const {
 
 } // namespace braid::opr
 
-// ---- serialization: params dump and load, registered in register_all_operators()
+// ---- serialization: the params functions written by hand, registered below
 #include "graph/param_io.h"
 
 namespace braid::opr {
@@ -171,8 +171,8 @@ static SymbolVarArray load_shared_param(const OprLoadContext& ctx) {
 
 } // namespace braid::opr
 
-// ---- registration: this family's operator descriptors (graph/operator_registry.h), with
-// their params functions above, gradient rules and kernels.
+// ---- registration: this family's operator descriptors (graph/operator_registry.h): params
+// functions, gradient rules and kernels.
 namespace braid::opr {
 
 #if BRAID_WITH_CUDA

@@ -240,27 +240,8 @@ void BatchedMatMul::execute_f64(ExecCtx& ctx) {
 
 } // namespace braid::opr
 
-// ---- serialization: params dump and load, registered in register_all_operators()
-#include "graph/param_io.h"
-
-namespace braid::opr {
-
-static SymbolVarArray load_matmul(const OprLoadContext& ctx) {
-    ctx.expect_inputs(2, 2);
-    auto p = read_param<MatMul::Param>(ctx.params);
-    return {MatMul::make(ctx.input(0), ctx.input(1), p, ctx.config)};
-}
-
-static SymbolVarArray load_batched_matmul(const OprLoadContext& ctx) {
-    ctx.expect_inputs(2, 2);
-    auto p = read_param<BatchedMatMul::Param>(ctx.params);
-    return {BatchedMatMul::make(ctx.input(0), ctx.input(1), p, ctx.config)};
-}
-
-} // namespace braid::opr
-
-// ---- registration: this family's operator descriptors (graph/operator_registry.h), with
-// their params functions above, gradient rules and kernels.
+// ---- registration: this family's operator descriptors (graph/operator_registry.h): params
+// functions, gradient rules and kernels.
 namespace braid::opr {
 
 #if BRAID_WITH_CUDA
@@ -271,8 +252,8 @@ void register_matmul_kernels();
 
 void register_matmul_operators() {
     auto& reg = OperatorRegistry::instance();
-    reg.add("MatMul", "matmul", dump_param<MatMul>, load_matmul);
-    reg.add("BatchedMatMul", "matmul", dump_param<BatchedMatMul>, load_batched_matmul);
+    reg.add("MatMul", "matmul", dump_param<MatMul>, load_param<MatMul>);
+    reg.add("BatchedMatMul", "matmul", dump_param<BatchedMatMul>, load_param<BatchedMatMul>);
     register_grad_rule("MatMul", MatMul::grad_rule);
     register_grad_rule("BatchedMatMul", BatchedMatMul::grad_rule);
 #if BRAID_WITH_CUDA

@@ -569,16 +569,10 @@ void Normalization::execute(ExecCtx& ctx) {
 
 } // namespace braid::opr
 
-// ---- serialization: params dump and load, registered in register_all_operators()
+// ---- serialization: the params functions written by hand, registered below
 #include "graph/param_io.h"
 
 namespace braid::opr {
-
-static SymbolVarArray load_softmax(const OprLoadContext& ctx) {
-    ctx.expect_inputs(1, 1);
-    // make() checks the axis against the input's rank.
-    return {Softmax::make(ctx.input(0), read_param<Softmax::Param>(ctx.params), ctx.config)};
-}
 
 namespace {
 
@@ -613,8 +607,8 @@ static SymbolVarArray load_rms_norm(const OprLoadContext& ctx) {
 
 } // namespace braid::opr
 
-// ---- registration: this family's operator descriptors (graph/operator_registry.h), with
-// their params functions above, gradient rules and kernels.
+// ---- registration: this family's operator descriptors (graph/operator_registry.h): params
+// functions, gradient rules and kernels.
 namespace braid::opr {
 
 #if BRAID_WITH_CUDA
@@ -625,7 +619,8 @@ void register_normalization_kernels();
 
 void register_normalization_operators() {
     auto& reg = OperatorRegistry::instance();
-    reg.add("Softmax", "normalization", dump_param<Softmax>, load_softmax);
+    // Loaded by make(), which checks the axis against the input's rank.
+    reg.add("Softmax", "normalization", dump_param<Softmax>, load_param<Softmax>);
     reg.add("LayerNorm", "normalization", dump_param<Normalization>, load_layer_norm);
     reg.add("RMSNorm", "normalization", dump_param<Normalization>, load_rms_norm);
     register_grad_rule("Softmax", Softmax::grad_rule);

@@ -14,7 +14,7 @@ namespace braid::opr {
 
 ParamUpdate::ParamUpdate(VarNode* param, VarNode* grad, const VarNodeArray& after,
                          OptimizerConfig config, const OperatorConfig& opr_config)
-    : OperatorNode(opr_config), m_config(config) {
+    : ParamOperator(config, opr_config) {
     if (!dynamic_cast<SharedParam*>(param->owner()))
         BRAID_THROW(GraphError,
                     "ParamUpdate: \"{}\" is not a parameter (a SharedParam var); only parameter "
@@ -57,7 +57,7 @@ void ParamUpdate::execute(ExecCtx& ctx) {
     size_t n = p_t.shape().total_nr_elems();
     float* p = p_t.ptr<float>();
     const float* g = g_t.ptr<float>();
-    const auto& c = m_config;
+    const auto& c = m_param;
     auto ensure_state = [&](Tensor& s) {
         if (s.empty() || s.shape() != p_t.shape()) {
             s = Tensor(p_t.shape(), dtype::Float32());
@@ -115,14 +115,10 @@ const char* optimizer_kind_name(OptimizerKind kind) {
 
 } // namespace braid::opr
 
-// ---- serialization: params dump and load, registered in register_all_operators()
+// ---- serialization: the params functions written by hand, registered below
 #include "graph/param_io.h"
 
 namespace braid::opr {
-
-static void write_config(const OperatorNode& opr, ParamWriter& w) {
-    write_param(w, opr_cast<ParamUpdate>(opr).config());
-}
 
 static SymbolVarArray load_param_update(const OprLoadContext& ctx) {
     ctx.expect_inputs(2, std::numeric_limits<size_t>::max());
@@ -148,8 +144,8 @@ static SymbolVarArray load_param_update(const OprLoadContext& ctx) {
 
 } // namespace braid::opr
 
-// ---- registration: this family's operator descriptors (graph/operator_registry.h), with
-// their params functions above, gradient rules and kernels.
+// ---- registration: this family's operator descriptors (graph/operator_registry.h): params
+// functions, gradient rules and kernels.
 namespace braid::opr {
 
 #if BRAID_WITH_CUDA
@@ -160,7 +156,7 @@ void register_optimizer_kernels();
 
 void register_optimizer_operators() {
     auto& reg = OperatorRegistry::instance();
-    reg.add("ParamUpdate", "optimizer", write_config, load_param_update);
+    reg.add("ParamUpdate", "optimizer", dump_param<ParamUpdate>, load_param_update);
     register_non_differentiable("ParamUpdate", "parameter updates have no gradient");
 #if BRAID_WITH_CUDA
     cuda::register_optimizer_kernels(); // operators/cuda/optimizer.cpp

@@ -40,7 +40,7 @@ struct OptimizerConfig {
 
 //! param ← update(param, grad). `param` must be a SharedParam var (float32); `after` are
 //! extra vars the update must wait for (e.g. the loss).
-class ParamUpdate final : public OperatorNode {
+class ParamUpdate final : public ParamOperator<ParamUpdate, OptimizerConfig> {
 public:
     ParamUpdate(VarNode* param, VarNode* grad, const VarNodeArray& after, OptimizerConfig config,
                 const OperatorConfig& opr_config);
@@ -48,7 +48,7 @@ public:
                           OptimizerConfig config, const OperatorConfig& opr_config = {});
 
     const char* type_name() const override { return "ParamUpdate"; }
-    std::string param_string() const override { return describe_param(m_config); }
+    //! Never merged with an equal-looking update: each applies its own step.
     bool allow_dedup() const override { return false; }
     ValueInference value_inference() const override { return ValueInference::NONE; }
     bool accepts_strided_inputs() const override { return true; }
@@ -56,7 +56,8 @@ public:
     void init_output_dtypes() override;
     bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
     void execute(ExecCtx& ctx) override;
-    const OptimizerConfig& config() const { return m_config; }
+    //! The update rule and hyper-parameters (the Param).
+    const OptimizerConfig& config() const { return m_param; }
     //! Number of updates applied so far.
     uint64_t steps() const { return m_steps; }
     //! Counts one applied update and returns the new count (used by device kernels, whose
@@ -64,7 +65,6 @@ public:
     uint64_t count_step() { return ++m_steps; }
 
 private:
-    OptimizerConfig m_config;
     Tensor m_state1, m_state2; //!< momentum / Adam first and second moments
     uint64_t m_steps = 0;
 };

@@ -212,34 +212,8 @@ void Pooling::execute(ExecCtx& ctx) {
 
 } // namespace braid::opr
 
-// ---- serialization: params dump and load, registered in register_all_operators()
-#include "graph/param_io.h"
-
-namespace braid::opr {
-
-void write_pooling_param(ParamWriter& w, const PoolingParam& p) {
-    write_param(w, p);
-}
-
-PoolingParam read_pooling_param(const ParamReader& r) {
-    return read_param<PoolingParam>(r);
-}
-
-static void dump_pooling(const OperatorNode& opr, ParamWriter& w) {
-    write_pooling_param(w, opr_cast<Pooling>(opr).param());
-}
-
-static SymbolVarArray load_pooling(const OprLoadContext& ctx) {
-    ctx.expect_inputs(1, 1);
-    // make() refuses windows or strides below 1 and paddings outside [0, window) (ValueError
-    // naming the operator), and inputs smaller than the window (ShapeError).
-    return {Pooling::make(ctx.input(0), read_pooling_param(ctx.params), ctx.config)};
-}
-
-} // namespace braid::opr
-
-// ---- registration: this family's operator descriptors (graph/operator_registry.h), with
-// their params functions above, gradient rules and kernels.
+// ---- registration: this family's operator descriptors (graph/operator_registry.h): params
+// functions, gradient rules and kernels.
 namespace braid::opr {
 
 #if BRAID_WITH_CUDA
@@ -250,7 +224,10 @@ void register_pooling_kernels();
 
 void register_pooling_operators() {
     auto& reg = OperatorRegistry::instance();
-    reg.add("Pooling", "pooling", dump_pooling, load_pooling);
+    // Loaded by make(), which refuses windows or strides below 1 and paddings outside
+    // [0, window) (ValueError naming the operator), and inputs smaller than the window
+    // (ShapeError).
+    reg.add("Pooling", "pooling", dump_param<Pooling>, load_param<Pooling>);
     register_grad_rule("Pooling", Pooling::grad_rule);
 #if BRAID_WITH_CUDA
     cuda::register_pooling_kernels(); // operators/cuda/pooling.cpp

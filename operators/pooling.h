@@ -73,17 +73,3 @@ SymbolVar avg_pool2d(SymbolVar x, int window, int stride, int padding = 0,
                      bool count_include_pad = true);
 
 } // namespace braid::opr
-
-// ---- serialization helpers shared with other files of the family (graph/param_io.h)
-namespace braid {
-class ParamWriter;
-class ParamReader;
-struct OprLoadContext;
-} // namespace braid
-
-namespace braid::opr {
-//! Writes a pooling's params (Pooling and PoolingBackward share the fields).
-void write_pooling_param(ParamWriter& w, const PoolingParam& p);
-//! Reads what write_pooling_param() wrote; values are checked by the operators' make().
-PoolingParam read_pooling_param(const ParamReader& r);
-} // namespace braid::opr

@@ -142,30 +142,16 @@ void PoolingBackward::execute(ExecCtx& ctx) {
 
 } // namespace braid::opr
 
-// ---- serialization: params dump and load, registered in register_all_operators()
-#include "graph/param_io.h"
-
-namespace braid::opr {
-
-static void dump_pooling_backward(const OperatorNode& opr, ParamWriter& w) {
-    write_pooling_param(w, opr_cast<PoolingBackward>(opr).param());
-}
-
-static SymbolVarArray load_pooling_backward(const OprLoadContext& ctx) {
-    ctx.expect_inputs(2, 2);
-    // make() checks the params as Pooling's does, and that dy is the pooling output of x.
-    return {PoolingBackward::make(ctx.input(0), ctx.input(1), read_pooling_param(ctx.params),
-                                  ctx.config)};
-}
-} // namespace braid::opr
-
-// ---- registration: this family's operator descriptors (graph/operator_registry.h), with
-// their params functions above, gradient rules and kernels.
+// ---- registration: this family's operator descriptors (graph/operator_registry.h): params
+// functions, gradient rules and kernels.
 namespace braid::opr {
 
 void register_pooling_backward_operators() {
     auto& reg = OperatorRegistry::instance();
-    reg.add("PoolingBackward", "pooling_backward", dump_pooling_backward, load_pooling_backward);
+    // Loaded by make(), which checks the params as Pooling's does, and that dy is the pooling
+    // output of x.
+    reg.add("PoolingBackward", "pooling_backward", dump_param<PoolingBackward>,
+            load_param<PoolingBackward>);
     register_grad_rule("PoolingBackward", PoolingBackward::grad_rule);
 }
 

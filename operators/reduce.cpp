@@ -467,26 +467,8 @@ void ArgReduce::execute(ExecCtx& ctx) {
 
 } // namespace braid::opr
 
-// ---- serialization: params dump and load, registered in register_all_operators()
-#include "graph/param_io.h"
-
-namespace braid::opr {
-
-static SymbolVarArray load_reduce(const OprLoadContext& ctx) {
-    ctx.expect_inputs(1, 1);
-    return {Reduce::make(ctx.input(0), read_param<Reduce::Param>(ctx.params), ctx.config)};
-}
-
-static SymbolVarArray load_arg_reduce(const OprLoadContext& ctx) {
-    ctx.expect_inputs(1, 1);
-    // make() checks the axis against the input's rank.
-    return {ArgReduce::make(ctx.input(0), read_param<ArgReduce::Param>(ctx.params), ctx.config)};
-}
-
-} // namespace braid::opr
-
-// ---- registration: this family's operator descriptors (graph/operator_registry.h), with
-// their params functions above, gradient rules and kernels.
+// ---- registration: this family's operator descriptors (graph/operator_registry.h): params
+// functions, gradient rules and kernels.
 namespace braid::opr {
 
 #if BRAID_WITH_CUDA
@@ -497,8 +479,9 @@ void register_reduce_kernels();
 
 void register_reduce_operators() {
     auto& reg = OperatorRegistry::instance();
-    reg.add("Reduce", "reduce", dump_param<Reduce>, load_reduce);
-    reg.add("ArgReduce", "reduce", dump_param<ArgReduce>, load_arg_reduce);
+    // Loaded by make(), which checks the axes against the input's rank.
+    reg.add("Reduce", "reduce", dump_param<Reduce>, load_param<Reduce>);
+    reg.add("ArgReduce", "reduce", dump_param<ArgReduce>, load_param<ArgReduce>);
     register_grad_rule("Reduce", Reduce::grad_rule);
     register_non_differentiable("ArgReduce",
                                 "its output is integer indices, piecewise constant in the input");

@@ -209,33 +209,15 @@ SymbolVar index_add(SymbolVar x, SymbolVar index, SymbolVar value, int axis) {
 
 } // namespace braid::opr
 
-// ---- serialization: params dump and load, registered in register_all_operators()
-#include "graph/param_io.h"
-
-namespace braid::opr {
-
-static SymbolVarArray load_scatter_add(const OprLoadContext& ctx) {
-    ctx.expect_inputs(3, 3);
-    // The axis, shapes and dtypes are checked by make().
-    auto p = read_param<ScatterAdd::Param>(ctx.params);
-    return {ScatterAdd::make(ctx.input(0), ctx.input(1), ctx.input(2), p.axis, ctx.config)};
-}
-
-static SymbolVarArray load_index_add(const OprLoadContext& ctx) {
-    ctx.expect_inputs(3, 3);
-    auto p = read_param<IndexAdd::Param>(ctx.params);
-    return {IndexAdd::make(ctx.input(0), ctx.input(1), ctx.input(2), p.axis, ctx.config)};
-}
-} // namespace braid::opr
-
-// ---- registration: this family's operator descriptors (graph/operator_registry.h), with
-// their params functions above, gradient rules and kernels.
+// ---- registration: this family's operator descriptors (graph/operator_registry.h): params
+// functions, gradient rules and kernels.
 namespace braid::opr {
 
 void register_scatter_operators() {
     auto& reg = OperatorRegistry::instance();
-    reg.add("ScatterAdd", "scatter", dump_param<ScatterAdd>, load_scatter_add);
-    reg.add("IndexAdd", "scatter", dump_param<IndexAdd>, load_index_add);
+    // Loaded by make(), which checks the axis, the shapes and the dtypes.
+    reg.add("ScatterAdd", "scatter", dump_param<ScatterAdd>, load_param<ScatterAdd>);
+    reg.add("IndexAdd", "scatter", dump_param<IndexAdd>, load_param<IndexAdd>);
     register_grad_rule("ScatterAdd", ScatterAdd::grad_rule);
     register_grad_rule("IndexAdd", IndexAdd::grad_rule);
 }

@@ -583,7 +583,7 @@ SymbolVar SymbolVar::symshape() const {
 }
 } // namespace braid
 
-// ---- serialization: params dump and load, registered in register_all_operators()
+// ---- serialization: the params functions written by hand, registered below
 #include "graph/param_io.h"
 
 namespace braid::opr {
@@ -604,27 +604,15 @@ static SymbolVarArray load_reshape(const OprLoadContext& ctx) {
     return {Reshape::make(ctx.input(0), static_target<Reshape::Param>(ctx), ctx.config)};
 }
 
-static void dump_get_var_shape(const OperatorNode&, ParamWriter&) {}
-
-static SymbolVarArray load_get_var_shape(const OprLoadContext& ctx) {
-    ctx.expect_inputs(1, 1);
-    return {GetVarShape::make(ctx.input(0), ctx.config)};
-}
-
 static SymbolVarArray load_broadcast(const OprLoadContext& ctx) {
     ctx.expect_inputs(1, 2);
     if (ctx.inputs.size() == 2) return {Broadcast::make(ctx.input(0), ctx.input(1), ctx.config)};
     return {Broadcast::make(ctx.input(0), static_target<Broadcast::Param>(ctx), ctx.config)};
 }
 
-static SymbolVarArray load_type_cvt(const OprLoadContext& ctx) {
-    ctx.expect_inputs(1, 1);
-    return {TypeCvt::make(ctx.input(0), read_param<TypeCvt::Param>(ctx.params).dtype, ctx.config)};
-}
-
 static SymbolVarArray load_dimshuffle(const OprLoadContext& ctx) {
     ctx.expect_inputs(1, 1);
-    auto pattern = ctx.params.read_int_list<int>("pattern");
+    auto pattern = read_param<Dimshuffle::Param>(ctx.params).pattern;
     if (pattern.size() > TensorShape::MAX_NDIM)
         BRAID_THROW(SerializationError,
                     "{}: param \"pattern\" has {} entries; the output rank is at most {}",
@@ -650,8 +638,8 @@ static SymbolVarArray load_axis_add_remove(const OprLoadContext& ctx) {
 
 } // namespace braid::opr
 
-// ---- registration: this family's operator descriptors (graph/operator_registry.h), with
-// their params functions above, gradient rules and kernels.
+// ---- registration: this family's operator descriptors (graph/operator_registry.h): params
+// functions, gradient rules and kernels.
 namespace braid::opr {
 
 #if BRAID_WITH_CUDA
@@ -663,9 +651,9 @@ void register_tensor_manip_kernels();
 void register_tensor_manip_operators() {
     auto& reg = OperatorRegistry::instance();
     reg.add("Reshape", "tensor_manip", dump_param<Reshape>, load_reshape);
-    reg.add("GetVarShape", "tensor_manip", dump_get_var_shape, load_get_var_shape);
+    reg.add("GetVarShape", "tensor_manip", no_params, load_param<GetVarShape>);
     reg.add("Broadcast", "tensor_manip", dump_param<Broadcast>, load_broadcast);
-    reg.add("TypeCvt", "tensor_manip", dump_param<TypeCvt>, load_type_cvt);
+    reg.add("TypeCvt", "tensor_manip", dump_param<TypeCvt>, load_param<TypeCvt>);
     reg.add("Dimshuffle", "tensor_manip", dump_param<Dimshuffle>, load_dimshuffle);
     reg.add("AxisAddRemove", "tensor_manip", dump_param<AxisAddRemove>, load_axis_add_remove);
     register_grad_rule("Reshape", Reshape::grad_rule);
