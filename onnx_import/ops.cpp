@@ -569,12 +569,13 @@ SymbolVarArray one_hot(const NodeCtx& c) {
 
 SymbolVarArray cumsum_op(const NodeCtx& c) {
     SymbolVar x = c.in(0);
-    int axis = norm_axis(c, c.ints_input(1).at(0), rank_of(c, x));
-    bool reverse = c.attr_int("reverse", 0) != 0, exclusive = c.attr_int("exclusive", 0) != 0;
-    SymbolVar v = reverse ? flip(x, axis) : x;
-    SymbolVar y = cumsum(v, axis);
-    if (exclusive) y = y - v;
-    return one(reverse ? flip(y, axis) : y);
+    CumSumParam p;
+    p.axis = norm_axis(c, c.ints_input(1).at(0), rank_of(c, x));
+    // CumSum's own exclusive sum leaves each element out rather than subtracting it back,
+    // which would round floats.
+    p.exclusive = c.attr_int("exclusive", 0) != 0;
+    p.reverse = c.attr_int("reverse", 0) != 0;
+    return one(CumSum::make(x, p));
 }
 
 const std::map<std::string, Converter>& table() {

@@ -282,7 +282,6 @@ TEST(OnnxImport, ExclusiveReverseCumSumOfFloatsLeavesEachElementOut) {
     exec->run();
     Tensor out = exec->output(0).contiguous();
     const float* y = out.ptr<float>();
-    printf("DEBUG %g %g %g %g\n", y[0], y[1], y[2], y[3]);
     // y[i] = x[3] + ... + x[i+1], summed in float32 (1 - 1e8 rounds to -1e8).
     EXPECT_EQ(y[0], -1e8f);
     EXPECT_EQ(y[1], -1e8f);
