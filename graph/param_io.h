@@ -1,18 +1,31 @@
 // Operator params in a model file: the small interface each operator type's dump and load
 // functions use, free of any file-format type.
 //
-// An operator type serializes through two functions registered in register_all_operators():
+// An operator type serializes through the two functions of its descriptor
+// (graph/operator_registry.h), registered by its family's register function. For an operator
+// whose Param is declared once with fields() (graph/param_fields.h), both are generic and
+// nothing is written by hand:
 //
-//     // next to the operator (operators/foo.cpp):
-//     void dump_foo(const OperatorNode& opr, ParamWriter& w) {
-//         auto& foo = opr_cast<Foo>(opr);
-//         w.write_int("axis", foo.axis());
+//     // operators/cumsum.cpp, in register_cumsum_operators():
+//     reg.add("CumSum", "cumsum", dump_param<CumSum>, load_param<CumSum>);
+//
+// dump_param<Op> writes every field of the Param under its declared name; load_param<Op> reads
+// them back (read_param()), checks the number of inputs and calls Op::make(inputs..., param,
+// config). An operator without params registers no_params and load_param<Op>. Where loading
+// must check more than each field's type (a list's length, a finite value, an input count the
+// params decide, the load-time bindings), the loader is a function beside the operator that
+// reads the Param with read_param() and then checks:
+//
+//     SymbolVarArray load_split(const OprLoadContext& ctx) {
+//         ctx.expect_inputs(1, 1);
+//         auto p = read_param<Split::Param>(ctx.params);
+//         if (p.nr_parts > MAX_LOADED_SPLIT_PARTS) BRAID_THROW(SerializationError, ...);
+//         return Split::make(ctx.input(0), std::move(p), ctx.config);
 //     }
-//     SymbolVarArray load_foo(const OprLoadContext& ctx) {
-//         return {Foo::make(ctx.input(0), ctx.params.read_int_as<int>("axis"), ctx.config)};
-//     }
-//     // operators/registry.cpp:
-//     reg.add({"Foo", "foo", dump_foo, load_foo});
+//
+// Only params that are not a list of fields are written by hand with ParamWriter: Input's
+// shape (the var's current one), the tensor of ImmutableTensor and SharedParam, and the slice
+// records of the Subtensor types (stored column by column).
 //
 // Params are typed, named fields (int, float, bool, string, int list, float list, tensor).
 // A reader throws SerializationError naming the operator and the field for a missing field or
