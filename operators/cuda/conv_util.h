@@ -1,6 +1,6 @@
 // What the CUDA kernels of Conv2d (operators/cuda/conv.cpp) and of its gradient operators
-// (operators/cuda/conv_backward.cpp) share: the dimensions of a convolution, the cuBLAS data type of
-// a float dtype, and, with cuDNN, the descriptors of one convolution, the plan kept between
+// (operators/cuda/conv_backward.cpp) share: the dimensions of a convolution, the cuBLAS data type
+// of a float dtype, and, with cuDNN, the descriptors of one convolution, the plan kept between
 // executions (algorithm and workspace for the last shapes seen) and the rule that picks an
 // algorithm among cuDNN's heuristic results.
 //
