@@ -1,4 +1,6 @@
 #include "collective/collective_comm.h"
+
+#include "base/host_port.h"
 #include "graph/operator_registry.h"
 
 #include "base/error.h"
@@ -330,13 +332,8 @@ std::shared_ptr<comm::GroupClient> binding_client(const CollectiveBinding& b,
         static const auto in_process = std::make_shared<comm::InProcessGroupClient>();
         return in_process;
     }
-    auto colon = b.server.rfind(':');
-    int port = 0;
-    if (colon != std::string::npos && colon > 0 && colon + 1 < b.server.size() &&
-        b.server.size() - colon <= 6 &&
-        b.server.find_first_not_of("0123456789", colon + 1) == std::string::npos)
-        port = std::stoi(b.server.substr(colon + 1));
-    if (port < 1 || port > 65535)
+    auto address = parse_host_port(b.server);
+    if (!address)
         BRAID_THROW(ValueError, "{}: the group manager address \"{}\" is not HOST:PORT", what,
                     b.server);
     static std::mutex mutex;
@@ -345,7 +342,7 @@ std::shared_ptr<comm::GroupClient> binding_client(const CollectiveBinding& b,
     auto& slot = clients[b.server];
     auto client = slot.lock();
     if (!client) {
-        client = std::make_shared<comm::TcpGroupClient>(b.server.substr(0, colon), uint16_t(port));
+        client = std::make_shared<comm::TcpGroupClient>(address->host, address->port);
         slot = client;
     }
     return client;

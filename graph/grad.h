@@ -1,8 +1,9 @@
 // Reverse-mode automatic differentiation over the computing graph.
 //
 // grad(loss, wrt) inserts gradient operators into the loss's graph and returns the
-// gradient vars. Each differentiable operator type registers a GradRule (operators/*_grad.cpp,
-// listed in register_all_operators()); the rules build gradients from ordinary operators, so
+// gradient vars. Each differentiable operator type registers a GradRule (written in
+// operators/*_grad.cpp or next to the operator, registered by its family's register function);
+// the rules build gradients from ordinary operators, so
 // gradients of gradients work wherever those operators are differentiable too.
 #pragma once
 
