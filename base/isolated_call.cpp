@@ -26,8 +26,12 @@ bool write_all(int fd, const char* data, size_t size) {
     return true;
 }
 
-//! Child's side: status byte ('r' result, 'e' error message), then the bytes.
+//! Child's side: status byte ('r' result, 'e' error message), then the bytes. The fatal
+//! signals get their default action back first, so that a crash ends the child by its signal
+//! even where a handler was installed (a sanitizer's, or the embedding program's) and the
+//! caller can name it.
 [[noreturn]] void child(int fd, const std::function<std::string()>& fn) {
+    for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) ::signal(sig, SIG_DFL);
     char status = 'r';
     std::string out;
     try {
