@@ -131,10 +131,10 @@ void NcclCommunicator::init() {
     m_comm = comm;
     try {
         if (rc != ncclSuccess && rc != ncclInProgress)
-            detail::throw_nccl_error(int(rc),
-                                     "ncclCommInitRankConfig(&comm, nranks, id, rank, "
-                                     "&config)",
-                                     __FILE__, __LINE__);
+            braid::detail::throw_nccl_error(int(rc),
+                                            "ncclCommInitRankConfig(&comm, nranks, id, rank, "
+                                            "&config)",
+                                            __FILE__, __LINE__);
         wait_ready("init", deadline,
                    "not every rank joined the NCCL communicator (a peer never reached "
                    "ncclCommInitRank)");

@@ -248,10 +248,6 @@ gloo::AllreduceOptions::Func reduce_function(DType dt, ReduceOp op) {
     };
 }
 
-bool is_half(DType dt) {
-    return dt.enumv() == DTypeEnum::FLOAT16 || dt.enumv() == DTypeEnum::BFLOAT16;
-}
-
 /*!
  * Calls `fn(tag)` with an element type of `dt`'s size, so gloo's typed setters count
  * elements right (gloo only moves bytes; reductions go through reduce_function()).
@@ -416,7 +412,7 @@ void GlooCommunicator::do_all_reduce(const void* send, void* recv, size_t count,
                                      ReduceOp op) {
     if (!count) return;
     run("all_reduce", [&](Duration left) {
-        if (is_half(dt)) return all_reduce_widened(send, recv, count, dt, op, left);
+        if (dt.is_half()) return all_reduce_widened(send, recv, count, dt, op, left);
         with_element(dt, [&](auto t) {
             using T = decltype(t);
             gloo::AllreduceOptions options(m_context);
@@ -435,7 +431,7 @@ void GlooCommunicator::do_reduce(const void* send, void* recv, size_t count, DTy
     if (!count) return;
     bool at_root = m_desc.rank == root;
     run("reduce", [&](Duration left) {
-        if (is_half(dt)) {
+        if (dt.is_half()) {
             // float32 copies; gloo's ring reduce needs an output on every rank.
             m_scratch.resize(count);
             convert_elements(dt, send, dtype::Float32(), m_scratch.data(), count);

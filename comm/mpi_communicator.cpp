@@ -67,10 +67,6 @@ MPI_Op mpi_op(ReduceOp op) {
     return MPI_SUM;
 }
 
-bool is_half(DType dt) {
-    return dt.enumv() == DTypeEnum::FLOAT16 || dt.enumv() == DTypeEnum::BFLOAT16;
-}
-
 //! float32 copies of half buffers, so reductions of float16/bfloat16 run in float32.
 void widen(DType dt, const void* src, std::vector<float>& dst, size_t count) {
     dst.resize(count);
@@ -226,7 +222,7 @@ void MpiCommunicator::do_all_reduce(const void* send, void* recv, size_t count, 
     MPI_Datatype type = mpi_datatype(dt);
     const void* in = send == recv ? MPI_IN_PLACE : send;
     void* out = recv;
-    if (is_half(dt)) {
+    if (dt.is_half()) {
         widen(dt, send, m_scratch_send, count);
         in = MPI_IN_PLACE;
         out = m_scratch_send.data();
@@ -236,7 +232,7 @@ void MpiCommunicator::do_all_reduce(const void* send, void* recv, size_t count, 
         "all_reduce", deadline, "MPI_Allreduce",
         [&] { return MPI_Allreduce(in, out, n, type, mpi_op(op), m_comm); }, "MPI_Iallreduce",
         [&](MPI_Request* r) { return MPI_Iallreduce(in, out, n, type, mpi_op(op), m_comm, r); });
-    if (is_half(dt)) narrow(dt, m_scratch_send, recv, count);
+    if (dt.is_half()) narrow(dt, m_scratch_send, recv, count);
 }
 
 void MpiCommunicator::do_reduce(const void* send, void* recv, size_t count, DType dt, ReduceOp op,
@@ -247,7 +243,7 @@ void MpiCommunicator::do_reduce(const void* send, void* recv, size_t count, DTyp
     MPI_Datatype type = mpi_datatype(dt);
     const void* in = at_root && send == recv ? MPI_IN_PLACE : send;
     void* out = at_root ? recv : nullptr;
-    if (is_half(dt)) {
+    if (dt.is_half()) {
         widen(dt, send, m_scratch_send, count);
         m_scratch_recv.resize(at_root ? count : 0);
         in = m_scratch_send.data();
@@ -260,7 +256,7 @@ void MpiCommunicator::do_reduce(const void* send, void* recv, size_t count, DTyp
         [&](MPI_Request* r) {
             return MPI_Ireduce(in, out, n, type, mpi_op(op), int(root), m_comm, r);
         });
-    if (is_half(dt) && at_root) narrow(dt, m_scratch_recv, recv, count);
+    if (dt.is_half() && at_root) narrow(dt, m_scratch_recv, recv, count);
 }
 
 void MpiCommunicator::do_broadcast(const void* send, void* recv, size_t count, DType dt,
@@ -299,9 +295,9 @@ void MpiCommunicator::do_reduce_scatter(const void* send, void* recv, size_t rec
     // reduce into scratch and copy.
     auto* own = static_cast<const uint8_t*>(send) + m_desc.rank * bytes;
     bool overlap = recv_count && recv == own;
-    std::vector<uint8_t> scratch(overlap && !is_half(dt) ? bytes : 0);
+    std::vector<uint8_t> scratch(overlap && !dt.is_half() ? bytes : 0);
     if (overlap) out = scratch.data();
-    if (is_half(dt)) {
+    if (dt.is_half()) {
         widen(dt, send, m_scratch_send, recv_count * m_desc.nranks);
         m_scratch_recv.resize(recv_count);
         in = m_scratch_send.data();
@@ -315,7 +311,7 @@ void MpiCommunicator::do_reduce_scatter(const void* send, void* recv, size_t rec
         [&](MPI_Request* r) {
             return MPI_Ireduce_scatter_block(in, out, n, type, mpi_op(op), m_comm, r);
         });
-    if (is_half(dt))
+    if (dt.is_half())
         narrow(dt, m_scratch_recv, recv, recv_count);
     else if (overlap)
         std::memcpy(recv, scratch.data(), bytes);

@@ -50,6 +50,10 @@ public:
     bool is_float() const;
     //! Signed or unsigned integer types (bool excluded).
     bool is_integer() const;
+    //! float16 and bfloat16: stored in 16 bits, reduced and computed in float32.
+    constexpr bool is_half() const {
+        return m_valid && (m_enum == DTypeEnum::FLOAT16 || m_enum == DTypeEnum::BFLOAT16);
+    }
 
     //! Parses a name as printed by name(); throws DTypeError for unknown names.
     static DType from_name(const std::string& name);
