@@ -143,6 +143,10 @@ size_t dtype_size(DType dtype) {
     return translate([&] { return from_embed(dtype).size(); });
 }
 
+void convert_elements(DType from, const void* src, DType to, void* dst, size_t count) {
+    translate([&] { braid::convert_elements(from_embed(from), src, from_embed(to), dst, count); });
+}
+
 Model::Model(std::unique_ptr<Impl> impl) : m_impl(std::move(impl)) {}
 
 Model::~Model() = default;

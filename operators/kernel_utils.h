@@ -83,22 +83,9 @@ template <typename Fn>
 void for_each_row_pair(const TensorLayout& dst, const TensorLayout& src, Fn&& fn) {
     size_t shape[TensorShape::MAX_NDIM];
     ptrdiff_t ds[TensorShape::MAX_NDIM], ss[TensorShape::MAX_NDIM];
-    size_t nd = 0;
-    for (size_t i = 0; i < dst.ndim(); ++i) {
+    for (size_t i = 0; i < dst.ndim(); ++i)
         if (dst[i] == 0) return;
-        if (dst[i] == 1) continue;
-        if (nd && ds[nd - 1] == dst.stride[i] * ptrdiff_t(dst[i]) &&
-            ss[nd - 1] == src.stride[i] * ptrdiff_t(dst[i])) {
-            shape[nd - 1] *= dst[i];
-            ds[nd - 1] = dst.stride[i];
-            ss[nd - 1] = src.stride[i];
-            continue;
-        }
-        shape[nd] = dst[i];
-        ds[nd] = dst.stride[i];
-        ss[nd] = src.stride[i];
-        ++nd;
-    }
+    size_t nd = collapse_copy_dims(dst, src, shape, ds, ss);
     if (nd == 0) {
         fn(ptrdiff_t(0), ptrdiff_t(1), ptrdiff_t(0), ptrdiff_t(1), size_t(1));
         return;

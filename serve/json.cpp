@@ -1,5 +1,7 @@
 #include "serve/json.h"
 
+#include <nlohmann/json.hpp>
+
 #include <charconv>
 #include <cmath>
 #include <cstring>
@@ -384,36 +386,8 @@ bool JsonLeafReader::next(Json& leaf) {
 }
 
 void append_json_string(std::string& out, std::string_view s) {
-    static const char hex[] = "0123456789abcdef";
-    out += '"';
-    for (char c : s) {
-        switch (c) {
-        case '"':
-            out += "\\\"";
-            break;
-        case '\\':
-            out += "\\\\";
-            break;
-        case '\n':
-            out += "\\n";
-            break;
-        case '\r':
-            out += "\\r";
-            break;
-        case '\t':
-            out += "\\t";
-            break;
-        default:
-            if (static_cast<unsigned char>(c) < 0x20) {
-                out += "\\u00";
-                out += hex[(c >> 4) & 0xF];
-                out += hex[c & 0xF];
-            } else {
-                out += c;
-            }
-        }
-    }
-    out += '"';
+    // nlohmann's serializer escapes; invalid UTF-8 becomes U+FFFD rather than an error.
+    out += nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 void append_json_number(std::string& out, double v) {

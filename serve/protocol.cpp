@@ -24,72 +24,6 @@ constexpr DatatypeName DATATYPES[] = {
     {embed::DType::FLOAT64, "FP64"},
 };
 
-uint16_t float_to_half(float f) {
-    uint32_t x;
-    std::memcpy(&x, &f, 4);
-    uint32_t sign = (x >> 16) & 0x8000;
-    uint32_t exp = (x >> 23) & 0xFF;
-    uint32_t mant = x & 0x7FFFFF;
-    if (exp == 0xFF) return uint16_t(sign | 0x7C00 | (mant ? 0x200 : 0)); // inf / nan
-    int e = int(exp) - 127 + 15;
-    if (e >= 0x1F) return uint16_t(sign | 0x7C00); // overflow: inf
-    if (e <= 0) {                                  // subnormal or zero
-        if (e < -10) return uint16_t(sign);
-        mant |= 0x800000;
-        uint32_t shift = uint32_t(14 - e);
-        uint32_t half = mant >> shift;
-        uint32_t rest = mant & ((1u << shift) - 1);
-        uint32_t halfway = 1u << (shift - 1);
-        if (rest > halfway || (rest == halfway && (half & 1))) ++half;
-        return uint16_t(sign | half);
-    }
-    uint32_t half = sign | (uint32_t(e) << 10) | (mant >> 13);
-    uint32_t rest = mant & 0x1FFF;
-    if (rest > 0x1000 || (rest == 0x1000 && (half & 1))) ++half; // may carry into the exponent
-    return uint16_t(half);
-}
-
-float half_to_float(uint16_t h) {
-    uint32_t sign = uint32_t(h & 0x8000) << 16;
-    uint32_t exp = (h >> 10) & 0x1F;
-    uint32_t mant = h & 0x3FF;
-    uint32_t x;
-    if (exp == 0) {
-        if (mant == 0) {
-            x = sign;
-        } else { // subnormal: normalize
-            int e = -1;
-            do {
-                mant <<= 1;
-                ++e;
-            } while (!(mant & 0x400));
-            x = sign | (uint32_t(127 - 15 - e) << 23) | ((mant & 0x3FF) << 13);
-        }
-    } else if (exp == 0x1F) {
-        x = sign | 0x7F800000 | (mant << 13);
-    } else {
-        x = sign | ((exp + 127 - 15) << 23) | (mant << 13);
-    }
-    float f;
-    std::memcpy(&f, &x, 4);
-    return f;
-}
-
-uint16_t float_to_bf16(float f) {
-    uint32_t x;
-    std::memcpy(&x, &f, 4);
-    if (std::isnan(f)) return uint16_t((x >> 16) | 0x40);
-    x += 0x7FFF + ((x >> 16) & 1); // round to nearest even
-    return uint16_t(x >> 16);
-}
-
-float bf16_to_float(uint16_t b) {
-    uint32_t x = uint32_t(b) << 16;
-    float f;
-    std::memcpy(&f, &x, 4);
-    return f;
-}
-
 //! The context of a request for its error messages.
 struct Where {
     const ModelSignature& model;
@@ -206,12 +140,12 @@ void decode_json_data(const Where& where, const Json& data, HostTensor& t, size_
     }
     case embed::DType::FLOAT16:
     case embed::DType::BFLOAT16: {
+        // Parsed as float64 and rounded once to the 16-bit type, by braid's own converter.
         auto* out = static_cast<uint16_t*>(p);
-        bool half = t.dtype == embed::DType::FLOAT16;
         each([&](size_t i) {
-            float f;
-            if (!parse_float(leaf, f)) return false;
-            out[i] = half ? float_to_half(f) : float_to_bf16(f);
+            double d;
+            if (!parse_float(leaf, d)) return false;
+            embed::convert_elements(embed::DType::FLOAT64, &d, t.dtype, &out[i], 1);
             return true;
         });
         break;
@@ -504,13 +438,12 @@ int64_t encode_infer_response(std::string& body, const ModelSignature& model,
             each([&](size_t i) { append_json_number(body, static_cast<const double*>(p)[i]); });
             break;
         case embed::DType::FLOAT16:
+        case embed::DType::BFLOAT16: // widened to float32 (exact), by braid's own converter
             each([&](size_t i) {
-                append_json_number(body, half_to_float(static_cast<const uint16_t*>(p)[i]));
-            });
-            break;
-        case embed::DType::BFLOAT16:
-            each([&](size_t i) {
-                append_json_number(body, bf16_to_float(static_cast<const uint16_t*>(p)[i]));
+                float f;
+                embed::convert_elements(o.info->dtype, static_cast<const uint16_t*>(p) + i,
+                                        embed::DType::FLOAT32, &f, 1);
+                append_json_number(body, f);
             });
             break;
         case embed::DType::INT32:

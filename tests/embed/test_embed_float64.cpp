@@ -1,5 +1,6 @@
 // float64 through the embedding API: the C++ DType and the C braid_dtype both carry it (value 8,
-// appended), and a float64 model binds, runs and returns doubles through either API.
+// appended), and a float64 model binds, runs and returns doubles through either API; the public
+// dtype converter.
 #include "braid.h"
 #include "braid/braid_c.h"
 #include "braid/embed.h"
@@ -7,7 +8,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 using namespace braid;
@@ -102,4 +105,34 @@ TEST(EmbedFloat64, CApiReportsBindsAndReturnsFloat64) {
     braid_status_free(bad);
     EXPECT_EQ(braid_context_destroy(ctx), nullptr);
     EXPECT_EQ(braid_model_release(model), nullptr);
+}
+
+// embed::convert_elements is braid's own converter: float64 rounds to float16 once (through
+// float32 it would round twice), bfloat16 and float16 widen exactly, a bad dtype is an Error.
+TEST(EmbedConvert, Float64RoundsToHalfOnceAndHalvesWidenExactly) {
+    // 1 + 2^-11 + 2^-40: just above the midpoint of 1 and the next float16 (1 + 2^-10), so it
+    // rounds up; through float32 the 2^-40 is lost, the midpoint ties to even and gives 1.
+    double x = 1.0 + std::ldexp(1.0, -11) + std::ldexp(1.0, -40);
+    uint16_t h = 0;
+    em::convert_elements(em::DType::FLOAT64, &x, em::DType::FLOAT16, &h, 1);
+    EXPECT_EQ(h, 0x3c01);
+
+    std::vector<uint16_t> halves = {0x3c00, 0xc000, 0x7bff, 0x0001, 0x7c00};
+    std::vector<float> widened(halves.size());
+    em::convert_elements(em::DType::FLOAT16, halves.data(), em::DType::FLOAT32, widened.data(),
+                         halves.size());
+    EXPECT_EQ(widened, (std::vector<float>{1.f, -2.f, 65504.f, std::ldexp(1.f, -24),
+                                           std::numeric_limits<float>::infinity()}));
+    uint16_t b = 0x3fc0; // bfloat16 1.5
+    float f = 0;
+    em::convert_elements(em::DType::BFLOAT16, &b, em::DType::FLOAT32, &f, 1);
+    EXPECT_EQ(f, 1.5f);
+
+    try {
+        em::convert_elements(em::DType(42), &x, em::DType::FLOAT32, &f, 1);
+        FAIL() << "a dtype value out of range converted";
+    } catch (const em::Error& e) {
+        EXPECT_EQ(e.code(), em::Code::INVALID_ARGUMENT);
+        EXPECT_THAT(e.what(), HasSubstr("42"));
+    }
 }

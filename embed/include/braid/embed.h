@@ -74,6 +74,14 @@ enum class DType : int {
 //! Bytes per element.
 size_t dtype_size(DType dtype);
 
+/*!
+ * Converts `count` elements of dtype `from` at `src` to dtype `to` at `dst`, as braid's own
+ * kernels convert: float16 and bfloat16 round to nearest even, once (from float64 as well), and
+ * overflow to infinity; float to integer truncates toward zero; bool is `value != 0`. `src` and
+ * `dst` must not overlap. Throws Error (INVALID_ARGUMENT) for a dtype value out of range.
+ */
+void convert_elements(DType from, const void* src, DType to, void* dst, size_t count);
+
 //! A model input or output: its name, dtype and shape (-1 for a dim fixed at run time).
 struct TensorInfo {
     std::string name;
