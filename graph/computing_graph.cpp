@@ -62,6 +62,7 @@ OperatorNode* ComputingGraph::insert_opr(std::unique_ptr<OperatorNode> opr) {
             BRAID_THROW(GraphError, "{}: input var \"{}\" belongs to another graph",
                         opr->type_name(), in->name());
     opr->m_graph = this;
+    if (opr->m_origin.empty()) opr->m_origin = m_origin;
     CompNode cn = opr->m_config.comp_node;
     if (!cn.valid())
         cn = opr->inputs().empty() ? CompNode::load(m_options.default_comp_node)

@@ -7,7 +7,9 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace braid {
@@ -76,6 +78,24 @@ public:
     //! shapes and static values and keeps it.
     OperatorNode* insert_opr(std::unique_ptr<OperatorNode> opr);
 
+    /*!
+     * While one lives, every operator inserted into `graph` gets `origin` as its origin()
+     * (unless it has one): an importer opens one per source node, so that an error about any
+     * operator the node became names the node. Scopes nest; the innermost wins.
+     */
+    class OriginScope {
+    public:
+        OriginScope(ComputingGraph& graph, std::string origin)
+            : m_graph(graph), m_outer(std::exchange(graph.m_origin, std::move(origin))) {}
+        ~OriginScope() { m_graph.m_origin = std::move(m_outer); }
+        OriginScope(const OriginScope&) = delete;
+        OriginScope& operator=(const OriginScope&) = delete;
+
+    private:
+        ComputingGraph& m_graph;
+        std::string m_outer;
+    };
+
     //! Operators in insertion (and thus topological) order.
     const std::vector<std::unique_ptr<OperatorNode>>& operators() const { return m_oprs; }
 
@@ -108,6 +128,7 @@ private:
     void route_cross_device_inputs(OperatorNode& opr);
 
     GraphOptions m_options;
+    std::string m_origin; //!< of the innermost OriginScope
     std::vector<std::unique_ptr<OperatorNode>> m_oprs;
     std::unordered_multimap<uint64_t, OperatorNode*> m_dedup;
     size_t m_next_var_id = 0;

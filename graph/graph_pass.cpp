@@ -64,6 +64,15 @@ void CompilePassCtx::replace(const std::vector<OperatorNode*>& old_oprs, Operato
 void CompilePassCtx::replace(const std::vector<OperatorNode*>& old_oprs,
                              const std::vector<OperatorNode*>& new_oprs) {
     BRAID_ASSERT(!old_oprs.empty() && !new_oprs.empty(), "replace() needs operators");
+    // What replaces operators of an imported model keeps naming where they came from.
+    std::vector<std::string> origins;
+    for (auto* o : old_oprs)
+        if (!o->origin().empty() &&
+            std::find(origins.begin(), origins.end(), o->origin()) == origins.end())
+            origins.push_back(o->origin());
+    for (auto* o : new_oprs)
+        if (o->origin().empty() && !origins.empty())
+            o->set_origin(fmt::format("{}", fmt::join(origins, " and ")));
     for (size_t i = 0; i + 1 < old_oprs.size(); ++i) {
         auto it = std::find(m_order.begin(), m_order.end(), old_oprs[i]);
         BRAID_ASSERT(it != m_order.end(), "{} is not in the order", old_oprs[i]->describe());

@@ -20,8 +20,10 @@ const TensorShape& VarNode::shape() const {
 
 std::string OperatorNode::describe() const {
     auto params = param_string();
-    return params.empty() ? fmt::format("{} \"{}\"", type_name(), m_name)
-                          : fmt::format("{}({}) \"{}\"", type_name(), params, m_name);
+    std::string text = params.empty() ? fmt::format("{} \"{}\"", type_name(), m_name)
+                                      : fmt::format("{}({}) \"{}\"", type_name(), params, m_name);
+    if (!m_origin.empty()) text += fmt::format(" (from {})", m_origin);
+    return text;
 }
 
 void OperatorNode::init_output_dtypes() {

@@ -123,8 +123,15 @@ public:
     VarNode* output(size_t i = 0) const { return m_outputs.at(i); }
     //! Unique within the graph, increasing in insertion order.
     size_t id() const { return m_id; }
-    //! A short description for messages: `Elemwise(ADD) "h1"`.
+    //! A short description for messages: `Elemwise(ADD) "h1"`, followed by the origin when
+    //! there is one: `Reshape(target=2,96) "Reshape615" (from ONNX node "Resize_3" (Resize,
+    //! opset 11))`. Every error that names an operator uses it.
     std::string describe() const;
+    //! What the operator was made for, when it came from an imported model: `ONNX node
+    //! "Resize_3" (Resize, opset 11)`; empty for operators of braid's own graph API. Set by
+    //! ComputingGraph::OriginScope when the operator is inserted.
+    const std::string& origin() const { return m_origin; }
+    void set_origin(std::string origin) { m_origin = std::move(origin); }
 
     // ---- 1. params and deduplication ----
     //! Feeds every param that distinguishes two operators of this type into `h`.
@@ -191,6 +198,7 @@ private:
     friend class ComputingGraph;
     OperatorConfig m_config;
     std::string m_name;
+    std::string m_origin;
     ComputingGraph* m_graph = nullptr;
     CompNode m_comp_node;
     size_t m_id = 0;

@@ -653,13 +653,21 @@ LoadedModel import_model(onnx::ModelProto& model, const ImportOptions& options,
             find_converter(training ? node.domain() + "." + node.op_type() : node.op_type());
         if (!conv) ctx.unsupported("this op is not supported");
         SymbolVarArray outs;
+        // Every operator the node becomes names it in errors, also at run time.
+        std::string origin =
+            fmt::format("ONNX node \"{}\" ({}, opset {})", node.name(), node.op_type(), opset);
+        ComputingGraph::OriginScope scope(*imp.graph, origin);
         try {
             outs = (*conv)(ctx);
         } catch (const SerializationError&) {
             throw;
         } catch (const Error& e) {
-            // Shape and dtype errors of braid's operators: name the ONNX node too.
-            BRAID_THROW(SerializationError, "{}: {}", ctx.where(), e.what());
+            // Shape and dtype errors of braid's operators: name the ONNX node too (the
+            // operator's description names it already where the error came from one).
+            std::string msg = e.what();
+            if (msg.find(origin) != std::string::npos)
+                BRAID_THROW(SerializationError, "{}: {}", imp.source, msg);
+            BRAID_THROW(SerializationError, "{}: {}", ctx.where(), msg);
         }
         for (size_t i = 0; i < outs.size() && i < size_t(node.output_size()); ++i)
             if (!node.output(int(i)).empty()) imp.values[node.output(int(i))] = outs[i];

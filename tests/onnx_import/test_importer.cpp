@@ -541,3 +541,35 @@ TEST(OnnxImport, BraidRunImportsAModelWithSymbolicDimsAtTheShapeItIsFed) {
     EXPECT_EQ(default_status, 3) << plain;
     fs::remove_all(dir);
 }
+
+TEST(OnnxImport, ARunTimeErrorNamesTheOnnxNodeItCameFrom) {
+    // x {n,6} reshaped to {3,4}: imported at n = 2 it fits; fed n = 1 the Reshape cannot, and
+    // the error raised while running names the ONNX node, its op type and opset, not only the
+    // braid operator it became.
+    ModelBuilder m;
+    auto* x = m.g->add_input();
+    x->set_name("x");
+    auto* tt = x->mutable_type()->mutable_tensor_type();
+    tt->set_elem_type(onnx::TensorProto::FLOAT);
+    tt->mutable_shape()->add_dim()->set_dim_param("n");
+    tt->mutable_shape()->add_dim()->set_dim_value(6);
+    auto* target = m.initializer("target", onnx::TensorProto::INT64, {2});
+    target->add_int64_data(3);
+    target->add_int64_data(4);
+    m.node("Reshape", {"x", "target"}, {"y"})->set_name("flatten_head");
+    m.output("y", onnx::TensorProto::FLOAT, 2);
+    onnx_import::ImportOptions opt;
+    opt.input_shapes["x"] = TensorShape{2, 6};
+    auto model = onnx_import::import_bytes(m.bytes(), opt);
+    auto exec = model.compile();
+    exec->feed("x", iota({2, 6}));
+    exec->run();
+    EXPECT_EQ(exec->output(0).shape(), (TensorShape{3, 4}));
+    std::string msg = error_of([&] {
+        exec->feed("x", iota({1, 6}));
+        exec->run();
+    });
+    EXPECT_NE(msg.find("from ONNX node \"flatten_head\" (Reshape, opset 13)"), std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find("{1,6}"), std::string::npos) << msg;
+}
