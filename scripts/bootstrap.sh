@@ -16,7 +16,7 @@ PACKAGES=(
   libonnx-dev libonnx-testdata libprotobuf-dev
   libgloo-dev
   libcpp-httplib-dev wrk hey curl
-  nlohmann-json3-dev
+  nlohmann-json3-dev libsimdjson-dev
   debootstrap
   clang clang-format libclang-rt-dev
 )
