@@ -1,6 +1,7 @@
 #include "serve/json.h"
 
 #include <nlohmann/json.hpp>
+#include <simdjson.h>
 
 #include <charconv>
 #include <cmath>
@@ -35,303 +36,128 @@ const char* Json::type_name() const {
 
 namespace {
 
-class Parser {
-public:
-    Parser(std::string_view text, size_t max_depth, std::string_view lazy_key = {})
-        : m_text(text), m_max_depth(max_depth), m_lazy_key(lazy_key) {}
+namespace od = simdjson::ondemand;
 
-    //! Parses the value at `pos` (a leaf of an already checked array); returns the end.
-    size_t parse_leaf_at(size_t pos, Json& v) {
-        m_pos = pos;
-        parse_value(v, 0);
-        return m_pos;
+[[noreturn]] void fail_at(size_t offset, const std::string& what) {
+    throw JsonError("invalid JSON at byte " + std::to_string(offset) + ": " + what);
+}
+
+//! A number token's text without the whitespace simdjson keeps after it.
+std::string_view number_text(std::string_view token) {
+    while (!token.empty() && (token.back() == ' ' || token.back() == '\n' || token.back() == '\r' ||
+                              token.back() == '\t'))
+        token.remove_suffix(1);
+    return token;
+}
+
+//! Builds the tree of one document; the text lives in `begin`'s buffer.
+class TreeBuilder {
+public:
+    TreeBuilder(const char* begin, size_t max_depth, std::string_view lazy_key)
+        : m_begin(begin), m_max_depth(max_depth), m_lazy_key(lazy_key) {}
+
+    template <typename V> void build(V& v, Json& out, size_t depth) {
+        if (depth > m_max_depth)
+            fail(v, "nesting deeper than " + std::to_string(m_max_depth) + " levels");
+        switch (v.type().value()) {
+        case od::json_type::object:
+            out.type = Json::Type::OBJECT;
+            for (auto field : v.get_object()) {
+                std::string key(field.unescaped_key().value());
+                od::value fv = field.value();
+                Json child;
+                if (!m_lazy_key.empty() && key == m_lazy_key &&
+                    fv.type().value() == od::json_type::array) {
+                    child.type = Json::Type::ARRAY;
+                    child.lazy = true;
+                    od::array items = fv.get_array();
+                    child.raw = items.raw_json().value();
+                } else {
+                    build(fv, child, depth + 1);
+                }
+                out.members.emplace_back(std::move(key), std::move(child));
+            }
+            return;
+        case od::json_type::array:
+            out.type = Json::Type::ARRAY;
+            for (auto item : v.get_array()) {
+                od::value iv = item.value();
+                out.array.emplace_back();
+                build(iv, out.array.back(), depth + 1);
+            }
+            return;
+        case od::json_type::number:
+            v.get_number().value(); // checks the token
+            out.type = Json::Type::NUMBER;
+            out.number = number_text(v.raw_json_token());
+            return;
+        case od::json_type::string:
+            out.type = Json::Type::STRING;
+            out.string = std::string(v.get_string().value());
+            return;
+        case od::json_type::boolean:
+            out.type = Json::Type::BOOL;
+            out.boolean = v.get_bool().value();
+            return;
+        case od::json_type::null:
+            if (!v.is_null().value()) fail(v, "unknown literal");
+            return;
+        }
     }
 
-    Json parse_document() {
-        Json v;
-        skip_space();
-        parse_value(v, 0);
-        skip_space();
-        if (m_pos != m_text.size()) fail("unexpected text after the value");
-        return v;
+    template <typename V> [[noreturn]] void fail(V& v, const std::string& what) const {
+        auto loc = v.current_location();
+        fail_at(loc.error() ? 0 : size_t(loc.value_unsafe() - m_begin), what);
     }
 
 private:
-    std::string_view m_text;
-    size_t m_pos = 0;
+    const char* m_begin;
     size_t m_max_depth;
     std::string_view m_lazy_key;
+};
 
-    [[noreturn]] void fail(const std::string& what) const {
-        throw JsonError("invalid JSON at byte " + std::to_string(m_pos) + ": " + what);
-    }
-    bool at_end() const { return m_pos >= m_text.size(); }
-    char peek() const { return at_end() ? '\0' : m_text[m_pos]; }
-    void skip_space() {
-        while (m_pos < m_text.size()) {
-            char c = m_text[m_pos];
-            if (c != ' ' && c != '\n' && c != '\r' && c != '\t') break;
-            ++m_pos;
-        }
-    }
-    void expect(char c) {
-        if (peek() != c) fail(std::string("expected '") + c + "'");
-        ++m_pos;
-    }
-    void literal(std::string_view word) {
-        if (m_text.substr(m_pos, word.size()) != word) fail("unknown literal");
-        m_pos += word.size();
-    }
+//! Visits the leaves of one (checked) array in order, nested arrays flattened.
+struct LeafVisitor {
+    void* state;
+    JsonLeafFn fn;
+    size_t max_depth;
+    Json leaf;
 
-    void parse_value(Json& v, size_t depth) {
-        if (depth > m_max_depth)
-            fail("nesting deeper than " + std::to_string(m_max_depth) + " levels");
-        char c = peek();
-        switch (c) {
-        case '{':
-            parse_object(v, depth);
-            return;
-        case '[':
-            parse_array(v, depth);
-            return;
-        case '"':
-            v.type = Json::Type::STRING;
-            parse_string(v.string);
-            return;
-        case 't':
-            literal("true");
-            v.type = Json::Type::BOOL;
-            v.boolean = true;
-            return;
-        case 'f':
-            literal("false");
-            v.type = Json::Type::BOOL;
-            return;
-        case 'n':
-            literal("null");
-            return;
-        default:
-            if (c == '-' || (c >= '0' && c <= '9')) {
-                parse_number(v);
-                return;
-            }
-            fail(at_end() ? "unexpected end of text" : "unexpected character");
+    //! False once `fn` asked to stop. The leaf is reused: only the fields of its type are
+    //! set (a fresh Json per element would cost more than reading the number).
+    bool visit(od::value v, size_t depth) {
+        switch (v.type().value()) {
+        case od::json_type::array:
+            if (depth >= max_depth)
+                throw JsonError("nesting deeper than " + std::to_string(max_depth) + " levels");
+            for (auto item : v.get_array())
+                if (!visit(item.value(), depth + 1)) return false;
+            return true;
+        case od::json_type::number:
+            leaf.type = Json::Type::NUMBER;
+            leaf.number = number_text(v.raw_json_token());
+            break;
+        case od::json_type::string:
+            leaf.type = Json::Type::STRING;
+            leaf.string = std::string(v.get_string().value());
+            break;
+        case od::json_type::boolean:
+            leaf.type = Json::Type::BOOL;
+            leaf.boolean = v.get_bool().value();
+            break;
+        default: // null, or an object (not expected in tensor data): null
+            leaf.type = Json::Type::NUL;
+            break;
         }
-    }
-
-    void parse_object(Json& v, size_t depth) {
-        v.type = Json::Type::OBJECT;
-        ++m_pos;
-        skip_space();
-        if (peek() == '}') {
-            ++m_pos;
-            return;
-        }
-        for (;;) {
-            skip_space();
-            if (peek() != '"') fail("expected a member name");
-            std::string key;
-            parse_string(key);
-            skip_space();
-            expect(':');
-            skip_space();
-            bool lazy = !m_lazy_key.empty() && key == m_lazy_key && peek() == '[';
-            v.members.emplace_back(std::move(key), Json{});
-            Json& member = v.members.back().second;
-            if (lazy) {
-                // Checked as usual, but into a scratch value whose items are dropped as soon
-                // as parsed; the member keeps only the text.
-                size_t start = m_pos;
-                check_array(depth + 1);
-                member.type = Json::Type::ARRAY;
-                member.lazy = true;
-                member.raw = m_text.substr(start, m_pos - start);
-            } else {
-                parse_value(member, depth + 1);
-            }
-            skip_space();
-            if (peek() == ',') {
-                ++m_pos;
-                continue;
-            }
-            expect('}');
-            return;
-        }
-    }
-
-    //! Checks an array without keeping its items.
-    void check_array(size_t depth) {
-        if (depth > m_max_depth)
-            fail("nesting deeper than " + std::to_string(m_max_depth) + " levels");
-        ++m_pos;
-        skip_space();
-        if (peek() == ']') {
-            ++m_pos;
-            return;
-        }
-        Json scratch;
-        for (;;) {
-            skip_space();
-            char c = peek();
-            if (c == '[') {
-                check_array(depth + 1);
-            } else if (c == '-' || (c >= '0' && c <= '9')) {
-                parse_number(scratch);
-            } else {
-                scratch = Json{};
-                parse_value(scratch, depth + 1);
-            }
-            skip_space();
-            if (peek() == ',') {
-                ++m_pos;
-                continue;
-            }
-            expect(']');
-            return;
-        }
-    }
-
-    void parse_array(Json& v, size_t depth) {
-        v.type = Json::Type::ARRAY;
-        ++m_pos;
-        skip_space();
-        if (peek() == ']') {
-            ++m_pos;
-            return;
-        }
-        for (;;) {
-            skip_space();
-            v.array.emplace_back();
-            parse_value(v.array.back(), depth + 1);
-            skip_space();
-            if (peek() == ',') {
-                ++m_pos;
-                continue;
-            }
-            expect(']');
-            return;
-        }
-    }
-
-    void parse_number(Json& v) {
-        size_t start = m_pos;
-        if (peek() == '-') ++m_pos;
-        if (peek() == '0') {
-            ++m_pos;
-        } else if (peek() >= '1' && peek() <= '9') {
-            while (peek() >= '0' && peek() <= '9') ++m_pos;
-        } else {
-            fail("a number needs digits");
-        }
-        if (peek() == '.') {
-            ++m_pos;
-            if (!(peek() >= '0' && peek() <= '9')) fail("a number needs digits after '.'");
-            while (peek() >= '0' && peek() <= '9') ++m_pos;
-        }
-        if (peek() == 'e' || peek() == 'E') {
-            ++m_pos;
-            if (peek() == '+' || peek() == '-') ++m_pos;
-            if (!(peek() >= '0' && peek() <= '9')) fail("a number needs digits in its exponent");
-            while (peek() >= '0' && peek() <= '9') ++m_pos;
-        }
-        v.type = Json::Type::NUMBER;
-        v.number = m_text.substr(start, m_pos - start);
-    }
-
-    static int hex_digit(char c) {
-        if (c >= '0' && c <= '9') return c - '0';
-        if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-        if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-        return -1;
-    }
-
-    unsigned parse_hex4() {
-        if (m_pos + 4 > m_text.size()) fail("truncated \\u escape");
-        unsigned u = 0;
-        for (int i = 0; i < 4; ++i) {
-            int d = hex_digit(m_text[m_pos++]);
-            if (d < 0) fail("bad \\u escape");
-            u = u * 16 + unsigned(d);
-        }
-        return u;
-    }
-
-    static void append_utf8(std::string& out, unsigned cp) {
-        if (cp < 0x80) {
-            out += char(cp);
-        } else if (cp < 0x800) {
-            out += char(0xC0 | (cp >> 6));
-            out += char(0x80 | (cp & 0x3F));
-        } else if (cp < 0x10000) {
-            out += char(0xE0 | (cp >> 12));
-            out += char(0x80 | ((cp >> 6) & 0x3F));
-            out += char(0x80 | (cp & 0x3F));
-        } else {
-            out += char(0xF0 | (cp >> 18));
-            out += char(0x80 | ((cp >> 12) & 0x3F));
-            out += char(0x80 | ((cp >> 6) & 0x3F));
-            out += char(0x80 | (cp & 0x3F));
-        }
-    }
-
-    void parse_string(std::string& out) {
-        ++m_pos; // the opening quote
-        for (;;) {
-            if (at_end()) fail("unterminated string");
-            char c = m_text[m_pos++];
-            if (c == '"') return;
-            if (static_cast<unsigned char>(c) < 0x20) fail("control character in a string");
-            if (c != '\\') {
-                out += c;
-                continue;
-            }
-            if (at_end()) fail("unterminated string");
-            char e = m_text[m_pos++];
-            switch (e) {
-            case '"':
-                out += '"';
-                break;
-            case '\\':
-                out += '\\';
-                break;
-            case '/':
-                out += '/';
-                break;
-            case 'b':
-                out += '\b';
-                break;
-            case 'f':
-                out += '\f';
-                break;
-            case 'n':
-                out += '\n';
-                break;
-            case 'r':
-                out += '\r';
-                break;
-            case 't':
-                out += '\t';
-                break;
-            case 'u': {
-                unsigned cp = parse_hex4();
-                if (cp >= 0xD800 && cp < 0xDC00) {
-                    if (m_text.substr(m_pos, 2) != "\\u") fail("unpaired surrogate");
-                    m_pos += 2;
-                    unsigned low = parse_hex4();
-                    if (low < 0xDC00 || low >= 0xE000) fail("unpaired surrogate");
-                    cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
-                } else if (cp >= 0xDC00 && cp < 0xE000) {
-                    fail("unpaired surrogate");
-                }
-                append_utf8(out, cp);
-                break;
-            }
-            default:
-                fail("bad escape");
-            }
-        }
+        return fn(state, leaf);
     }
 };
+
+//! A reusable On-Demand parser per thread (it keeps its buffers between documents).
+od::parser& thread_parser() {
+    thread_local od::parser parser;
+    return parser;
+}
 
 template <typename T> void append_shortest(std::string& out, T v) {
     if (std::isnan(v)) {
@@ -350,38 +176,55 @@ template <typename T> void append_shortest(std::string& out, T v) {
 } // namespace
 
 Json parse_json(std::string_view text, size_t max_depth, std::string_view lazy_key) {
-    return Parser(text, max_depth, lazy_key).parse_document();
+    // simdjson reads past the end of the text: parse a copy with its padding, which the tree's
+    // views then point into.
+    auto buf = std::make_shared<std::string>();
+    buf->reserve(text.size() + simdjson::SIMDJSON_PADDING);
+    buf->append(text);
+    buf->append(simdjson::SIMDJSON_PADDING, ' ');
+    Json root;
+    od::document doc;
+    bool started = false;
+    TreeBuilder builder(buf->data(), max_depth, lazy_key);
+    try {
+        doc = thread_parser().iterate(
+            simdjson::padded_string_view(buf->data(), text.size(), buf->size()));
+        started = true;
+        switch (doc.type().value()) {
+        case od::json_type::object:
+        case od::json_type::array: {
+            od::value v = doc.get_value();
+            builder.build(v, root, 0);
+            break;
+        }
+        default: // a scalar document
+            builder.build(doc, root, 0);
+        }
+        // Fully read, the document has no location left; one left is text after the value.
+        if (!doc.current_location().error()) builder.fail(doc, "unexpected text after the value");
+    } catch (const simdjson::simdjson_error& e) {
+        size_t offset = text.size();
+        if (started) {
+            auto loc = doc.current_location();
+            if (!loc.error()) offset = size_t(loc.value_unsafe() - buf->data());
+        }
+        fail_at(offset, e.what());
+    }
+    root.text = std::move(buf);
+    return root;
 }
 
-bool JsonLeafReader::next(Json& leaf) {
-    for (;;) {
-        while (m_pos < m_text.size()) {
-            char c = m_text[m_pos];
-            if (c != '[' && c != ']' && c != ',' && c != ' ' && c != '\n' && c != '\r' && c != '\t')
-                break;
-            ++m_pos;
-        }
-        if (m_pos >= m_text.size()) return false;
-        char c = m_text[m_pos];
-        if (c == '-' || (c >= '0' && c <= '9')) {
-            size_t start = m_pos;
-            while (m_pos < m_text.size()) {
-                char d = m_text[m_pos];
-                if (!((d >= '0' && d <= '9') || d == '-' || d == '+' || d == '.' || d == 'e' ||
-                      d == 'E'))
-                    break;
-                ++m_pos;
-            }
-            leaf.type = Json::Type::NUMBER;
-            leaf.number = m_text.substr(start, m_pos - start);
-            return true;
-        }
-        // A string, literal or object: the full parser (the text was checked already).
-        leaf = Json{};
-        Parser parser(m_text, 1u << 20);
-        m_pos = parser.parse_leaf_at(m_pos, leaf);
-        if (leaf.is_object() || leaf.is_array()) leaf = Json{};
-        return true;
+void for_each_json_leaf(const Json& root, const Json& lazy_array, void* state, JsonLeafFn fn,
+                        size_t max_depth) {
+    if (!lazy_array.lazy || !root.text) return;
+    const char* end = root.text->data() + root.text->size();
+    LeafVisitor visitor{state, fn, max_depth, {}};
+    try {
+        od::document doc = thread_parser().iterate(simdjson::padded_string_view(
+            lazy_array.raw.data(), lazy_array.raw.size(), size_t(end - lazy_array.raw.data())));
+        visitor.visit(doc.get_value(), 0);
+    } catch (const simdjson::simdjson_error& e) {
+        throw JsonError(std::string("invalid JSON in an array: ") + e.what());
     }
 }
 

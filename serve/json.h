@@ -1,16 +1,20 @@
-// A small, strict JSON reader and writer for braid-serve's protocol messages.
+// braid-serve's JSON: requests are read with simdjson's On-Demand parser into a small tree of
+// Json values, and strings are written through nlohmann's serializer.
 //
-// The reader builds a tree of Json values from text that must stay alive (and unchanged) as long
-// as the tree: numbers keep a view of their text, so that a tensor's values are converted once,
-// straight to their datatype (std::from_chars: a float32 is rounded once, an int64 stays exact).
-// It enforces a nesting depth limit and reports errors with the byte offset. Not thread-safe per
-// value; distinct values are independent.
+// The tree keeps numbers as views of their text, so that a tensor's values are converted once,
+// straight to their datatype (std::from_chars: a float32 is rounded once, an int64 stays exact),
+// and a tensor's "data" array is left as text and read leaf by leaf into the tensor. The views
+// point into a padded copy of the text that the root value owns: they stay valid while the
+// root lives. The reader enforces a nesting depth limit and reports errors with the byte offset.
+// Not thread-safe per value; distinct values are independent.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -29,7 +33,7 @@ public:
 
     Type type = Type::NUL;
     bool boolean = false;
-    //! An array left unparsed (see parse_json's `lazy_key`): its text, read with JsonLeafReader.
+    //! An array left unparsed (see parse_json's `lazy_key`): its text, for for_each_json_leaf().
     bool lazy = false;
     std::string_view raw;
     std::string_view number;                           //!< a number's text
@@ -47,29 +51,35 @@ public:
     const Json* find(std::string_view key) const;
     //! The type's name ("number"), for error messages.
     const char* type_name() const;
+
+    //! The padded copy of the text that the views point into (set on the root only).
+    std::shared_ptr<const std::string> text;
 };
 
 /*!
  * Parses `text` (one value, optional surrounding whitespace). Throws JsonError. An array that is
  * the value of an object member named `lazy_key` (when not empty) is checked but not built: its
- * Json has `lazy` set and `raw` holding its text, for JsonLeafReader. A tensor's "data" array
- * is read that way, straight into the tensor, without a Json per element.
+ * Json has `lazy` set and `raw` holding its text, for for_each_json_leaf(). A tensor's "data"
+ * array is read that way, straight into the tensor, without a Json per element.
  */
 Json parse_json(std::string_view text, size_t max_depth = 64, std::string_view lazy_key = {});
 
-//! Reads the leaves (non-array values) of a checked array's text in order, flattening nested
-//! arrays. The text must come from a Json with `lazy` set (already checked).
-class JsonLeafReader {
-public:
-    explicit JsonLeafReader(std::string_view raw) : m_text(raw) {}
-    //! The next leaf into `leaf` (a number, string, bool or null; objects are not expected in
-    //! tensor data and come back as null); false after the last one.
-    bool next(Json& leaf);
-
-private:
-    std::string_view m_text;
-    size_t m_pos = 0;
-};
+//! Called for each leaf of a lazy array; returns false to stop.
+using JsonLeafFn = bool (*)(void* state, const Json& leaf);
+/*!
+ * Calls `fn(state, leaf)` for each leaf (non-array value) of `lazy_array` (a Json with `lazy`
+ * set, from the tree rooted at `root`) in order, nested arrays flattened; a number leaf has its
+ * text in `number`, an object comes back as null. Stops early when `fn` returns false. Throws
+ * JsonError for nesting deeper than `max_depth`.
+ */
+void for_each_json_leaf(const Json& root, const Json& lazy_array, void* state, JsonLeafFn fn,
+                        size_t max_depth = 64);
+//! The same with a callable `bool(const Json&)`.
+template <typename F> void for_each_json_leaf(const Json& root, const Json& lazy_array, F&& f) {
+    for_each_json_leaf(root, lazy_array, &f, [](void* state, const Json& leaf) {
+        return (*static_cast<std::remove_reference_t<F>*>(state))(leaf);
+    });
+}
 
 //! Appends `s` as a JSON string literal (quoted and escaped).
 void append_json_string(std::string& out, std::string_view s);

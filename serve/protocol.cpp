@@ -92,36 +92,39 @@ std::string leaf_text(const Json& v) {
     return v.type_name();
 }
 
-void decode_json_data(const Where& where, const Json& data, HostTensor& t, size_t nr_elems) {
+void decode_json_data(const Where& where, const Json& root, const Json& data, HostTensor& t,
+                      size_t nr_elems) {
     if (!data.is_array() || !data.lazy)
         where.fail("input \"" + t.name + "\": \"data\" must be an array, got " + data.type_name());
-    JsonLeafReader reader(data.raw);
-    Json leaf;
-    size_t count = 0;
-    auto too_few_or_many = [&] {
-        while (reader.next(leaf)) ++count;
-        where.fail("input \"" + t.name + "\" has shape " + shape_text(t.shape) + " (" +
-                   std::to_string(nr_elems) + " elements), its data has " + std::to_string(count));
-    };
+    const Json* leaf = nullptr; // the element being converted
     auto bad = [&](size_t i) {
         where.fail("input \"" + t.name + "\": data[" + std::to_string(i) +
-                   "] = " + leaf_text(leaf) + " is not a " + datatype_name(t.dtype) + " value");
+                   "] = " + leaf_text(*leaf) + " is not a " + datatype_name(t.dtype) + " value");
     };
-    // Reads every element with `convert(leaf, i)`; the count must match the shape.
+    // Reads every element with `convert(i)`; the count must match the shape.
     auto each = [&](auto convert) {
-        for (count = 0; count < nr_elems; ++count) {
-            if (!reader.next(leaf)) too_few_or_many();
-            if (!convert(count)) bad(count);
+        size_t count = 0;
+        try {
+            for_each_json_leaf(root, data, [&](const Json& l) {
+                if (count < nr_elems) {
+                    leaf = &l;
+                    if (!convert(count)) bad(count);
+                }
+                ++count;
+                return true;
+            });
+        } catch (const JsonError& e) {
+            where.fail("input \"" + t.name + "\": \"data\": " + e.what());
         }
-        if (reader.next(leaf)) {
-            ++count;
-            too_few_or_many();
-        }
+        if (count != nr_elems)
+            where.fail("input \"" + t.name + "\" has shape " + shape_text(t.shape) + " (" +
+                       std::to_string(nr_elems) + " elements), its data has " +
+                       std::to_string(count));
     };
     auto ints = [&](auto* out, int64_t lo, int64_t hi) {
         each([&](size_t i) {
             int64_t v;
-            if (!parse_int(leaf, lo, hi, v)) return false;
+            if (!parse_int(*leaf, lo, hi, v)) return false;
             out[i] = static_cast<std::remove_pointer_t<decltype(out)>>(v);
             return true;
         });
@@ -130,12 +133,12 @@ void decode_json_data(const Where& where, const Json& data, HostTensor& t, size_
     switch (t.dtype) {
     case embed::DType::FLOAT32: {
         auto* out = static_cast<float*>(p);
-        each([&](size_t i) { return parse_float(leaf, out[i]); });
+        each([&](size_t i) { return parse_float(*leaf, out[i]); });
         break;
     }
     case embed::DType::FLOAT64: {
         auto* out = static_cast<double*>(p);
-        each([&](size_t i) { return parse_float(leaf, out[i]); });
+        each([&](size_t i) { return parse_float(*leaf, out[i]); });
         break;
     }
     case embed::DType::FLOAT16:
@@ -144,7 +147,7 @@ void decode_json_data(const Where& where, const Json& data, HostTensor& t, size_
         auto* out = static_cast<uint16_t*>(p);
         each([&](size_t i) {
             double d;
-            if (!parse_float(leaf, d)) return false;
+            if (!parse_float(*leaf, d)) return false;
             embed::convert_elements(embed::DType::FLOAT64, &d, t.dtype, &out[i], 1);
             return true;
         });
@@ -326,7 +329,7 @@ InferRequest decode_infer_request(std::string_view body, int64_t json_length,
                            std::to_string(nr_elems) + " elements), more than its " +
                            std::to_string(json_text.size()) + " bytes of JSON can hold");
             t.allocate(nr_bytes);
-            decode_json_data(where, *data, t, nr_elems);
+            decode_json_data(where, doc, *data, t, nr_elems);
         }
     }
     for (size_t k = 0; k < given.size(); ++k)
