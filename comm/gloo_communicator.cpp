@@ -7,6 +7,7 @@
 
 #include <arpa/inet.h>
 #include <netdb.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -175,9 +176,22 @@ private:
     Deadline m_deadline;
 };
 
+//! gloo writes to its peers with writev(), which raises SIGPIPE when a peer has died: left at
+//! its default action, that would end this process before the call could fail and name the
+//! peer. Ignoring it (only where the program kept the default) makes the write fail with EPIPE.
+void ignore_sigpipe_once() {
+    static std::once_flag once;
+    std::call_once(once, [] {
+        struct sigaction current {};
+        if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL)
+            ::signal(SIGPIPE, SIG_IGN);
+    });
+}
+
 //! One transport device (an event-loop thread) per listening address, shared by the
 //! communicators of a process while any of them lives.
 std::shared_ptr<gloo::transport::Device> device_for(const GlooAddress& address) {
+    ignore_sigpipe_once();
     static std::mutex mutex;
     static std::map<std::string, std::weak_ptr<gloo::transport::Device>> devices;
     std::string key = address.iface.empty() ? "host:" + address.hostname : "iface:" + address.iface;
