@@ -118,6 +118,27 @@ GroupManager::GroupManager(uint32_t max_world_size)
     m_nonce = (uint64_t(device()) << 32) ^ uint64_t(device());
 }
 
+template <typename Rounds, typename FailCaller>
+void GroupManager::fail_round(Rounds& rounds, const std::string& key, const std::string& conflict,
+                              uint32_t expected, Fire& fire, FailCaller&& fail_caller) {
+    // Tell everyone waiting now, the caller, and every peer still to come.
+    auto& round = rounds.at(key);
+    CallError error = comm_error(conflict);
+    for (auto& peer : round.peers) {
+        m_waits.erase(peer.id);
+        fire.push_back([done = std::move(peer.done), error] { done(error); });
+    }
+    uint32_t told = uint32_t(round.peers.size()) + 1;
+    round.peers.clear();
+    fail_caller(error);
+    if (told >= expected) {
+        rounds.erase(key);
+    } else {
+        round.poison = conflict;
+        round.poison_left = expected - told;
+    }
+}
+
 GroupManager::WaitId GroupManager::opr_register(const std::string& key, uint32_t nr_devices,
                                                 bool is_root, int32_t rank, uint64_t comp_node_id,
                                                 Done<RegisterInfo> done) {
@@ -182,22 +203,8 @@ GroupManager::WaitId GroupManager::opr_register(const std::string& key, uint32_t
                         key, rank, holder, comp_node_id, round.nr_devices - 1);
                 }
                 if (conflict) {
-                    // Tell everyone waiting now, the caller, and every peer still to come.
-                    CallError error = comm_error(*conflict);
-                    for (auto& peer : round.peers) {
-                        m_waits.erase(peer.id);
-                        fire.push_back([done = std::move(peer.done), error] { done(error); });
-                    }
-                    uint32_t told = uint32_t(round.peers.size()) + 1;
-                    uint32_t expected = std::max(round.nr_devices, nr_devices);
-                    round.peers.clear();
-                    fail_caller(error);
-                    if (told >= expected) {
-                        m_register.erase(key);
-                    } else {
-                        round.poison = *conflict;
-                        round.poison_left = expected - told;
-                    }
+                    fail_round(m_register, key, *conflict, std::max(round.nr_devices, nr_devices),
+                               fire, fail_caller);
                 } else {
                     id = m_next_id++;
                     if (rank != UNASSIGNED_RANK) {
@@ -377,21 +384,7 @@ GroupManager::WaitId GroupManager::round_arrive(std::map<std::string, Round>& ro
                                "0..{} once",
                                call, key, rank, size - 1);
     if (conflict) {
-        CallError error = comm_error(*conflict);
-        for (auto& peer : round.peers) {
-            m_waits.erase(peer.id);
-            fire.push_back([done = std::move(peer.done), error] { done(error); });
-        }
-        uint32_t told = uint32_t(round.peers.size()) + 1;
-        uint32_t expected = std::max(round.size, size);
-        round.peers.clear();
-        fail_caller(error);
-        if (told >= expected) {
-            rounds.erase(key);
-        } else {
-            round.poison = *conflict;
-            round.poison_left = expected - told;
-        }
+        fail_round(rounds, key, *conflict, std::max(round.size, size), fire, fail_caller);
         return 0;
     }
     WaitId id = m_next_id++;

@@ -196,6 +196,12 @@ private:
                         const std::string& key, uint32_t size, uint32_t rank, uint32_t root,
                         std::string bytes, Done<std::string> done, Fire& fire);
     void complete_register(const std::string& key, RegisterRound& round, Fire& fire);
+    //! A conflict in the round under `key` of `rounds`: its waiting peers and then the caller
+    //! (through `fail_caller`) fail with `conflict`; the round stays poisoned for the peers
+    //! still to come until `expected` peers in all were told, then it is erased. m_mutex held.
+    template <typename Rounds, typename FailCaller>
+    void fail_round(Rounds& rounds, const std::string& key, const std::string& conflict,
+                    uint32_t expected, Fire& fire, FailCaller&& fail_caller);
     std::string describe_register(const RegisterRound& round) const;
     static std::string describe_round(const Round& round);
     //! Keeps a round that only departures are left in (for later messages), forgetting the

@@ -37,22 +37,16 @@ Tensor device_temp(const Tensor& like, Device dev, const std::shared_ptr<Allocat
 } // namespace
 
 cuda::StridedCopyDesc strided_walk(const TensorLayout& dl, const TensorLayout& sl, int elem_size) {
+    size_t shape[TensorShape::MAX_NDIM];
+    ptrdiff_t ds[TensorShape::MAX_NDIM], ss[TensorShape::MAX_NDIM];
+    size_t nd = collapse_copy_dims(dl, sl, shape, ds, ss);
     cuda::StridedCopyDesc desc;
     desc.elem_size = elem_size;
-    for (size_t d = 0; d < dl.ndim(); ++d) {
-        if (dl[d] == 1) continue;
-        int k = desc.ndim;
-        if (k > 0 && desc.dst_stride[k - 1] == dl.stride[d] * ptrdiff_t(dl[d]) &&
-            desc.src_stride[k - 1] == sl.stride[d] * ptrdiff_t(dl[d])) {
-            desc.shape[k - 1] *= int64_t(dl[d]);
-            desc.dst_stride[k - 1] = dl.stride[d];
-            desc.src_stride[k - 1] = sl.stride[d];
-            continue;
-        }
-        desc.shape[k] = int64_t(dl[d]);
-        desc.dst_stride[k] = dl.stride[d];
-        desc.src_stride[k] = sl.stride[d];
-        ++desc.ndim;
+    desc.ndim = int(nd);
+    for (size_t k = 0; k < nd; ++k) {
+        desc.shape[k] = int64_t(shape[k]);
+        desc.dst_stride[k] = ds[k];
+        desc.src_stride[k] = ss[k];
     }
     return desc;
 }

@@ -25,7 +25,8 @@ void cuda_copy_tensor(Tensor& dst, const Tensor& src, cudaStream_t stream,
 
 //! The element walk of a strided kernel over two layouts of one shape (dst's and src's): dims
 //! of size 1 dropped, neighbours merged where both layouts stay linear across them.
-cuda::StridedCopyDesc strided_walk(const TensorLayout& dst, const TensorLayout& src, int elem_size);
+::braid::cuda::StridedCopyDesc strided_walk(const TensorLayout& dst, const TensorLayout& src,
+                                            int elem_size);
 
 //! Enqueues a device-to-device strided copy (dst and src on one device) on `stream`.
 void cuda_copy_strided(const Tensor& dst, const Tensor& src, cudaStream_t stream);

@@ -22,4 +22,10 @@ using ElemKernel = void (*)(const void* const* in, const uint8_t* step, void* ou
 //! the dtype of a and b, any size), or nullptr when the mode has none for that dtype.
 ElemKernel find_elem_kernel(ElemMode mode, DTypeEnum compute);
 
+//! The activations FusedMatMul and FusedConv2d apply to their result in the same pass.
+inline bool fusable_activation(ElemMode mode) {
+    return mode == ElemMode::RELU || mode == ElemMode::SIGMOID || mode == ElemMode::TANH ||
+           mode == ElemMode::GELU || mode == ElemMode::GELU_TANH;
+}
+
 } // namespace braid::opr

@@ -16,11 +16,6 @@ namespace braid::opr {
 
 namespace {
 
-bool fusable_activation(ElemMode mode) {
-    return mode == ElemMode::RELU || mode == ElemMode::SIGMOID || mode == ElemMode::TANH ||
-           mode == ElemMode::GELU || mode == ElemMode::GELU_TANH;
-}
-
 size_t nr_channel_inputs(const FusedConv2dParam& p) {
     return (p.has_bias ? 1 : 0) + (p.has_batch_norm ? 4 : 0);
 }

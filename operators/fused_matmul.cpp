@@ -14,11 +14,6 @@ namespace braid::opr {
 
 namespace {
 
-bool fusable_activation(ElemMode mode) {
-    return mode == ElemMode::RELU || mode == ElemMode::SIGMOID || mode == ElemMode::TANH ||
-           mode == ElemMode::GELU || mode == ElemMode::GELU_TANH;
-}
-
 //! Whether `s` is a bias along the last dim of a result with `n` columns and rank `rank`:
 //! [n] or [1, .., 1, n] of rank <= `rank`.
 bool is_row_bias(const TensorShape& s, size_t n, size_t rank) {
