@@ -19,6 +19,7 @@
 #include "operators/conv_backward.h"
 #include "operators/copy.h"
 #include "operators/cumsum.h"
+#include "operators/det.h"
 #include "operators/elemwise.h"
 #include "operators/fill.h"
 #include "operators/indexing.h"

@@ -6,6 +6,7 @@
 #include "op_util.h"
 
 #include "operators/cumsum.h"
+#include "operators/det.h"
 #include "operators/elemwise.h"
 #include "operators/fill.h"
 #include "operators/indexing.h"
@@ -567,6 +568,10 @@ SymbolVarArray one_hot(const NodeCtx& c) {
     return one(where(hot, Broadcast::make(on, hot.shape()), Broadcast::make(off, hot.shape())));
 }
 
+SymbolVarArray det_op(const NodeCtx& c) {
+    return one(Det::make(c.in(0)));
+}
+
 SymbolVarArray cumsum_op(const NodeCtx& c) {
     SymbolVar x = c.in(0);
     CumSumParam p;
@@ -629,6 +634,7 @@ const std::map<std::string, Converter>& table() {
             {"Range", range_op},
             {"OneHot", one_hot},
             {"CumSum", cumsum_op},
+            {"Det", det_op},
             {"Pow", pow_op},
             {"Equal", binary<equal>()},
             {"Less", binary<less>()},

@@ -30,6 +30,7 @@ void register_fill_operators();
 void register_optimizer_operators();
 void register_copy_operators();
 void register_cumsum_operators();
+void register_det_operators();
 } // namespace braid::opr
 
 namespace braid {
@@ -65,6 +66,7 @@ void register_operator_library() {
         register_optimizer_operators();
         register_copy_operators();
         register_cumsum_operators();
+        register_det_operators();
     });
 }
 

@@ -186,6 +186,8 @@ SymbolVarArray build_every_operator(ComputingGraph& graph, bool point_to_point) 
     // CumSum along the last axis, and exclusive in reverse along the first.
     out(opr::cumsum(x, -1), "running_sum");
     out(opr::CumSum::make(ints, {0, true, true}), "suffix_sums");
+    // The determinant of each 2x2 block of a {6,2,2} view of x.
+    out(opr::det(x.reshape(std::vector<long>{-1, 2, 2})), "determinants");
 
     // ParamUpdate with SGD (momentum, weight decay) and Adam, each on a parameter read by
     // nothing else; the Adam update also waits for the softmax.
