@@ -83,16 +83,12 @@ void Det::execute(ExecCtx& ctx) {
     size_t nd = x.shape().ndim(), m = x.shape()[nd - 1];
     size_t count = y.shape().total_nr_elems(), mm = m * m;
     if (count == 0) return;
-    // The kernel's inputs and outputs are contiguous: convert whole buffers.
-    std::vector<double> src(count * mm), dst(count);
-    convert_elements(x.dtype(), x.raw_ptr(), dtype::Float64(), src.data(), src.size());
+    // The kernel's inputs and outputs are contiguous: convert whole buffers. The double copy
+    // is the kernel's own, so each matrix is factored in place.
+    std::vector<double> a(count * mm), dst(count);
+    convert_elements(x.dtype(), x.raw_ptr(), dtype::Float64(), a.data(), a.size());
     parallel_range(count, mm * m, [&](size_t begin, size_t end) {
-        std::vector<double> a(mm);
-        for (size_t b = begin; b < end; ++b) {
-            std::copy(src.begin() + ptrdiff_t(b * mm), src.begin() + ptrdiff_t((b + 1) * mm),
-                      a.begin());
-            dst[b] = lu_det(a.data(), m);
-        }
+        for (size_t b = begin; b < end; ++b) dst[b] = lu_det(a.data() + b * mm, m);
     });
     convert_elements(dtype::Float64(), dst.data(), y.dtype(), y.raw_ptr(), count); // one rounding
 }
