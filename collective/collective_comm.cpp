@@ -424,7 +424,7 @@ namespace braid::opr {
 void register_collective_comm_operators() {
     auto& reg = OperatorRegistry::instance();
     reg.add("CollectiveComm", "collective_comm", dump_param<CollectiveComm>, load_collective_comm,
-            /*version=*/1, /*rank_dependent=*/true);
+            /*example=*/nullptr, /*version=*/1, /*rank_dependent=*/true);
     // Always run: every rank takes part in the gradient collective, whatever its own inputs
     // need.
     register_grad_rule("CollectiveComm", CollectiveComm::grad_rule, /*always_run=*/true);

@@ -290,9 +290,11 @@ static void remote_kernel(OperatorNode& opr, ExecCtx& ctx) {
 
 void register_remote_send_recv_operators() {
     auto& reg = OperatorRegistry::instance();
-    reg.add("RemoteSend", "remote_send", dump_param<RemoteSend>, load_remote_send, /*version=*/1,
+    reg.add("RemoteSend", "remote_send", dump_param<RemoteSend>, load_remote_send,
+            /*example=*/nullptr, /*version=*/1,
             /*rank_dependent=*/true);
-    reg.add("RemoteRecv", "remote_recv", dump_param<RemoteRecv>, load_remote_recv, /*version=*/1,
+    reg.add("RemoteRecv", "remote_recv", dump_param<RemoteRecv>, load_remote_recv,
+            /*example=*/nullptr, /*version=*/1,
             /*rank_dependent=*/true);
     register_grad_rule("RemoteSend", remote_send_grad);
     register_grad_rule("RemoteRecv", remote_recv_grad, /*always_run=*/true);

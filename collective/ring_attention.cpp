@@ -526,10 +526,10 @@ static SymbolVarArray load_ring_attention_grad(const OprLoadContext& ctx) {
 void register_ring_attention_operators() {
     auto& reg = OperatorRegistry::instance();
     reg.add("RingAttention", "ring_attention", dump_param<RingAttention>, load_ring_attention,
-            /*version=*/1, /*rank_dependent=*/true);
+            /*example=*/nullptr, /*version=*/1, /*rank_dependent=*/true);
     reg.add("RingAttentionGrad", "ring_attention", dump_param<RingAttentionGrad>,
             load_ring_attention_grad,
-            /*version=*/1, /*rank_dependent=*/true);
+            /*example=*/nullptr, /*version=*/1, /*rank_dependent=*/true);
     // Always run: every rank takes part in the backward ring, whatever its own inputs need.
     register_grad_rule("RingAttention", ring_attention_grad, /*always_run=*/true);
     register_non_differentiable("RingAttentionGrad",

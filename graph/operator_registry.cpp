@@ -31,10 +31,12 @@ void OperatorRegistry::add(OperatorDescriptor desc) {
     if (!desc.non_differentiable_reason.empty())
         d.non_differentiable_reason = std::move(desc.non_differentiable_reason);
     for (auto& [kind, fn] : desc.kernels) d.kernels[kind] = fn;
+    if (desc.example) d.example = desc.example;
 }
 
 void OperatorRegistry::add(std::string type_name, std::string family, ParamsDumper dump_params,
-                           OperatorLoader load, uint32_t version, bool rank_dependent) {
+                           OperatorLoader load, OperatorExample example, uint32_t version,
+                           bool rank_dependent) {
     OperatorDescriptor desc;
     desc.type_name = std::move(type_name);
     desc.family = std::move(family);
@@ -42,6 +44,7 @@ void OperatorRegistry::add(std::string type_name, std::string family, ParamsDump
     desc.load = load;
     desc.version = version;
     desc.rank_dependent = rank_dependent;
+    desc.example = example;
     add(std::move(desc));
 }
 

@@ -4,7 +4,10 @@
 // device kind (graph/kernel_registry.h). Each operator family registers its descriptors from
 // its own file (operators/<family>.cpp: register_<family>()); register_all_operators() calls
 // one such function per family. Serialization, autodiff and kernel dispatch find operator
-// types only through this registry and never name a concrete one.
+// types only through this registry and never name a concrete one. A descriptor may carry an
+// example, which builds one instance of the type: the serialization round trip and the
+// hostile-model corpus build every example (examples::build_every_operator()), so a new type
+// is dumped, loaded and compared without a line outside its own files.
 //
 // Registration is thread-safe and happens once, before graphs are compiled, dumped or loaded;
 // lookups afterwards are read-only.
@@ -22,6 +25,10 @@
 #include <vector>
 
 namespace braid {
+
+//! Builds instances of one operator type from `x`, a float32 {4,6} graph input, and returns
+//! the vars to check (they are outputs of a graph that is dumped, loaded and run).
+using OperatorExample = SymbolVarArray (*)(SymbolVar x);
 
 //! What the runtime knows about one operator type.
 struct OperatorDescriptor {
@@ -46,6 +53,9 @@ struct OperatorDescriptor {
     std::string non_differentiable_reason;
     //! Kernels by device kind; a CPU entry overrides OperatorNode::execute().
     std::map<Device::Kind, KernelFn> kernels;
+    //! Instances of the type for the round-trip checks; null for the types that
+    //! examples::build_every_operator() builds by hand.
+    OperatorExample example = nullptr;
 };
 
 //! The stable id of an operator type stored in model files: xxHash64 of the type name.
@@ -63,7 +73,8 @@ public:
     void add(OperatorDescriptor desc);
     //! add() of a descriptor with these fields, the way a family registers its types.
     void add(std::string type_name, std::string family, ParamsDumper dump_params,
-             OperatorLoader load, uint32_t version = 1, bool rank_dependent = false);
+             OperatorLoader load, OperatorExample example = nullptr, uint32_t version = 1,
+             bool rank_dependent = false);
     //! Runs `edit` on the descriptor of `type_name` (created empty when absent) under the
     //! registry's lock: how kernels and gradient rules are registered.
     void update(const std::string& type_name, const std::function<void(OperatorDescriptor&)>& edit);

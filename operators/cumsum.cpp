@@ -1,6 +1,7 @@
 #include "operators/cumsum.h"
 
 #include "graph/operator_registry.h"
+#include "operators/elemwise.h"
 #include "operators/kernel_utils.h"
 
 namespace braid::opr {
@@ -99,11 +100,17 @@ VarNode* cumsum_grad(OperatorNode& opr, size_t, const VarNodeArray& out_grads) {
     return CumSum::make(g, p).node();
 }
 
+// Running sums along the last axis, and exclusive integer sums in reverse along the first.
+SymbolVarArray cumsum_example(SymbolVar x) {
+    auto ints = (x * 100.0).astype(dtype::Int32());
+    return {cumsum(x, -1), CumSum::make(ints, {0, true, true})};
+}
+
 } // namespace
 
 void register_cumsum_operators() {
     auto& reg = OperatorRegistry::instance();
-    reg.add("CumSum", "cumsum", dump_param<CumSum>, load_param<CumSum>);
+    reg.add("CumSum", "cumsum", dump_param<CumSum>, load_param<CumSum>, cumsum_example);
     register_grad_rule("CumSum", cumsum_grad);
 }
 

@@ -93,8 +93,17 @@ void Det::execute(ExecCtx& ctx) {
     convert_elements(dtype::Float64(), dst.data(), y.dtype(), y.raw_ptr(), count); // one rounding
 }
 
+namespace {
+
+// The determinants of the 2x2 blocks of a {6,2,2} view of x.
+SymbolVarArray det_example(SymbolVar x) {
+    return {det(x.reshape(std::vector<long>{-1, 2, 2}))};
+}
+
+} // namespace
+
 void register_det_operators() {
-    OperatorRegistry::instance().add("Det", "det", no_params, load_param<Det>);
+    OperatorRegistry::instance().add("Det", "det", no_params, load_param<Det>, det_example);
 }
 
 } // namespace braid::opr

@@ -183,11 +183,16 @@ SymbolVarArray build_every_operator(ComputingGraph& graph, bool point_to_point) 
     out(opr::full_like(x, -2.0) * x, "scaled");
     out(opr::arange(graph, 0, 6), "range");
     out(opr::arange(graph, 5, -1, -1.5, dtype::Int32()), "range_down");
-    // CumSum along the last axis, and exclusive in reverse along the first.
-    out(opr::cumsum(x, -1), "running_sum");
-    out(opr::CumSum::make(ints, {0, true, true}), "suffix_sums");
-    // The determinant of each 2x2 block of a {6,2,2} view of x.
-    out(opr::det(x.reshape(std::vector<long>{-1, 2, 2})), "determinants");
+    // Every type whose descriptor carries an example (graph/operator_registry.h): the examples'
+    // outputs are named after their type.
+    auto& registry = OperatorRegistry::instance();
+    for (auto& type : registry.type_names()) {
+        auto example = registry.find(type)->example;
+        if (!example) continue;
+        auto vars = example(x);
+        for (size_t i = 0; i < vars.size(); ++i)
+            out(vars[i], ("example_" + type + "_" + std::to_string(i)).c_str());
+    }
 
     // ParamUpdate with SGD (momentum, weight decay) and Adam, each on a parameter read by
     // nothing else; the Adam update also waits for the softmax.

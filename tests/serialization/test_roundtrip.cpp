@@ -88,7 +88,8 @@ TEST(SerializationRoundTrip, EveryRegisteredOperatorTypeRoundTrips) {
     for (auto& opr : g->operators()) used.insert(opr->type_name());
     for (auto& type : OperatorRegistry::instance().type_names()) {
         EXPECT_TRUE(used.count(type)) << "operator type " << type
-                                      << " is not in examples::build_every_operator(); add it "
+                                      << " is not in examples::build_every_operator(): give "
+                                         "its descriptor an example (graph/operator_registry.h) "
                                          "so its params dump and load are tested";
         auto* traits = OperatorRegistry::instance().find(type);
         EXPECT_TRUE(traits->dump_params && traits->load) << type << " has no dumper or loader";
