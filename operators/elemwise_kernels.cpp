@@ -361,98 +361,67 @@ void where_kernel(const void* const* in, const uint8_t* step, void* out, size_t 
     case ElemMode::MODE:                                                                           \
         return __VA_ARGS__
 
-ElemKernel float_kernel(ElemMode m) {
-#ifdef BRAID_VMATH_AVX2
-    if (ElemKernel k = avx2_float_kernel(m)) return k;
-#endif
+//! The unary loop of a transcendental mode: float32 runs the multi-versioned
+//! costly_unary_kernel; float64 runs the plain loop.
+template <typename T, typename Op> constexpr ElemKernel transcendental_kernel() {
+    if constexpr (std::is_same_v<T, float>)
+        return costly_unary_kernel<Op>;
+    else
+        return unary_kernel<T, Op>;
+}
+
+//! Every float mode computed in T: float32, or float64 (no float32 staging, no float32
+//! approximations).
+template <typename T> ElemKernel real_kernel(ElemMode m) {
     switch (m) {
-        BRAID_CASE(NEG, unary_kernel<float, NegOp>);
-        BRAID_CASE(ABS, unary_kernel<float, AbsOp>);
-        BRAID_CASE(SIGN, unary_kernel<float, SignOp>);
-        BRAID_CASE(RELU, unary_kernel<float, ReluOp>);
-        BRAID_CASE(EXP, costly_unary_kernel<ExpOp>);
-        BRAID_CASE(EXPM1, unary_kernel<float, Expm1Op>);
-        BRAID_CASE(LOG, costly_unary_kernel<LogOp>);
-        BRAID_CASE(LOG1P, unary_kernel<float, Log1pOp>);
-        BRAID_CASE(SQRT, unary_kernel<float, SqrtOp>);
-        BRAID_CASE(RSQRT, unary_kernel<float, RsqrtOp>);
-        BRAID_CASE(SQUARE, unary_kernel<float, SquareOp>);
-        BRAID_CASE(SIN, unary_kernel<float, SinOp>);
-        BRAID_CASE(COS, unary_kernel<float, CosOp>);
-        BRAID_CASE(TANH, costly_unary_kernel<TanhOp>);
-        BRAID_CASE(SIGMOID, costly_unary_kernel<SigmoidOp>);
-        BRAID_CASE(GELU, costly_unary_kernel<GeluOp>);
-        BRAID_CASE(GELU_TANH, costly_unary_kernel<GeluTanhOp>);
-        BRAID_CASE(SILU, costly_unary_kernel<SiluOp>);
-        BRAID_CASE(ERF, costly_unary_kernel<ErfOp>);
-        BRAID_CASE(FLOOR, unary_kernel<float, FloorOp>);
-        BRAID_CASE(CEIL, unary_kernel<float, CeilOp>);
-        BRAID_CASE(ROUND, unary_kernel<float, RoundOp>);
-        BRAID_CASE(ADD, binary_kernel<float, AddOp>);
-        BRAID_CASE(SUB, binary_kernel<float, SubOp>);
-        BRAID_CASE(MUL, binary_kernel<float, MulOp>);
-        BRAID_CASE(TRUE_DIV, binary_kernel<float, DivOp>);
-        BRAID_CASE(FLOOR_DIV, binary_kernel<float, FloorDivOp>);
-        BRAID_CASE(MOD, binary_kernel<float, ModOp>);
-        BRAID_CASE(POW, binary_kernel<float, PowOp>);
-        BRAID_CASE(MAX, binary_kernel<float, MaxOp>);
-        BRAID_CASE(MIN, binary_kernel<float, MinOp>);
-        BRAID_CASE(LT, binary_kernel<float, LtOp>);
-        BRAID_CASE(LEQ, binary_kernel<float, LeqOp>);
-        BRAID_CASE(EQ, binary_kernel<float, EqOp>);
-        BRAID_CASE(NEQ, binary_kernel<float, NeqOp>);
-        BRAID_CASE(CLIP, ternary_kernel<float, ClipOp>);
-        BRAID_CASE(COND_LEQ_MOV, ternary_kernel<float, CondLeqMovOp>);
-        BRAID_CASE(FMA3, ternary_kernel<float, Fma3Op>);
+        BRAID_CASE(NEG, unary_kernel<T, NegOp>);
+        BRAID_CASE(ABS, unary_kernel<T, AbsOp>);
+        BRAID_CASE(SIGN, unary_kernel<T, SignOp>);
+        BRAID_CASE(RELU, unary_kernel<T, ReluOp>);
+        BRAID_CASE(EXP, transcendental_kernel<T, ExpOp>());
+        BRAID_CASE(EXPM1, unary_kernel<T, Expm1Op>);
+        BRAID_CASE(LOG, transcendental_kernel<T, LogOp>());
+        BRAID_CASE(LOG1P, unary_kernel<T, Log1pOp>);
+        BRAID_CASE(SQRT, unary_kernel<T, SqrtOp>);
+        BRAID_CASE(RSQRT, unary_kernel<T, RsqrtOp>);
+        BRAID_CASE(SQUARE, unary_kernel<T, SquareOp>);
+        BRAID_CASE(SIN, unary_kernel<T, SinOp>);
+        BRAID_CASE(COS, unary_kernel<T, CosOp>);
+        BRAID_CASE(TANH, transcendental_kernel<T, TanhOp>());
+        BRAID_CASE(SIGMOID, transcendental_kernel<T, SigmoidOp>());
+        BRAID_CASE(GELU, transcendental_kernel<T, GeluOp>());
+        BRAID_CASE(GELU_TANH, transcendental_kernel<T, GeluTanhOp>());
+        BRAID_CASE(SILU, transcendental_kernel<T, SiluOp>());
+        BRAID_CASE(ERF, transcendental_kernel<T, ErfOp>());
+        BRAID_CASE(FLOOR, unary_kernel<T, FloorOp>);
+        BRAID_CASE(CEIL, unary_kernel<T, CeilOp>);
+        BRAID_CASE(ROUND, unary_kernel<T, RoundOp>);
+        BRAID_CASE(ADD, binary_kernel<T, AddOp>);
+        BRAID_CASE(SUB, binary_kernel<T, SubOp>);
+        BRAID_CASE(MUL, binary_kernel<T, MulOp>);
+        BRAID_CASE(TRUE_DIV, binary_kernel<T, DivOp>);
+        BRAID_CASE(FLOOR_DIV, binary_kernel<T, FloorDivOp>);
+        BRAID_CASE(MOD, binary_kernel<T, ModOp>);
+        BRAID_CASE(POW, binary_kernel<T, PowOp>);
+        BRAID_CASE(MAX, binary_kernel<T, MaxOp>);
+        BRAID_CASE(MIN, binary_kernel<T, MinOp>);
+        BRAID_CASE(LT, binary_kernel<T, LtOp>);
+        BRAID_CASE(LEQ, binary_kernel<T, LeqOp>);
+        BRAID_CASE(EQ, binary_kernel<T, EqOp>);
+        BRAID_CASE(NEQ, binary_kernel<T, NeqOp>);
+        BRAID_CASE(CLIP, ternary_kernel<T, ClipOp>);
+        BRAID_CASE(COND_LEQ_MOV, ternary_kernel<T, CondLeqMovOp>);
+        BRAID_CASE(FMA3, ternary_kernel<T, Fma3Op>);
     default:
         return nullptr;
     }
 }
 
-//! float64: every float mode in double (no float32 staging, no float32 approximations).
-ElemKernel double_kernel(ElemMode m) {
-    switch (m) {
-        BRAID_CASE(NEG, unary_kernel<double, NegOp>);
-        BRAID_CASE(ABS, unary_kernel<double, AbsOp>);
-        BRAID_CASE(SIGN, unary_kernel<double, SignOp>);
-        BRAID_CASE(RELU, unary_kernel<double, ReluOp>);
-        BRAID_CASE(EXP, unary_kernel<double, ExpOp>);
-        BRAID_CASE(EXPM1, unary_kernel<double, Expm1Op>);
-        BRAID_CASE(LOG, unary_kernel<double, LogOp>);
-        BRAID_CASE(LOG1P, unary_kernel<double, Log1pOp>);
-        BRAID_CASE(SQRT, unary_kernel<double, SqrtOp>);
-        BRAID_CASE(RSQRT, unary_kernel<double, RsqrtOp>);
-        BRAID_CASE(SQUARE, unary_kernel<double, SquareOp>);
-        BRAID_CASE(SIN, unary_kernel<double, SinOp>);
-        BRAID_CASE(COS, unary_kernel<double, CosOp>);
-        BRAID_CASE(TANH, unary_kernel<double, TanhOp>);
-        BRAID_CASE(SIGMOID, unary_kernel<double, SigmoidOp>);
-        BRAID_CASE(GELU, unary_kernel<double, GeluOp>);
-        BRAID_CASE(GELU_TANH, unary_kernel<double, GeluTanhOp>);
-        BRAID_CASE(SILU, unary_kernel<double, SiluOp>);
-        BRAID_CASE(ERF, unary_kernel<double, ErfOp>);
-        BRAID_CASE(FLOOR, unary_kernel<double, FloorOp>);
-        BRAID_CASE(CEIL, unary_kernel<double, CeilOp>);
-        BRAID_CASE(ROUND, unary_kernel<double, RoundOp>);
-        BRAID_CASE(ADD, binary_kernel<double, AddOp>);
-        BRAID_CASE(SUB, binary_kernel<double, SubOp>);
-        BRAID_CASE(MUL, binary_kernel<double, MulOp>);
-        BRAID_CASE(TRUE_DIV, binary_kernel<double, DivOp>);
-        BRAID_CASE(FLOOR_DIV, binary_kernel<double, FloorDivOp>);
-        BRAID_CASE(MOD, binary_kernel<double, ModOp>);
-        BRAID_CASE(POW, binary_kernel<double, PowOp>);
-        BRAID_CASE(MAX, binary_kernel<double, MaxOp>);
-        BRAID_CASE(MIN, binary_kernel<double, MinOp>);
-        BRAID_CASE(LT, binary_kernel<double, LtOp>);
-        BRAID_CASE(LEQ, binary_kernel<double, LeqOp>);
-        BRAID_CASE(EQ, binary_kernel<double, EqOp>);
-        BRAID_CASE(NEQ, binary_kernel<double, NeqOp>);
-        BRAID_CASE(CLIP, ternary_kernel<double, ClipOp>);
-        BRAID_CASE(COND_LEQ_MOV, ternary_kernel<double, CondLeqMovOp>);
-        BRAID_CASE(FMA3, ternary_kernel<double, Fma3Op>);
-    default:
-        return nullptr;
-    }
+ElemKernel float_kernel(ElemMode m) {
+#ifdef BRAID_VMATH_AVX2
+    if (ElemKernel k = avx2_float_kernel(m)) return k;
+#endif
+    return real_kernel<float>(m);
 }
 
 template <typename T> ElemKernel int_kernel(ElemMode m) {
@@ -517,7 +486,7 @@ ElemKernel find_elem_kernel(ElemMode mode, DTypeEnum compute) {
     case DTypeEnum::FLOAT32:
         return float_kernel(mode);
     case DTypeEnum::FLOAT64:
-        return double_kernel(mode);
+        return real_kernel<double>(mode);
     case DTypeEnum::INT32:
         return int_kernel<int32_t>(mode);
     case DTypeEnum::INT64:

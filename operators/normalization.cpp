@@ -116,12 +116,15 @@ BRAID_AVX2 float row_max_avx2(const float* x, size_t n) {
     return r;
 }
 
-//! sum of e^{x - m}; stores each term in y when STORE.
-//! `next` (may be null): the row after this one, fetched into cache one line per 16 elements so
-//! that its max pass does not wait on memory.
-template <bool STORE>
-BRAID_AVX2 double row_sum_exp_avx2(const float* x, float m, float* y, size_t n, const float* next) {
-    const __m256 mv = _mm256_set1_ps(m);
+//! The blocked row sum that softmax and the norms share: the sum over n elements of x, each
+//! folded in by Term, in blocks of BLOCK whose partial sums are added in double (two 8-wide
+//! accumulators per block, the block's tail in float). Term::vec(acc, v, i) folds in the 8
+//! elements v that start at index i; Term::one(acc, v, i) folds in one. `next` (may be null):
+//! the row after this one, fetched into cache one line per 16 elements so that its pass does
+//! not wait on memory.
+template <typename Term>
+BRAID_AVX2 double blocked_row_sum_avx2(const float* x, size_t n, const float* next,
+                                       const Term& term) {
     double total = 0;
     for (size_t b = 0; b < n; b += BLOCK) {
         size_t len = std::min(BLOCK, n - b);
@@ -130,24 +133,37 @@ BRAID_AVX2 double row_sum_exp_avx2(const float* x, float m, float* y, size_t n, 
         size_t i = 0;
         for (; i + LANES <= len; i += LANES) {
             if (next) _mm_prefetch(reinterpret_cast<const char*>(next + b + i), _MM_HINT_T0);
-            __m256 e0 = vmath::exp8_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(p + i), mv));
-            __m256 e1 = vmath::exp8_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(p + i + 8), mv));
-            if constexpr (STORE) {
-                _mm256_storeu_ps(y + b + i, e0);
-                _mm256_storeu_ps(y + b + i + 8, e1);
-            }
-            acc0 = _mm256_add_ps(acc0, e0);
-            acc1 = _mm256_add_ps(acc1, e1);
+            acc0 = term.vec(acc0, _mm256_loadu_ps(p + i), b + i);
+            acc1 = term.vec(acc1, _mm256_loadu_ps(p + i + 8), b + i + 8);
         }
         float tail = 0.f;
-        for (; i < len; ++i) {
-            float e = vmath::exp(p[i] - m);
-            if constexpr (STORE) y[b + i] = e;
-            tail += e;
-        }
+        for (; i < len; ++i) tail = term.one(tail, p[i], b + i);
         total += hsum(acc0, acc1) + double(tail);
     }
     return total;
+}
+
+//! The terms e^{x - m}, each also stored in y when STORE.
+template <bool STORE> struct ExpTerm {
+    __m256 mv;
+    float m;
+    float* y;
+    BRAID_AVX2 __m256 vec(__m256 acc, __m256 v, size_t i) const {
+        __m256 e = vmath::exp8_nonpositive(_mm256_sub_ps(v, mv));
+        if constexpr (STORE) _mm256_storeu_ps(y + i, e);
+        return _mm256_add_ps(acc, e);
+    }
+    BRAID_AVX2 float one(float acc, float v, size_t i) const {
+        float e = vmath::exp(v - m);
+        if constexpr (STORE) y[i] = e;
+        return acc + e;
+    }
+};
+
+//! sum of e^{x - m} over n elements; stores each term in y when STORE.
+template <bool STORE>
+BRAID_AVX2 double row_sum_exp_avx2(const float* x, float m, float* y, size_t n, const float* next) {
+    return blocked_row_sum_avx2(x, n, next, ExpTerm<STORE>{_mm256_set1_ps(m), m, y});
 }
 
 //! Rows [b, e) of a softmax over rows of n. `scratch` (n floats, or null): when given, the
@@ -319,35 +335,25 @@ BRAID_SIMD_CLONES void norm_row_range(bool layer, const float* x, const float* w
 }
 
 #ifdef BRAID_VMATH_AVX2
+//! The terms (x - shift)^2 (SQ) or x (!SQ).
+template <bool SQ> struct MomentTerm {
+    __m256 sv;
+    float shift;
+    BRAID_AVX2 __m256 vec(__m256 acc, __m256 v, size_t) const {
+        if constexpr (!SQ) return _mm256_add_ps(acc, v);
+        v = _mm256_sub_ps(v, sv);
+        return _mm256_fmadd_ps(v, v, acc);
+    }
+    BRAID_AVX2 float one(float acc, float v, size_t) const {
+        return SQ ? acc + (v - shift) * (v - shift) : acc + v;
+    }
+};
+
 //! sum of (x - shift)^2 (SQ) or of x (!SQ) over n elements; prefetches `next` like
 //! row_sum_exp_avx2.
 template <bool SQ>
 BRAID_AVX2 double row_sum_avx2(const float* x, float shift, size_t n, const float* next) {
-    const __m256 sv = _mm256_set1_ps(shift);
-    double total = 0;
-    for (size_t b = 0; b < n; b += BLOCK) {
-        size_t len = std::min(BLOCK, n - b);
-        const float* p = x + b;
-        __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-        size_t i = 0;
-        for (; i + LANES <= len; i += LANES) {
-            if (next) _mm_prefetch(reinterpret_cast<const char*>(next + b + i), _MM_HINT_T0);
-            __m256 v0 = _mm256_loadu_ps(p + i), v1 = _mm256_loadu_ps(p + i + 8);
-            if constexpr (SQ) {
-                v0 = _mm256_sub_ps(v0, sv);
-                v1 = _mm256_sub_ps(v1, sv);
-                acc0 = _mm256_fmadd_ps(v0, v0, acc0);
-                acc1 = _mm256_fmadd_ps(v1, v1, acc1);
-            } else {
-                acc0 = _mm256_add_ps(acc0, v0);
-                acc1 = _mm256_add_ps(acc1, v1);
-            }
-        }
-        float tail = 0.f;
-        for (; i < len; ++i) tail += SQ ? (p[i] - shift) * (p[i] - shift) : p[i];
-        total += hsum(acc0, acc1) + double(tail);
-    }
-    return total;
+    return blocked_row_sum_avx2(x, n, next, MomentTerm<SQ>{_mm256_set1_ps(shift), shift});
 }
 
 //! y = (x - shift) * rstd [* w] [+ b]. STREAM: y is written with non-temporal stores past its

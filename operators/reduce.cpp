@@ -318,23 +318,31 @@ std::vector<size_t> Reduce::normalized_axes(size_t ndim) const {
     return axes;
 }
 
+namespace {
+
+//! `in` without the sorted `axes`, or with them as 1 when `keepdims`.
+TensorShape reduced_shape(const TensorShape& in, const std::vector<size_t>& axes, bool keepdims) {
+    std::vector<size_t> dims;
+    for (size_t i = 0; i < in.ndim(); ++i)
+        if (!std::binary_search(axes.begin(), axes.end(), i))
+            dims.push_back(in[i]);
+        else if (keepdims)
+            dims.push_back(1);
+    return TensorShape(dims);
+}
+
+} // namespace
+
 bool Reduce::infer_output_shapes(const InferCtx& ctx, TensorShape* out) const {
     if (!ctx.shape(0)) return false;
     const auto& in = *ctx.shape(0);
     auto axes = normalized_axes(in.ndim());
-    std::vector<size_t> dims;
-    for (size_t i = 0; i < in.ndim(); ++i) {
-        bool reduced = std::binary_search(axes.begin(), axes.end(), i);
-        if (reduced && in[i] == 0 &&
-            (m_param.mode == ReduceMode::MAX || m_param.mode == ReduceMode::MIN))
-            BRAID_THROW(ShapeError, "{}: cannot take {} over the empty axis {} of {}", describe(),
-                        reduce_mode_name(m_param.mode), i, in.to_string());
-        if (!reduced)
-            dims.push_back(in[i]);
-        else if (m_param.keepdims)
-            dims.push_back(1);
-    }
-    out[0] = TensorShape(dims);
+    if (m_param.mode == ReduceMode::MAX || m_param.mode == ReduceMode::MIN)
+        for (size_t axis : axes)
+            if (in[axis] == 0)
+                BRAID_THROW(ShapeError, "{}: cannot take {} over the empty axis {} of {}",
+                            describe(), reduce_mode_name(m_param.mode), axis, in.to_string());
+    out[0] = reduced_shape(in, axes, m_param.keepdims);
     return true;
 }
 
@@ -435,13 +443,7 @@ bool ArgReduce::infer_output_shapes(const InferCtx& ctx, TensorShape* out) const
     if (in[axis] == 0)
         BRAID_THROW(ShapeError, "{}: axis {} of {} is empty; it has no extreme element", describe(),
                     m_param.axis, in.to_string());
-    std::vector<size_t> dims;
-    for (size_t i = 0; i < in.ndim(); ++i)
-        if (i != axis)
-            dims.push_back(in[i]);
-        else if (m_param.keepdims)
-            dims.push_back(1);
-    out[0] = TensorShape(dims);
+    out[0] = reduced_shape(in, {axis}, m_param.keepdims);
     return true;
 }
 
