@@ -370,21 +370,44 @@ template <typename T, typename Op> constexpr ElemKernel transcendental_kernel() 
         return unary_kernel<T, Op>;
 }
 
-//! Every float mode computed in T: float32, or float64 (no float32 staging, no float32
-//! approximations).
-template <typename T> ElemKernel real_kernel(ElemMode m) {
+//! The modes every number type has: integers and floats alike.
+template <typename T> ElemKernel numeric_kernel(ElemMode m) {
     switch (m) {
         BRAID_CASE(NEG, unary_kernel<T, NegOp>);
         BRAID_CASE(ABS, unary_kernel<T, AbsOp>);
         BRAID_CASE(SIGN, unary_kernel<T, SignOp>);
         BRAID_CASE(RELU, unary_kernel<T, ReluOp>);
+        BRAID_CASE(SQUARE, unary_kernel<T, SquareOp>);
+        BRAID_CASE(ADD, binary_kernel<T, AddOp>);
+        BRAID_CASE(SUB, binary_kernel<T, SubOp>);
+        BRAID_CASE(MUL, binary_kernel<T, MulOp>);
+        BRAID_CASE(FLOOR_DIV, binary_kernel<T, FloorDivOp>);
+        BRAID_CASE(MOD, binary_kernel<T, ModOp>);
+        BRAID_CASE(POW, binary_kernel<T, PowOp>);
+        BRAID_CASE(MAX, binary_kernel<T, MaxOp>);
+        BRAID_CASE(MIN, binary_kernel<T, MinOp>);
+        BRAID_CASE(LT, binary_kernel<T, LtOp>);
+        BRAID_CASE(LEQ, binary_kernel<T, LeqOp>);
+        BRAID_CASE(EQ, binary_kernel<T, EqOp>);
+        BRAID_CASE(NEQ, binary_kernel<T, NeqOp>);
+        BRAID_CASE(CLIP, ternary_kernel<T, ClipOp>);
+        BRAID_CASE(COND_LEQ_MOV, ternary_kernel<T, CondLeqMovOp>);
+        BRAID_CASE(FMA3, ternary_kernel<T, Fma3Op>);
+    default:
+        return nullptr;
+    }
+}
+
+//! Every float mode computed in T: float32, or float64 (no float32 staging, no float32
+//! approximations): the numeric modes and those only floats have.
+template <typename T> ElemKernel real_kernel(ElemMode m) {
+    switch (m) {
         BRAID_CASE(EXP, transcendental_kernel<T, ExpOp>());
         BRAID_CASE(EXPM1, unary_kernel<T, Expm1Op>);
         BRAID_CASE(LOG, transcendental_kernel<T, LogOp>());
         BRAID_CASE(LOG1P, unary_kernel<T, Log1pOp>);
         BRAID_CASE(SQRT, unary_kernel<T, SqrtOp>);
         BRAID_CASE(RSQRT, unary_kernel<T, RsqrtOp>);
-        BRAID_CASE(SQUARE, unary_kernel<T, SquareOp>);
         BRAID_CASE(SIN, unary_kernel<T, SinOp>);
         BRAID_CASE(COS, unary_kernel<T, CosOp>);
         BRAID_CASE(TANH, transcendental_kernel<T, TanhOp>());
@@ -396,24 +419,9 @@ template <typename T> ElemKernel real_kernel(ElemMode m) {
         BRAID_CASE(FLOOR, unary_kernel<T, FloorOp>);
         BRAID_CASE(CEIL, unary_kernel<T, CeilOp>);
         BRAID_CASE(ROUND, unary_kernel<T, RoundOp>);
-        BRAID_CASE(ADD, binary_kernel<T, AddOp>);
-        BRAID_CASE(SUB, binary_kernel<T, SubOp>);
-        BRAID_CASE(MUL, binary_kernel<T, MulOp>);
         BRAID_CASE(TRUE_DIV, binary_kernel<T, DivOp>);
-        BRAID_CASE(FLOOR_DIV, binary_kernel<T, FloorDivOp>);
-        BRAID_CASE(MOD, binary_kernel<T, ModOp>);
-        BRAID_CASE(POW, binary_kernel<T, PowOp>);
-        BRAID_CASE(MAX, binary_kernel<T, MaxOp>);
-        BRAID_CASE(MIN, binary_kernel<T, MinOp>);
-        BRAID_CASE(LT, binary_kernel<T, LtOp>);
-        BRAID_CASE(LEQ, binary_kernel<T, LeqOp>);
-        BRAID_CASE(EQ, binary_kernel<T, EqOp>);
-        BRAID_CASE(NEQ, binary_kernel<T, NeqOp>);
-        BRAID_CASE(CLIP, ternary_kernel<T, ClipOp>);
-        BRAID_CASE(COND_LEQ_MOV, ternary_kernel<T, CondLeqMovOp>);
-        BRAID_CASE(FMA3, ternary_kernel<T, Fma3Op>);
     default:
-        return nullptr;
+        return numeric_kernel<T>(m);
     }
 }
 
@@ -422,33 +430,6 @@ ElemKernel float_kernel(ElemMode m) {
     if (ElemKernel k = avx2_float_kernel(m)) return k;
 #endif
     return real_kernel<float>(m);
-}
-
-template <typename T> ElemKernel int_kernel(ElemMode m) {
-    switch (m) {
-        BRAID_CASE(NEG, unary_kernel<T, NegOp>);
-        BRAID_CASE(ABS, unary_kernel<T, AbsOp>);
-        BRAID_CASE(SIGN, unary_kernel<T, SignOp>);
-        BRAID_CASE(RELU, unary_kernel<T, ReluOp>);
-        BRAID_CASE(SQUARE, unary_kernel<T, SquareOp>);
-        BRAID_CASE(ADD, binary_kernel<T, AddOp>);
-        BRAID_CASE(SUB, binary_kernel<T, SubOp>);
-        BRAID_CASE(MUL, binary_kernel<T, MulOp>);
-        BRAID_CASE(FLOOR_DIV, binary_kernel<T, FloorDivOp>);
-        BRAID_CASE(MOD, binary_kernel<T, ModOp>);
-        BRAID_CASE(POW, binary_kernel<T, PowOp>);
-        BRAID_CASE(MAX, binary_kernel<T, MaxOp>);
-        BRAID_CASE(MIN, binary_kernel<T, MinOp>);
-        BRAID_CASE(LT, binary_kernel<T, LtOp>);
-        BRAID_CASE(LEQ, binary_kernel<T, LeqOp>);
-        BRAID_CASE(EQ, binary_kernel<T, EqOp>);
-        BRAID_CASE(NEQ, binary_kernel<T, NeqOp>);
-        BRAID_CASE(CLIP, ternary_kernel<T, ClipOp>);
-        BRAID_CASE(COND_LEQ_MOV, ternary_kernel<T, CondLeqMovOp>);
-        BRAID_CASE(FMA3, ternary_kernel<T, Fma3Op>);
-    default:
-        return nullptr;
-    }
 }
 
 ElemKernel bool_kernel(ElemMode m) {
@@ -488,9 +469,9 @@ ElemKernel find_elem_kernel(ElemMode mode, DTypeEnum compute) {
     case DTypeEnum::FLOAT64:
         return real_kernel<double>(mode);
     case DTypeEnum::INT32:
-        return int_kernel<int32_t>(mode);
+        return numeric_kernel<int32_t>(mode);
     case DTypeEnum::INT64:
-        return int_kernel<int64_t>(mode);
+        return numeric_kernel<int64_t>(mode);
     case DTypeEnum::BOOL:
         return bool_kernel(mode);
     default:

@@ -402,34 +402,17 @@ template <typename T> void launch_where(const ElemwiseLaunch& L, cudaStream_t st
     case M::MODE:                                                                                  \
         return launch_op<Tr, OUT, OP, ARITY>(L, s), true
 
-template <typename Tr> bool launch_float(const ElemwiseLaunch& L, cudaStream_t s) {
+//! The modes every number type has: integers and floats alike.
+template <typename Tr> bool launch_numeric(const ElemwiseLaunch& L, cudaStream_t s) {
     switch (L.mode) {
         BRAID_CASE(NEG, Tr, NegOp, 1);
         BRAID_CASE(ABS, Tr, AbsOp, 1);
         BRAID_CASE(SIGN, Tr, SignOp, 1);
         BRAID_CASE(RELU, Tr, ReluOp, 1);
-        BRAID_CASE(EXP, Tr, ExpOp, 1);
-        BRAID_CASE(EXPM1, Tr, Expm1Op, 1);
-        BRAID_CASE(LOG, Tr, LogOp, 1);
-        BRAID_CASE(LOG1P, Tr, Log1pOp, 1);
-        BRAID_CASE(SQRT, Tr, SqrtOp, 1);
-        BRAID_CASE(RSQRT, Tr, RsqrtOp, 1);
         BRAID_CASE(SQUARE, Tr, SquareOp, 1);
-        BRAID_CASE(SIN, Tr, SinOp, 1);
-        BRAID_CASE(COS, Tr, CosOp, 1);
-        BRAID_CASE(TANH, Tr, TanhOp, 1);
-        BRAID_CASE(SIGMOID, Tr, SigmoidOp, 1);
-        BRAID_CASE(GELU, Tr, GeluOp, 1);
-        BRAID_CASE(GELU_TANH, Tr, GeluTanhOp, 1);
-        BRAID_CASE(SILU, Tr, SiluOp, 1);
-        BRAID_CASE(ERF, Tr, ErfOp, 1);
-        BRAID_CASE(FLOOR, Tr, FloorOp, 1);
-        BRAID_CASE(CEIL, Tr, CeilOp, 1);
-        BRAID_CASE(ROUND, Tr, RoundOp, 1);
         BRAID_CASE(ADD, Tr, AddOp, 2);
         BRAID_CASE(SUB, Tr, SubOp, 2);
         BRAID_CASE(MUL, Tr, MulOp, 2);
-        BRAID_CASE(TRUE_DIV, Tr, TrueDivOp, 2);
         BRAID_CASE(FLOOR_DIV, Tr, FloorDivOp, 2);
         BRAID_CASE(MOD, Tr, ModOp, 2);
         BRAID_CASE(POW, Tr, PowOp, 2);
@@ -447,30 +430,29 @@ template <typename Tr> bool launch_float(const ElemwiseLaunch& L, cudaStream_t s
     }
 }
 
-template <typename Tr> bool launch_int(const ElemwiseLaunch& L, cudaStream_t s) {
+//! The float modes: the numeric ones and those only floats have.
+template <typename Tr> bool launch_float(const ElemwiseLaunch& L, cudaStream_t s) {
     switch (L.mode) {
-        BRAID_CASE(NEG, Tr, NegOp, 1);
-        BRAID_CASE(ABS, Tr, AbsOp, 1);
-        BRAID_CASE(SIGN, Tr, SignOp, 1);
-        BRAID_CASE(RELU, Tr, ReluOp, 1);
-        BRAID_CASE(SQUARE, Tr, SquareOp, 1);
-        BRAID_CASE(ADD, Tr, AddOp, 2);
-        BRAID_CASE(SUB, Tr, SubOp, 2);
-        BRAID_CASE(MUL, Tr, MulOp, 2);
-        BRAID_CASE(FLOOR_DIV, Tr, FloorDivOp, 2);
-        BRAID_CASE(MOD, Tr, ModOp, 2);
-        BRAID_CASE(POW, Tr, PowOp, 2);
-        BRAID_CASE(MAX, Tr, MaxOp, 2);
-        BRAID_CASE(MIN, Tr, MinOp, 2);
-        BRAID_CASE(LT, BoolOut, LtOp, 2);
-        BRAID_CASE(LEQ, BoolOut, LeqOp, 2);
-        BRAID_CASE(EQ, BoolOut, EqOp, 2);
-        BRAID_CASE(NEQ, BoolOut, NeqOp, 2);
-        BRAID_CASE(CLIP, Tr, ClipOp, 3);
-        BRAID_CASE(COND_LEQ_MOV, Tr, CondLeqMovOp, 3);
-        BRAID_CASE(FMA3, Tr, Fma3Op, 3);
+        BRAID_CASE(EXP, Tr, ExpOp, 1);
+        BRAID_CASE(EXPM1, Tr, Expm1Op, 1);
+        BRAID_CASE(LOG, Tr, LogOp, 1);
+        BRAID_CASE(LOG1P, Tr, Log1pOp, 1);
+        BRAID_CASE(SQRT, Tr, SqrtOp, 1);
+        BRAID_CASE(RSQRT, Tr, RsqrtOp, 1);
+        BRAID_CASE(SIN, Tr, SinOp, 1);
+        BRAID_CASE(COS, Tr, CosOp, 1);
+        BRAID_CASE(TANH, Tr, TanhOp, 1);
+        BRAID_CASE(SIGMOID, Tr, SigmoidOp, 1);
+        BRAID_CASE(GELU, Tr, GeluOp, 1);
+        BRAID_CASE(GELU_TANH, Tr, GeluTanhOp, 1);
+        BRAID_CASE(SILU, Tr, SiluOp, 1);
+        BRAID_CASE(ERF, Tr, ErfOp, 1);
+        BRAID_CASE(FLOOR, Tr, FloorOp, 1);
+        BRAID_CASE(CEIL, Tr, CeilOp, 1);
+        BRAID_CASE(ROUND, Tr, RoundOp, 1);
+        BRAID_CASE(TRUE_DIV, Tr, TrueDivOp, 2);
     default:
-        return false;
+        return launch_numeric<Tr>(L, s);
     }
 }
 
@@ -518,9 +500,9 @@ bool launch_elemwise(const ElemwiseLaunch& L, cudaStream_t stream) {
     case DtypeCode::BF16:
         return launch_float<BF16>(L, stream);
     case DtypeCode::I32:
-        return launch_int<I32>(L, stream);
+        return launch_numeric<I32>(L, stream);
     case DtypeCode::I64:
-        return launch_int<I64>(L, stream);
+        return launch_numeric<I64>(L, stream);
     case DtypeCode::BOOL:
         return launch_bool(L, stream);
     default:
