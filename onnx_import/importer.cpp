@@ -545,16 +545,31 @@ LoadedModel import_model(onnx::ModelProto& model, const ImportOptions& options,
     bool external = false;
     for (auto& t : model.graph().initializer())
         external = external || t.data_location() == onnx::TensorProto::EXTERNAL;
+    // A model of a newer IR version than the checker's (IR 9 and 10 add data types and
+    // function overloads, nothing that changes what a graph of known types means) is checked
+    // as if it were of the checker's version; a type or construct the checker does not know is
+    // still refused by it or by the import.
+    const int64_t ir_version = model.ir_version();
+    const bool newer_ir = ir_version > int64_t(onnx::Version::IR_VERSION);
+    if (newer_ir) model.set_ir_version(int64_t(onnx::Version::IR_VERSION));
     try {
         // The checker looks for external data relative to the model only when it reads the
-        // file itself (the proto is small then: the weights are outside it).
-        if (external && !file.empty())
-            onnx::checker::check_model(file);
-        else
+        // file itself (the proto is small then: the weights are outside it). Reading the file
+        // again would bring back the newer IR version, so such a model's external data is
+        // checked by the import alone (which reads it).
+        if (external && !file.empty()) {
+            if (!newer_ir) onnx::checker::check_model(file);
+        } else {
             onnx::checker::check_model(model);
+        }
     } catch (const std::exception& e) {
-        BRAID_THROW(SerializationError, "{}: not a valid ONNX model: {}", source, e.what());
+        BRAID_THROW(SerializationError, "{}: not a valid ONNX model{}: {}", source,
+                    newer_ir ? fmt::format(" (IR version {}, checked as {})", ir_version,
+                                           int64_t(onnx::Version::IR_VERSION))
+                             : "",
+                    e.what());
     }
+    if (newer_ir) model.set_ir_version(ir_version);
     // An operator set of another domain is only a declaration: a model may import one that
     // no node uses (exporters add ai.onnx.ml by default). A node of an unsupported domain is
     // refused below, naming it.

@@ -31,8 +31,9 @@ void add_einsum_converter(ConverterTable& table);
 //! Adds the recurrent layers RNN, GRU and LSTM (ops_rnn.cpp).
 void add_rnn_converters(ConverterTable& table);
 //! The Conv node `c`'s convolution (its attributes: pads, strides, dilations, group) of x by
-//! w, without bias; 1-D to 3-D.
-SymbolVar conv_with(const NodeCtx& c, SymbolVar x, SymbolVar w);
+//! w, without bias; 1-D to 3-D. `exact`: x and w hold integers whose products must sum
+//! exactly (Conv2dParam::exact).
+SymbolVar conv_with(const NodeCtx& c, SymbolVar x, SymbolVar w, bool exact = false);
 
 //! Refuses to build an index or weight table of more than 2^24 elements at import (a hostile
 //! attribute could ask for billions), naming the node and `what`.

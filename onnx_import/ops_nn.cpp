@@ -119,7 +119,7 @@ SymbolVar pad_explicitly(SymbolVar x, Window& w, double value) {
 
 //! A 3-D convolution as a sum over the kernel's depth of 2-D convolutions, each of the depth
 //! slices that kernel plane meets (stacked into the batch). Pads are explicit.
-SymbolVar conv3d(SymbolVar x, SymbolVar wt, Window w, int groups) {
+SymbolVar conv3d(SymbolVar x, SymbolVar wt, Window w, int groups, bool exact) {
     x = pad_explicitly(x, w, 0);
     auto xs = x.shape();
     long n = long(xs[0]), ch = long(xs[1]), h = long(xs[3]), wd = long(xs[4]);
@@ -128,6 +128,7 @@ SymbolVar conv3d(SymbolVar x, SymbolVar wt, Window w, int groups) {
     p.stride_h = int(w.strides[1]), p.stride_w = int(w.strides[2]);
     p.dilation_h = int(w.dilations[1]), p.dilation_w = int(w.dilations[2]);
     p.groups = groups;
+    if (exact) p.exact = true;
     SymbolVar acc;
     for (int64_t j = 0; j < w.kernel[0]; ++j) {
         long start = long(j * w.dilations[0]);
@@ -145,7 +146,7 @@ SymbolVar conv3d(SymbolVar x, SymbolVar wt, Window w, int groups) {
 
 } // namespace
 
-SymbolVar conv_with(const NodeCtx& c, SymbolVar x, SymbolVar wt) {
+SymbolVar conv_with(const NodeCtx& c, SymbolVar x, SymbolVar wt, bool exact) {
     size_t rank = rank_of(c, x);
     if (rank < 3 || rank > 5)
         c.unsupported(fmt::format("{}-D convolutions (only 1-D to 3-D)", int(rank) - 2));
@@ -155,7 +156,7 @@ SymbolVar conv_with(const NodeCtx& c, SymbolVar x, SymbolVar wt) {
         for (size_t i = 0; i < nsp; ++i) kernel.push_back(int64_t(wt.shape()[i + 2]));
     Window w = window_of(c, kernel, spatial_of(x), false);
     int groups = int(c.attr_int("group", 1));
-    if (nsp == 3) return conv3d(x, wt, w, groups);
+    if (nsp == 3) return conv3d(x, wt, w, groups, exact);
     if (nsp == 1) as_2d(x, w), wt = expand_dims(wt, {2});
     if (!symmetric(w)) x = pad_explicitly(x, w, 0);
     Conv2dParam p;
@@ -163,6 +164,7 @@ SymbolVar conv_with(const NodeCtx& c, SymbolVar x, SymbolVar wt) {
     p.stride_h = int(w.strides[0]), p.stride_w = int(w.strides[1]);
     p.dilation_h = int(w.dilations[0]), p.dilation_w = int(w.dilations[1]);
     p.groups = groups;
+    if (exact) p.exact = true;
     SymbolVar y = Conv2d::make(x, wt, p);
     return nsp == 1 ? squeeze(y, {2}) : y;
 }

@@ -1,16 +1,19 @@
 // ONNX quantization ops → braid: (de)quantization and the integer convolution and matrix
 // products, composed in float32. Integer products are computed in float32, which is exact while
-// every partial sum stays below 2^24; the converters check that bound from the shapes and refuse
-// larger reductions instead of rounding.
+// every partial sum stays below 2^24 (258 products of 8-bit values). A longer reduction is
+// split into chunks short enough to be exact (of K, or of a convolution's input channels),
+// whose results are summed in int32; what cannot be split so is refused instead of rounded.
 #include "op_util.h"
 
 #include "operators/elemwise.h"
 #include "operators/matmul.h"
 #include "operators/reduce.h"
+#include "operators/subtensor.h"
 #include "operators/tensor_manip.h"
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 namespace braid::onnx_import {
@@ -77,12 +80,16 @@ SymbolVarArray dynamic_quantize_linear(const NodeCtx& c) {
     return {y, scale, TypeCvt::make(zp, dtype::Uint8())};
 }
 
-//! Refuses products whose int32 sums float32 might round (K terms of at most 255 * 255).
-void check_exact(const NodeCtx& c, size_t k) {
-    if (double(k) * 255.0 * 255.0 >= double(1 << 24))
+//! The most products of 8-bit values (each at most 255 * 255 in magnitude) whose sum float32
+//! holds exactly: every partial sum stays below 2^24.
+constexpr size_t EXACT_TERMS = ((size_t(1) << 24) - 1) / (255 * 255); // 258
+
+//! Refuses products whose int32 sums float32 might round.
+void check_exact(const NodeCtx& c, size_t k, const char* why = "") {
+    if (k > EXACT_TERMS)
         c.unsupported(fmt::format("an integer reduction over {} terms (braid computes integer "
-                                  "products in float32, exact up to 258 terms)",
-                                  k));
+                                  "products in float32, exact up to {} terms{})",
+                                  k, EXACT_TERMS, why));
 }
 
 SymbolVar integer_operand(const NodeCtx& c, size_t input, size_t zp_input) {
@@ -96,29 +103,56 @@ SymbolVar integer_operand(const NodeCtx& c, size_t input, size_t zp_input) {
     return v;
 }
 
-SymbolVar float_matmul(const NodeCtx& c, SymbolVar a, SymbolVar b) {
+//! The exact int32 product of float-held integer matrices a and b: one float32 product when its
+//! reductions are short enough to be exact, otherwise one per chunk of K, summed in int32.
+SymbolVar integer_matmul(const NodeCtx& c, SymbolVar a, SymbolVar b) {
     size_t ra = rank_of(c, a), rb = rank_of(c, b);
     if (ra < 2 || rb < 2) c.unsupported("integer MatMul of a 1-D input");
-    check_exact(c, a.shape()[ra - 1]);
-    return ra == 2 && rb == 2 ? matmul(a, b) : batched_matmul(a, b);
+    auto product = [&](SymbolVar x, SymbolVar y) {
+        SymbolVar p = ra == 2 && rb == 2 ? matmul(x, y) : batched_matmul(x, y);
+        return TypeCvt::make(p, dtype::Int32());
+    };
+    size_t k = a.shape()[ra - 1];
+    if (k <= EXACT_TERMS) return product(a, b);
+    SymbolVar acc;
+    for (size_t k0 = 0; k0 < k; k0 += EXACT_TERMS) {
+        long k1 = long(std::min(k, k0 + EXACT_TERMS));
+        SymbolVar y = product(subtensor(a, {AxisIndex::slice(int(ra) - 1, long(k0), k1)}),
+                              subtensor(b, {AxisIndex::slice(int(rb) - 2, long(k0), k1)}));
+        acc = acc.valid() ? acc + y : y;
+    }
+    return acc;
 }
 
 SymbolVarArray matmul_integer(const NodeCtx& c) {
-    SymbolVar y = float_matmul(c, integer_operand(c, 0, 2), integer_operand(c, 1, 3));
-    return one(TypeCvt::make(y, dtype::Int32()));
+    return one(integer_matmul(c, integer_operand(c, 0, 2), integer_operand(c, 1, 3)));
 }
 
-//! The converter of Conv, applied to float inputs (ops_nn.cpp).
-SymbolVar conv_of(const NodeCtx& c, SymbolVar x, SymbolVar w) {
-    size_t k = 1;
-    for (size_t i = 1; i < w.shape().ndim(); ++i) k *= w.shape()[i];
-    check_exact(c, k);
-    return conv_with(c, x, w);
+//! The exact int32 accumulator of an integer convolution of float-held integers x and w, by
+//! Conv's converter (ops_nn.cpp): one float32 convolution when its reductions are short enough
+//! to be exact, otherwise one per chunk of input channels, summed in int32.
+SymbolVar integer_conv(const NodeCtx& c, SymbolVar x, SymbolVar w) {
+    size_t window = 1;
+    for (size_t i = 2; i < w.shape().ndim(); ++i) window *= w.shape()[i];
+    size_t channels = w.shape()[1], k = channels * window;
+    if (k <= EXACT_TERMS) return TypeCvt::make(conv_with(c, x, w, true), dtype::Int32());
+    if (c.attr_int("group", 1) != 1) check_exact(c, k, ", and splits only ungrouped ones");
+    check_exact(c, window, " per input channel");
+    size_t step = EXACT_TERMS / window;
+    SymbolVar acc;
+    for (size_t c0 = 0; c0 < channels; c0 += step) {
+        auto part = [&](SymbolVar v) {
+            return subtensor(v,
+                             {AxisIndex::slice(1, long(c0), long(std::min(channels, c0 + step)))});
+        };
+        SymbolVar y = TypeCvt::make(conv_with(c, part(x), part(w), true), dtype::Int32());
+        acc = acc.valid() ? acc + y : y;
+    }
+    return acc;
 }
 
 SymbolVarArray conv_integer(const NodeCtx& c) {
-    SymbolVar y = conv_of(c, integer_operand(c, 0, 2), integer_operand(c, 1, 3));
-    return one(TypeCvt::make(y, dtype::Int32()));
+    return one(integer_conv(c, integer_operand(c, 0, 2), integer_operand(c, 1, 3)));
 }
 
 //! Requantizes an exact integer accumulator: acc * (a_scale * b_scale / y_scale) + y_zp.
@@ -134,12 +168,12 @@ SymbolVar requantize(const NodeCtx& c, SymbolVar acc, size_t a_scale, size_t b_s
 }
 
 SymbolVarArray qlinear_matmul(const NodeCtx& c) {
-    SymbolVar acc = float_matmul(c, integer_operand(c, 0, 2), integer_operand(c, 3, 5));
+    SymbolVar acc = as_float(integer_matmul(c, integer_operand(c, 0, 2), integer_operand(c, 3, 5)));
     return one(requantize(c, acc, 1, 4, 6, 7, int(acc.shape().ndim()) - 1));
 }
 
 SymbolVarArray qlinear_conv(const NodeCtx& c) {
-    SymbolVar acc = conv_of(c, integer_operand(c, 0, 2), integer_operand(c, 3, 5));
+    SymbolVar acc = as_float(integer_conv(c, integer_operand(c, 0, 2), integer_operand(c, 3, 5)));
     if (c.has_input(8)) {
         std::vector<long> shape(acc.shape().ndim(), 1);
         shape[1] = -1;

@@ -17,6 +17,7 @@
 #include "graph/symbol_var.h"
 
 #include <functional>
+#include <optional>
 
 namespace braid::opr {
 
@@ -27,13 +28,17 @@ struct Conv2dParam {
     int pad_h = 0, pad_w = 0;
     int dilation_h = 1, dilation_w = 1;
     int groups = 1;
+    //! Set (true) when the inputs hold integers whose products must sum exactly (the ONNX
+    //! integer convolutions): no algorithm that rounds otherwise than a sum of products
+    //! (Winograd) is used. Unset (absent from model files) is false.
+    std::optional<bool> exact;
     static constexpr auto fields() {
         using P = Conv2dParam;
         return std::tuple{
             param_field("stride_h", &P::stride_h),     param_field("stride_w", &P::stride_w),
             param_field("pad_h", &P::pad_h),           param_field("pad_w", &P::pad_w),
             param_field("dilation_h", &P::dilation_h), param_field("dilation_w", &P::dilation_w),
-            param_field("groups", &P::groups)};
+            param_field("groups", &P::groups),         param_field("exact", &P::exact)};
     }
 };
 

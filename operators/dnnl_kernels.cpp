@@ -157,6 +157,7 @@ struct PlanKey {
     int64_t c, h, w, o_total, oc, kh, kw, oh, ow;
     int64_t sh, sw, ph, pw, dh, dw, groups;
     int64_t bias, relu;
+    int64_t exact; //!< Conv2dParam::exact: no Winograd
     bool operator==(const PlanKey& k) const { return std::memcmp(this, &k, sizeof k) == 0; }
 };
 
@@ -189,10 +190,13 @@ struct ConvChoice {
  *    convolution as fast but its NHWC -> NCHW reorder costs 4x more (0.8 ms for the 7x7/2 stem's
  *    1x32x112x112 output slice); nChw16c (jit:avx512_core) ran the 3x3 case ~20% slower;
  *  - a source with fewer than 8 channels (an image) stays NCHW (jit:avx2 reads it directly).
+ * Winograd's transforms round otherwise than a sum of products, so an exact convolution
+ * (Conv2dParam::exact: integers, as the ONNX integer convolutions compute) skips it.
  */
 std::vector<ConvChoice> conv_choices(const PlanKey& k) {
     std::vector<ConvChoice> choices;
-    if (k.kh == 3 && k.kw == 3 && k.sh == 1 && k.sw == 1 && k.dh == 1 && k.dw == 1 && k.groups == 1)
+    if (k.kh == 3 && k.kw == 3 && k.sh == 1 && k.sw == 1 && k.dh == 1 && k.dw == 1 &&
+        k.groups == 1 && !k.exact)
         choices.push_back({dnnl::algorithm::convolution_winograd, tag::any, tag::any});
     tag src_blocked = k.c / k.groups < 8 ? tag::any : tag::nChw8c;
     choices.push_back({dnnl::algorithm::convolution_direct, src_blocked, tag::nChw8c});
@@ -373,7 +377,8 @@ PlanKey plan_key(const Conv2dParam& pr, const TensorShape& xs, const TensorShape
                    pr.dilation_w,
                    pr.groups,
                    fusion.shift != nullptr,
-                   fusion.relu};
+                   fusion.relu,
+                   pr.exact.value_or(false)};
 }
 
 } // namespace

@@ -72,13 +72,13 @@ SymbolVarArray build_every_operator(ComputingGraph& graph, bool point_to_point) 
     out(opr::batched_matmul(x3, w), "bmm");                // {2,2,5}
     out(opr::batched_matmul(x3, x3, false, true), "gram"); // {2,2,2}
 
-    // Conv2d with different geometry along h and w, then grouped and dilated; Pooling both
+    // Conv2d with different geometry along h and w, then grouped, dilated and exact; Pooling both
     // modes; BatchNorm.
     auto img = x.reshape(std::vector<long>{1, 1, 4, 6});
     auto cw = opr::SharedParam::make(graph, uniform_param({2, 1, 3, 3}, rng, 0.5f), "conv_w");
     auto conv = opr::Conv2d::make(img, cw, {1, 2, 1, 0, 1, 1, 1}); // {1,2,4,2}
     auto gw = opr::SharedParam::make(graph, uniform_param({2, 1, 2, 1}, rng, 0.5f), "group_w");
-    out(opr::Conv2d::make(conv, gw, {1, 1, 0, 0, 2, 1, 2}), "conv_grouped"); // {1,2,2,2}
+    out(opr::Conv2d::make(conv, gw, {1, 1, 0, 0, 2, 1, 2, true}), "conv_grouped"); // {1,2,2,2}
     out(opr::Pooling::make(conv, {opr::PoolMode::MAX, 2, 2, 1, 1, 1, 0, true}), "max_pool");
     out(opr::Pooling::make(conv, {opr::PoolMode::AVERAGE, 3, 2, 2, 1, 1, 1, false}), "avg_pool");
     auto stat = [&](float a, float b, const char* name) {

@@ -184,6 +184,95 @@ TEST(OnnxImport, ShapeChainsOfStaticShapesAreFoldedAtImport) {
     EXPECT_EQ(model.outputs[0].var.shape(), (TensorShape{2, 12}));
 }
 
+TEST(OnnxImport, AModelOfANewerIrVersionImportsAndRuns) {
+    // Exporters write IR 10 (onnx 1.16 on); the checker linked here knows an older one. A graph
+    // of known types and ops imports; a broken one is still refused, naming both versions.
+    ModelBuilder m;
+    m.model.set_ir_version(10);
+    m.input("x", onnx::TensorProto::FLOAT, {2, 3});
+    m.node("Relu", {"x"}, {"y"});
+    m.output("y", onnx::TensorProto::FLOAT, 2);
+    auto model = onnx_import::import_bytes(m.bytes());
+    auto exec = model.compile();
+    Tensor x = iota({2, 3});
+    for (size_t i = 0; i < 6; ++i) x.ptr<float>()[i] -= 2.f;
+    exec->feed("x", x);
+    exec->run();
+    const Tensor& y = exec->output(0);
+    for (size_t i = 0; i < 6; ++i) EXPECT_EQ(y.ptr<float>()[i], std::max(float(i) - 2.f, 0.f));
+
+    m.node("Relu", {"missing"}, {"z"});
+    m.output("z", onnx::TensorProto::FLOAT, 2);
+    EXPECT_NE(error_of([&] {
+                  onnx_import::import_bytes(m.bytes());
+              }).find("not a valid ONNX model (IR version 10, checked as"),
+              std::string::npos);
+}
+
+TEST(OnnxImport, IntegerProductsTooLongForFloat32AreExactInChunks) {
+    // ConvInteger over 64 channels x 3x3 (576 terms) and MatMulInteger over K = 600: their int32
+    // sums pass 2^24, where float32 would round; braid sums exact chunks in int32.
+    // x and a near 255, w and b near 0 with a zero point of 250: every product has one sign.
+    auto u8 = [](size_t i, size_t mul, size_t add) { return uint8_t((i * mul + add) % 56); };
+    ModelBuilder m;
+    m.input("x", onnx::TensorProto::UINT8, {1, 64, 4, 4});
+    m.input("a", onnx::TensorProto::UINT8, {3, 600});
+    std::string w_raw(2 * 64 * 9, '\0'), b_raw(600 * 4, '\0');
+    for (size_t i = 0; i < w_raw.size(); ++i) w_raw[i] = char(u8(i, 53, 7));
+    for (size_t i = 0; i < b_raw.size(); ++i) b_raw[i] = char(u8(i, 29, 101));
+    m.initializer("w", onnx::TensorProto::UINT8, {2, 64, 3, 3})->set_raw_data(w_raw);
+    m.initializer("b", onnx::TensorProto::UINT8, {600, 4})->set_raw_data(b_raw);
+    m.initializer("xz", onnx::TensorProto::UINT8, {})->set_raw_data(std::string(1, char(3)));
+    m.initializer("wz", onnx::TensorProto::UINT8, {})->set_raw_data(std::string(1, char(250)));
+    auto* conv = m.node("ConvInteger", {"x", "w", "xz", "wz"}, {"y"});
+    auto* pads = conv->add_attribute();
+    pads->set_name("pads");
+    pads->set_type(onnx::AttributeProto::INTS);
+    for (int i = 0; i < 4; ++i) pads->add_ints(1);
+    m.node("MatMulInteger", {"a", "b", "xz", "wz"}, {"p"});
+    m.output("y", onnx::TensorProto::INT32, 4);
+    m.output("p", onnx::TensorProto::INT32, 2);
+    auto model = onnx_import::import_bytes(m.bytes());
+    auto exec = model.compile();
+    Tensor x(TensorShape{1, 64, 4, 4}, dtype::Uint8()), a(TensorShape{3, 600}, dtype::Uint8());
+    for (size_t i = 0; i < 64 * 16; ++i) x.ptr<uint8_t>()[i] = uint8_t(200 + u8(i, 37, 11));
+    for (size_t i = 0; i < 1800; ++i) a.ptr<uint8_t>()[i] = uint8_t(200 + u8(i, 91, 13));
+    exec->feed("x", x);
+    exec->feed("a", a);
+    exec->run();
+    const Tensor& y = exec->output(0);
+    ASSERT_EQ(y.shape(), (TensorShape{1, 2, 4, 4}));
+    int64_t largest = 0;
+    for (int o = 0; o < 2; ++o)
+        for (int r = 0; r < 4; ++r)
+            for (int col = 0; col < 4; ++col) {
+                int64_t want = 0;
+                for (int ch = 0; ch < 64; ++ch)
+                    for (int i = 0; i < 3; ++i)
+                        for (int j = 0; j < 3; ++j) {
+                            int yy = r + i - 1, xx = col + j - 1;
+                            if (yy < 0 || yy >= 4 || xx < 0 || xx >= 4) continue;
+                            int64_t xv = int64_t(x.ptr<uint8_t>()[(ch * 4 + yy) * 4 + xx]) - 3;
+                            int64_t wv = int64_t(u8(((o * 64 + ch) * 3 + i) * 3 + j, 53, 7)) - 250;
+                            want += xv * wv;
+                        }
+                largest = std::max(largest, std::abs(want));
+                ASSERT_EQ(y.ptr<int32_t>()[(o * 4 + r) * 4 + col], want)
+                    << o << " " << r << " " << col;
+            }
+    EXPECT_GT(largest, int64_t(1) << 24); // float32 could not have held these sums
+    const Tensor& p = exec->output(1);
+    ASSERT_EQ(p.shape(), (TensorShape{3, 4}));
+    for (int r = 0; r < 3; ++r)
+        for (int col = 0; col < 4; ++col) {
+            int64_t want = 0;
+            for (int k = 0; k < 600; ++k)
+                want += (int64_t(a.ptr<uint8_t>()[r * 600 + k]) - 3) *
+                        (int64_t(u8(size_t(k * 4 + col), 29, 101)) - 250);
+            ASSERT_EQ(p.ptr<int32_t>()[r * 4 + col], want) << r << " " << col;
+        }
+}
+
 TEST(OnnxImport, AlignedExternalDataIsUsedInPlaceAndTheRestCopied) {
     TempDir dir;
     const size_t n = 2048; // 8 KiB of float32
