@@ -77,9 +77,10 @@ fuzz: fuzz-build
 
 # The ctest suite built with AddressSanitizer + UndefinedBehaviorSanitizer, in its own directory.
 # It leaves out what `make test` already covers and a sanitizer adds nothing to: the format
-# check (lint) and the operator suite's reruns at capped instruction sets (isa; the same code
-# under ASan as the uncapped run, except for the kernels' inner loops).
-ASAN_EXCLUDE ?= slow|fuzz|lint|isa
+# check (lint), the operator suite's reruns at capped instruction sets (isa; the same code
+# under ASan as the uncapped run, except for the kernels' inner loops), and the real-model
+# suite (models: the ONNX import and kernels it runs are under ASan in the conformance run).
+ASAN_EXCLUDE ?= slow|fuzz|lint|isa|models
 check-asan: bootstrap
 	@cmake -S . -B $(ASAN_DIR) $(SANITIZER_FLAGS) -DBRAID_SANITIZE=address $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(ASAN_DIR) -j$(JOBS)
