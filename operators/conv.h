@@ -31,7 +31,7 @@ struct Conv2dParam {
     //! Set (true) when the inputs hold integers whose products must sum exactly (the ONNX
     //! integer convolutions): no algorithm that rounds otherwise than a sum of products
     //! (Winograd) is used. Unset (absent from model files) is false.
-    std::optional<bool> exact;
+    std::optional<bool> exact = std::nullopt;
     static constexpr auto fields() {
         using P = Conv2dParam;
         return std::tuple{
