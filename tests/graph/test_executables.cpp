@@ -202,7 +202,8 @@ TEST(RunControl, ACollectiveWaitingForAbsentPeersEndsAtTheRunsDeadline) {
     // comm timeout (300 s by default).
     auto g = ComputingGraph::make();
     auto x = opr::Input::make(*g, "x", dtype::Float32(), {4});
-    opr::Group group{"deadline", 2, 0, std::make_shared<comm::InProcessGroupClient>(), "local"};
+    opr::Group group{"deadline", 2, 0, std::make_shared<comm::InProcessGroupClient>(),
+                     "local",    0, {}};
     auto y = opr::all_reduce_sum(x, group);
     auto exec = g->compile({y});
     Tensor xt(TensorShape{4}, dtype::Float32());
