@@ -103,25 +103,31 @@ SymbolVar integer_operand(const NodeCtx& c, size_t input, size_t zp_input) {
     return v;
 }
 
+//! The int32 sum of part(begin, end), a float32 result, over [0, n) in chunks of `step`.
+template <typename Part> SymbolVar int32_sum_of_chunks(size_t n, size_t step, Part&& part) {
+    SymbolVar acc;
+    for (size_t begin = 0; begin < n; begin += step) {
+        SymbolVar y =
+            TypeCvt::make(part(long(begin), long(std::min(n, begin + step))), dtype::Int32());
+        acc = acc.valid() ? acc + y : y;
+    }
+    return acc;
+}
+
 //! The exact int32 product of float-held integer matrices a and b: one float32 product when its
 //! reductions are short enough to be exact, otherwise one per chunk of K, summed in int32.
 SymbolVar integer_matmul(const NodeCtx& c, SymbolVar a, SymbolVar b) {
     size_t ra = rank_of(c, a), rb = rank_of(c, b);
     if (ra < 2 || rb < 2) c.unsupported("integer MatMul of a 1-D input");
     auto product = [&](SymbolVar x, SymbolVar y) {
-        SymbolVar p = ra == 2 && rb == 2 ? matmul(x, y) : batched_matmul(x, y);
-        return TypeCvt::make(p, dtype::Int32());
+        return ra == 2 && rb == 2 ? matmul(x, y) : batched_matmul(x, y);
     };
     size_t k = a.shape()[ra - 1];
-    if (k <= EXACT_TERMS) return product(a, b);
-    SymbolVar acc;
-    for (size_t k0 = 0; k0 < k; k0 += EXACT_TERMS) {
-        long k1 = long(std::min(k, k0 + EXACT_TERMS));
-        SymbolVar y = product(subtensor(a, {AxisIndex::slice(int(ra) - 1, long(k0), k1)}),
-                              subtensor(b, {AxisIndex::slice(int(rb) - 2, long(k0), k1)}));
-        acc = acc.valid() ? acc + y : y;
-    }
-    return acc;
+    if (k <= EXACT_TERMS) return TypeCvt::make(product(a, b), dtype::Int32());
+    return int32_sum_of_chunks(k, EXACT_TERMS, [&](long k0, long k1) {
+        return product(subtensor(a, {AxisIndex::slice(int(ra) - 1, k0, k1)}),
+                       subtensor(b, {AxisIndex::slice(int(rb) - 2, k0, k1)}));
+    });
 }
 
 SymbolVarArray matmul_integer(const NodeCtx& c) {
@@ -138,17 +144,10 @@ SymbolVar integer_conv(const NodeCtx& c, SymbolVar x, SymbolVar w) {
     if (k <= EXACT_TERMS) return TypeCvt::make(conv_with(c, x, w, true), dtype::Int32());
     if (c.attr_int("group", 1) != 1) check_exact(c, k, ", and splits only ungrouped ones");
     check_exact(c, window, " per input channel");
-    size_t step = EXACT_TERMS / window;
-    SymbolVar acc;
-    for (size_t c0 = 0; c0 < channels; c0 += step) {
-        auto part = [&](SymbolVar v) {
-            return subtensor(v,
-                             {AxisIndex::slice(1, long(c0), long(std::min(channels, c0 + step)))});
-        };
-        SymbolVar y = TypeCvt::make(conv_with(c, part(x), part(w), true), dtype::Int32());
-        acc = acc.valid() ? acc + y : y;
-    }
-    return acc;
+    return int32_sum_of_chunks(channels, EXACT_TERMS / window, [&](long c0, long c1) {
+        auto part = [&](SymbolVar v) { return subtensor(v, {AxisIndex::slice(1, c0, c1)}); };
+        return conv_with(c, part(x), part(w), true);
+    });
 }
 
 SymbolVarArray conv_integer(const NodeCtx& c) {
