@@ -15,6 +15,7 @@
 #include "operators/attention.h"
 #include "operators/batch_norm.h"
 #include "operators/concat_split.h"
+#include "operators/control_flow.h"
 #include "operators/conv.h"
 #include "operators/conv_backward.h"
 #include "operators/copy.h"

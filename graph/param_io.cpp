@@ -30,6 +30,15 @@ DType ParamReader::read_dtype(std::string_view name) const {
     }
 }
 
+void ParamWriter::write_graph(std::string_view name, const SymbolVarArray&) {
+    BRAID_THROW(SerializationError, "param \"{}\": this params writer cannot store a graph", name);
+}
+
+StoredGraph ParamReader::read_graph(std::string_view name) const {
+    BRAID_THROW(SerializationError, "{}: param \"{}\": this params reader cannot load a graph",
+                context(), name);
+}
+
 void ParamReader::throw_bad_value(std::string_view name, std::string_view value) const {
     BRAID_THROW(SerializationError, "{}: param \"{}\" has an invalid value \"{}\"", context(), name,
                 value);

@@ -62,6 +62,9 @@ public:
     virtual void write_floats(std::string_view name, const std::vector<double>& values) = 0;
     //! Stores a host tensor's values in the model (once per distinct content) and refers to it.
     virtual void write_tensor(std::string_view name, const Tensor& value) = 0;
+    //! Stores the graph computing `outputs` (an operator's subgraph, such as an If's branch) as
+    //! a model of its own inside this one; SerializationError where the writer cannot.
+    virtual void write_graph(std::string_view name, const SymbolVarArray& outputs);
 
     //! An integer list of any integer type.
     template <typename T> void write_int_list(std::string_view name, const std::vector<T>& values) {
@@ -73,6 +76,14 @@ public:
     }
     //! A dtype by name ("float32").
     void write_dtype(std::string_view name, DType dtype) { write_string(name, dtype.name()); }
+};
+
+//! A graph stored in an operator's params (ParamWriter::write_graph), loaded.
+struct StoredGraph {
+    std::shared_ptr<ComputingGraph> graph;
+    //! Its Input vars by name, and its outputs in the order written.
+    std::map<std::string, SymbolVar> inputs;
+    SymbolVarArray outputs;
 };
 
 //! Reads one operator's params while a model is loaded. Every read throws SerializationError
@@ -93,6 +104,9 @@ public:
     virtual Tensor read_tensor(std::string_view name) const = 0;
     //! The same, as a shared tensor: fields that refer to one stored tensor share one object.
     virtual std::shared_ptr<Tensor> read_shared_tensor(std::string_view name) const = 0;
+    //! A graph written by ParamWriter::write_graph(), verified and loaded into a graph of its
+    //! own (operators on the comp nodes recorded); SerializationError where the reader cannot.
+    virtual StoredGraph read_graph(std::string_view name) const;
     //! The operator type's params version the model was written with.
     virtual uint32_t version() const = 0;
     //! The operator being loaded, for messages: `MatMul "fc1"`.

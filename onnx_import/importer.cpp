@@ -374,6 +374,60 @@ std::optional<Tensor> Importer::fold(SymbolVar var, std::vector<std::string>& in
 
 // ---------------------------------------------------------------- import
 namespace {
+Tensor constant_value(const NodeCtx& ctx, const std::string& dir);
+} // namespace
+
+void Importer::convert_nodes(const onnx::GraphProto& g) {
+    for (auto& node : g.node()) {
+        NodeCtx ctx(*this, node, opset);
+        bool training = node.domain() == TRAINING_DOMAIN;
+        if (!node.domain().empty() && node.domain() != "ai.onnx" && !training) {
+            std::string version = "not imported";
+            for (auto& o : model->opset_import())
+                if (o.domain() == node.domain()) version = std::to_string(o.version());
+            ctx.unsupported(fmt::format("operator set domain \"{}\" (version {}) is not supported",
+                                        node.domain(), version));
+        }
+        if (node.op_type() == "Constant") {
+            // A known value: later nodes may read it as an attribute-like input.
+            constants[node.output(0)] = constant_value(ctx, dir);
+            continue;
+        }
+        const Converter* conv =
+            find_converter(training ? node.domain() + "." + node.op_type() : node.op_type());
+        if (!conv) ctx.unsupported("this op is not supported");
+        SymbolVarArray outs;
+        // Every operator the node becomes names it in errors, also at run time.
+        std::string origin =
+            fmt::format("ONNX node \"{}\" ({}, opset {})", node.name(), node.op_type(), opset);
+        ComputingGraph::OriginScope scope(*graph, origin);
+        try {
+            outs = (*conv)(ctx);
+        } catch (const SerializationError&) {
+            throw;
+        } catch (const Error& e) {
+            // Shape and dtype errors of braid's operators: name the ONNX node too (the
+            // operator's description names it already where the error came from one).
+            std::string msg = e.what();
+            if (msg.find(origin) != std::string::npos)
+                BRAID_THROW(SerializationError, "{}: {}", source, msg);
+            BRAID_THROW(SerializationError, "{}: {}", ctx.where(), msg);
+        }
+        for (size_t i = 0; i < outs.size() && i < size_t(node.output_size()); ++i)
+            if (!node.output(int(i)).empty()) values[node.output(int(i))] = outs[i];
+    }
+}
+
+SymbolVar Importer::output_var(const std::string& name, const std::string& what) {
+    auto it = values.find(name);
+    if (it != values.end()) return it->second;
+    if (constants.count(name)) return constant_var(name);
+    if (sequences.count(name))
+        throw UnsupportedOnnxError(what + ": a sequence output (only tensor outputs)");
+    BRAID_THROW(SerializationError, "{}: no node computes it", what);
+}
+
+namespace {
 
 //! Every node input and graph output is defined before it is used (a graph input, an
 //! initializer or an earlier node's output). ONNX's checker lets an undefined graph output
@@ -398,7 +452,7 @@ void check_dataflow(const onnx::GraphProto& g, const std::string& source) {
 }
 
 //! Whether a node carries a graph (If, Loop, Scan): the version converter is not applied to
-//! such models (braid imports none of those ops).
+//! such models (it does not convert the nodes inside a branch).
 bool has_subgraphs(const onnx::GraphProto& g) {
     for (auto& n : g.node())
         for (auto& a : n.attribute())
@@ -649,57 +703,13 @@ LoadedModel import_model(onnx::ModelProto& model, const ImportOptions& options,
         res.inputs.push_back(io);
     }
 
-    for (auto& node : g.node()) {
-        NodeCtx ctx(imp, node, opset);
-        bool training = node.domain() == TRAINING_DOMAIN;
-        if (!node.domain().empty() && node.domain() != "ai.onnx" && !training) {
-            std::string version = "not imported";
-            for (auto& o : model.opset_import())
-                if (o.domain() == node.domain()) version = std::to_string(o.version());
-            ctx.unsupported(fmt::format("operator set domain \"{}\" (version {}) is not supported",
-                                        node.domain(), version));
-        }
-        if (node.op_type() == "Constant") {
-            // A known value: later nodes may read it as an attribute-like input.
-            imp.constants[node.output(0)] = constant_value(ctx, dir);
-            continue;
-        }
-        const Converter* conv =
-            find_converter(training ? node.domain() + "." + node.op_type() : node.op_type());
-        if (!conv) ctx.unsupported("this op is not supported");
-        SymbolVarArray outs;
-        // Every operator the node becomes names it in errors, also at run time.
-        std::string origin =
-            fmt::format("ONNX node \"{}\" ({}, opset {})", node.name(), node.op_type(), opset);
-        ComputingGraph::OriginScope scope(*imp.graph, origin);
-        try {
-            outs = (*conv)(ctx);
-        } catch (const SerializationError&) {
-            throw;
-        } catch (const Error& e) {
-            // Shape and dtype errors of braid's operators: name the ONNX node too (the
-            // operator's description names it already where the error came from one).
-            std::string msg = e.what();
-            if (msg.find(origin) != std::string::npos)
-                BRAID_THROW(SerializationError, "{}: {}", imp.source, msg);
-            BRAID_THROW(SerializationError, "{}: {}", ctx.where(), msg);
-        }
-        for (size_t i = 0; i < outs.size() && i < size_t(node.output_size()); ++i)
-            if (!node.output(int(i)).empty()) imp.values[node.output(int(i))] = outs[i];
-    }
+    imp.opset = opset;
+    imp.model = &model;
+    imp.convert_nodes(g);
 
     for (auto& out : g.output()) {
-        std::string what = fmt::format("{}: output \"{}\"", source, out.name());
-        SymbolVar v;
-        auto it = imp.values.find(out.name());
-        if (it != imp.values.end())
-            v = it->second;
-        else if (imp.constants.count(out.name()))
-            v = imp.constant_var(out.name());
-        else if (imp.sequences.count(out.name()))
-            throw UnsupportedOnnxError(what + ": a sequence output (only tensor outputs)");
-        else
-            BRAID_THROW(SerializationError, "{}: no node computes it", what);
+        SymbolVar v =
+            imp.output_var(out.name(), fmt::format("{}: output \"{}\"", source, out.name()));
         ModelIO io;
         io.name = out.name();
         io.dtype = v.dtype();

@@ -81,6 +81,8 @@ public:
     [[noreturn]] void unsupported(const std::string& what) const;
     //! Throws SerializationError naming the node and `what`.
     [[noreturn]] void invalid(const std::string& what) const;
+    //! The import this node belongs to (control flow imports its branches from it).
+    Importer& importer() const { return m_imp; }
 
 private:
     Importer& m_imp;
@@ -113,6 +115,14 @@ public:
     //! computed now because it depends on constants only (constant folding). Null when it
     //! depends on graph inputs; their names are added to `inputs`.
     std::optional<Tensor> fold(SymbolVar var, std::vector<std::string>& inputs);
+
+    int64_t opset = 0;                       //!< of the default domain
+    const onnx::ModelProto* model = nullptr; //!< for the operator sets it imports
+    //! Converts the nodes of `g` (the model's graph or a branch) into `graph`, in order,
+    //! recording their outputs in `values`, `constants` and `sequences`.
+    void convert_nodes(const onnx::GraphProto& g);
+    //! The var of the value `name` as a graph's output; `what` names it in errors.
+    SymbolVar output_var(const std::string& name, const std::string& what);
 };
 
 } // namespace braid::onnx_import

@@ -26,6 +26,8 @@ void add_training_and_signal_converters(ConverterTable& table);
 void add_index_converters(ConverterTable& table);
 //! Adds the sequence ops, for sequences built inside the model (ops_sequence.cpp).
 void add_sequence_converters(ConverterTable& table);
+//! If (ops_control.cpp).
+void add_control_converters(ConverterTable& table);
 //! Adds Einsum (ops_einsum.cpp).
 void add_einsum_converter(ConverterTable& table);
 //! Adds the recurrent layers RNN, GRU and LSTM (ops_rnn.cpp).

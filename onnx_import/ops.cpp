@@ -682,6 +682,7 @@ const std::map<std::string, Converter>& table() {
         add_rnn_converters(t);
         add_index_converters(t);
         add_sequence_converters(t);
+        add_control_converters(t);
         add_einsum_converter(t);
         add_training_and_signal_converters(t);
         return t;

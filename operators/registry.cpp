@@ -31,6 +31,7 @@ void register_optimizer_operators();
 void register_copy_operators();
 void register_cumsum_operators();
 void register_det_operators();
+void register_control_flow_operators();
 } // namespace braid::opr
 
 namespace braid {
@@ -67,6 +68,7 @@ void register_operator_library() {
         register_copy_operators();
         register_cumsum_operators();
         register_det_operators();
+        register_control_flow_operators();
     });
 }
 

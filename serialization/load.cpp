@@ -38,6 +38,9 @@ const char* kind_name(fbs::ParamKind k) {
     return "unknown kind";
 }
 
+//! How deep stored graphs (ParamReader::read_graph) may nest.
+constexpr int MAX_GRAPH_NESTING = 32;
+
 //! Reads one operator's params from the flatbuffer.
 class FileParamReader final : public ParamReader {
 public:
@@ -78,6 +81,38 @@ public:
     Tensor read_tensor(std::string_view name) const override { return *read_shared_tensor(name); }
     std::shared_ptr<Tensor> read_shared_tensor(std::string_view name) const override {
         return m_tensors.tensor(field(name, fbs::ParamKind::TENSOR)->tensor());
+    }
+    StoredGraph read_graph(std::string_view name) const override {
+        std::shared_ptr<Tensor> t = read_shared_tensor(name);
+        if (t->dtype() != dtype::Uint8() || t->shape().ndim() != 1)
+            BRAID_THROW(SerializationError,
+                        "{}: param \"{}\" is a {} tensor of shape {}; a stored "
+                        "graph is a 1-D uint8 tensor",
+                        m_context, name, t->dtype().name(), t->shape().to_string());
+        // Graphs nest (an If inside a branch); a file nesting them without end is refused
+        // before the recursion could exhaust the stack.
+        thread_local int depth = 0;
+        if (depth >= MAX_GRAPH_NESTING)
+            BRAID_THROW(SerializationError, "{}: param \"{}\": graphs nested more than {} deep",
+                        m_context, name, MAX_GRAPH_NESTING);
+        ++depth;
+        struct Leave {
+            ~Leave() { --depth; }
+        } leave;
+        LoadedModel m;
+        try {
+            auto image = ModelImage::from_buffer(
+                std::span(reinterpret_cast<const uint8_t*>(t->raw_ptr()), t->shape()[0]));
+            m = load(*image);
+        } catch (const Error&) {
+            std::rethrow_exception(with_error_context(
+                std::current_exception(), fmt::format("{}: param \"{}\"", m_context, name), ""));
+        }
+        StoredGraph g;
+        g.graph = m.graph;
+        for (auto& in : m.inputs) g.inputs[in.name] = in.var;
+        for (auto& out : m.outputs) g.outputs.push_back(out.var);
+        return g;
     }
     uint32_t version() const override { return m_opr->version(); }
     const std::string& context() const override { return m_context; }

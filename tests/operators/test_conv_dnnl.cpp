@@ -161,11 +161,13 @@ TEST(Conv2dDnnl, CommonShapesRunJitKernels) {
         EXPECT_NE(s, "") << "oneDNN declined a common convolution";
         EXPECT_EQ(s.rfind("ref", 0), std::string::npos) << s;
         // braid's instruction-set cap (BRAID_MAX_CPU_ISA) reaches oneDNN's kernel choice.
-        if (cpu_isa() < CpuIsa::AVX512 && !std::getenv("ONEDNN_MAX_CPU_ISA"))
+        if (cpu_isa() < CpuIsa::AVX512 && !std::getenv("ONEDNN_MAX_CPU_ISA")) {
             EXPECT_EQ(s.find("avx512"), std::string::npos)
                 << s << " under the cap " << cpu_isa_name(cpu_isa());
-        if (cpu_isa() < CpuIsa::AVX2 && !std::getenv("ONEDNN_MAX_CPU_ISA"))
+        }
+        if (cpu_isa() < CpuIsa::AVX2 && !std::getenv("ONEDNN_MAX_CPU_ISA")) {
             EXPECT_EQ(s.find("avx2"), std::string::npos) << s;
+        }
     }
     opr::kern::set_dnnl_conv_enabled(false);
     EXPECT_EQ(impl(geometry(1, 1), {1, 64, 56, 56}, {64, 64, 3, 3}), "");

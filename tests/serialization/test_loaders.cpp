@@ -17,8 +17,9 @@ using ::testing::HasSubstr;
 
 namespace {
 
-using Value =
-    std::variant<int64_t, double, bool, std::string, std::vector<int64_t>, std::vector<double>>;
+//! A field's value; a stored graph (an If's branch) is held as its output vars.
+using Value = std::variant<int64_t, double, bool, std::string, std::vector<int64_t>,
+                           std::vector<double>, SymbolVarArray>;
 using Fields = std::map<std::string, Value>;
 
 //! Collects an operator's params the way a model file would hold them (no tensors).
@@ -39,6 +40,9 @@ public:
     }
     void write_tensor(std::string_view, const Tensor&) override {
         FAIL() << "no tensor params expected";
+    }
+    void write_graph(std::string_view n, const SymbolVarArray& outputs) override {
+        fields[std::string(n)] = outputs;
     }
 };
 
@@ -64,6 +68,17 @@ public:
     }
     std::shared_ptr<Tensor> read_shared_tensor(std::string_view n) const override {
         BRAID_THROW(SerializationError, "{}: param \"{}\" is missing", m_context, n);
+    }
+    StoredGraph read_graph(std::string_view n) const override {
+        const auto& outputs = get<SymbolVarArray>(n);
+        StoredGraph g;
+        g.outputs = outputs;
+        if (outputs.empty()) return g;
+        g.graph = outputs[0].graph().shared_from_this();
+        for (auto& o : g.graph->operators())
+            if (auto* in = dynamic_cast<InputNode*>(o.get()))
+                g.inputs[in->input_name()] = in->output(0);
+        return g;
     }
     uint32_t version() const override { return 1; }
     const std::string& context() const override { return m_context; }
