@@ -1,12 +1,17 @@
-// Control flow converters: If. A condition known at import (a constant, a folded value, a
-// bound input) keeps only the taken branch, whose nodes join the enclosing graph; otherwise the
-// node becomes braid's If operator with both branches imported as graphs of their own, reading
-// the outer values they use through Input vars (no copy at run time).
+// Control flow converters: If, Loop, Scan. An If whose condition is known at import (a
+// constant, a folded value, a bound input) keeps only the taken branch, whose nodes join the
+// enclosing graph; otherwise it becomes braid's If operator with both branches imported as
+// graphs of their own, reading the outer values they use through Input vars (no copy at run
+// time). Loop becomes braid's Loop with its body imported the same way; Scan becomes a Loop
+// over the scan axis.
 #include "onnx_import/onnx_internal.h"
 
 #include "base/log.h"
 #include "onnx_import/op_util.h"
 #include "operators/control_flow.h"
+#include "operators/io.h"
+#include "operators/subtensor.h"
+#include "operators/tensor_manip.h"
 
 #include <fmt/ranges.h>
 
@@ -80,38 +85,103 @@ SymbolVarArray inline_branch(const NodeCtx& c, const onnx::GraphProto& g, const 
     });
 }
 
-//! A branch imported as a graph of its own; `captured` names the outer values it may read as
-//! Input vars (in the If's input order), `known` the outer values known at import.
-opr::Branch import_branch(const NodeCtx& c, const onnx::GraphProto& g, const char* branch,
-                          const std::vector<std::string>& captured,
-                          const SymbolVarArray& captured_vars,
-                          const std::map<std::string, Tensor>& known) {
+//! `g` imported into a subgraph of its own whose Inputs are `inputs`: `bind` records the values
+//! of `g`'s names (the Inputs, or values computed from them), then `g`'s nodes are converted and
+//! `finish` turns `g`'s outputs into the subgraph's (default: as they are).
+opr::Subgraph import_subgraph(
+    const NodeCtx& c, const onnx::GraphProto& g, const char* label,
+    const std::vector<opr::SubgraphInput>& inputs, const std::map<std::string, Tensor>& known,
+    const std::function<void(Importer&, const SymbolVarArray&)>& bind,
+    const std::function<SymbolVarArray(const SymbolVarArray&, SymbolVarArray)>& finish = {}) {
     Importer& imp = c.importer();
-    return in_branch(c, branch, [&] {
-        return opr::make_branch(
-            *imp.graph, captured_vars,
-            [&](ComputingGraph& bg, const SymbolVarArray& inputs) {
+    return in_branch(c, label, [&] {
+        return opr::make_subgraph(
+            *imp.graph, inputs, [&](ComputingGraph& sg, const SymbolVarArray& vars) {
                 Importer sub;
-                sub.graph = &bg;
+                sub.graph = &sg;
                 sub.source = imp.source;
                 sub.dir = imp.dir;
                 sub.opset = imp.opset;
                 sub.model = imp.model;
                 sub.constants = known;
-                for (size_t i = 0; i < captured.size(); ++i) sub.values[captured[i]] = inputs[i];
                 for (auto& t : g.initializer())
                     sub.constants[t.name()] =
                         tensor_of(t, imp.dir, imp.source + ": initializer", &imp.external);
+                bind(sub, vars);
                 sub.convert_nodes(g);
                 SymbolVarArray outs;
                 for (auto& out : g.output())
                     outs.push_back(
                         sub.output_var(out.name(), fmt::format("{}: {} output \"{}\"", c.where(),
-                                                               branch, out.name())));
-                return outs;
-            },
-            captured);
+                                                               label, out.name())));
+                return finish ? finish(vars, std::move(outs)) : outs;
+            });
     });
+}
+
+//! Inputs standing for the captured outer values.
+void add_captured(std::vector<opr::SubgraphInput>& inputs, const std::vector<std::string>& names,
+                  const SymbolVarArray& vars) {
+    for (size_t i = 0; i < names.size(); ++i)
+        inputs.push_back({names[i], vars[i].dtype(),
+                          vars[i].node()->shape_known() ? vars[i].shape() : TensorShape{0}});
+}
+
+//! A branch imported as a graph of its own; `captured` names the outer values it may read as
+//! Input vars (in the If's input order), `known` the outer values known at import.
+opr::Subgraph import_branch(const NodeCtx& c, const onnx::GraphProto& g, const char* branch,
+                            const std::vector<std::string>& captured,
+                            const SymbolVarArray& captured_vars,
+                            const std::map<std::string, Tensor>& known) {
+    std::vector<opr::SubgraphInput> inputs;
+    add_captured(inputs, captured, captured_vars);
+    return import_subgraph(c, g, branch, inputs, known,
+                           [&](Importer& sub, const SymbolVarArray& vars) {
+                               for (size_t i = 0; i < captured.size(); ++i)
+                                   sub.values[captured[i]] = vars[i];
+                           });
+}
+
+//! The outer values some subgraphs read: those known at import (copied in as constants, so
+//! that the subgraph folds what depends on them), and the others (the operator's captured
+//! inputs), by name and var.
+struct Outer {
+    std::map<std::string, Tensor> known;
+    std::vector<std::string> captured;
+    SymbolVarArray captured_vars;
+};
+
+Outer outer_values(const NodeCtx& c, std::initializer_list<const onnx::GraphProto*> graphs) {
+    Importer& imp = c.importer();
+    std::vector<std::string> names;
+    for (auto* g : graphs)
+        for (auto& n : outer_names(*g))
+            if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
+    Outer res;
+    auto& [known, captured, captured_vars] = res;
+    for (auto& n : names) {
+        if (auto it = imp.constants.find(n); it != imp.constants.end()) {
+            known[n] = it->second;
+            continue;
+        }
+        if (imp.sequences.count(n))
+            c.unsupported(fmt::format("a subgraph reads the sequence \"{}\" of the enclosing "
+                                      "graph (only tensors)",
+                                      n));
+        auto it = imp.values.find(n);
+        if (it == imp.values.end())
+            c.invalid(fmt::format("a subgraph reads \"{}\", which the enclosing graph does not "
+                                  "define before the node",
+                                  n));
+        std::vector<std::string> from_inputs;
+        if (auto v = imp.fold(it->second, from_inputs)) {
+            known[n] = std::move(*v);
+            continue;
+        }
+        captured.push_back(n);
+        captured_vars.push_back(it->second);
+    }
+    return res;
 }
 
 SymbolVarArray if_op(const NodeCtx& c) {
@@ -130,37 +200,9 @@ SymbolVarArray if_op(const NodeCtx& c) {
         return v != 0 ? inline_branch(c, then_g, "then_branch")
                       : inline_branch(c, else_g, "else_branch");
     }
-    // The outer values either branch reads: those known at import are copied in as constants
-    // (so that the branch folds what depends on them), the others are the If's inputs.
     Importer& imp = c.importer();
-    std::vector<std::string> names = outer_names(then_g);
-    for (auto& n : outer_names(else_g))
-        if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
-    std::map<std::string, Tensor> known;
-    std::vector<std::string> captured;
-    SymbolVarArray captured_vars;
-    for (auto& n : names) {
-        if (auto it = imp.constants.find(n); it != imp.constants.end()) {
-            known[n] = it->second;
-            continue;
-        }
-        if (imp.sequences.count(n))
-            c.unsupported(fmt::format("a branch reads the sequence \"{}\" of the enclosing "
-                                      "graph (only tensors)",
-                                      n));
-        auto it = imp.values.find(n);
-        if (it == imp.values.end())
-            c.invalid(fmt::format("a branch reads \"{}\", which the enclosing graph does not "
-                                  "define before the node",
-                                  n));
-        std::vector<std::string> from_inputs;
-        if (auto v = imp.fold(it->second, from_inputs)) {
-            known[n] = std::move(*v);
-            continue;
-        }
-        captured.push_back(n);
-        captured_vars.push_back(it->second);
-    }
+    Outer outer = outer_values(c, {&then_g, &else_g});
+    auto& [known, captured, captured_vars] = outer;
     // A branch that cannot be built at these shapes (a model may take it only at others: an
     // 8 kHz path fed a 16 kHz chunk) fails when it is taken, naming why.
     auto branch = [&](const onnx::GraphProto& g, const char* name) {
@@ -185,16 +227,164 @@ SymbolVarArray if_op(const NodeCtx& c) {
             return opr::failed_branch(std::current_exception(), captured.size());
         }
     };
-    opr::Branch then_b = branch(then_g, "then_branch");
-    opr::Branch else_b = branch(else_g, "else_branch");
+    opr::Subgraph then_b = branch(then_g, "then_branch");
+    opr::Subgraph else_b = branch(else_g, "else_branch");
     return opr::If::make(c.in(0), captured_vars, std::move(then_b), std::move(else_b),
                          OperatorConfig(c.node().name()));
+}
+
+//! Refuses a loop whose carried values change shape across iterations: the body is imported
+//! at the initial shapes, and values folded from them at import would be wrong later.
+void check_carried_shapes(const NodeCtx& c, const opr::Subgraph& body, size_t nr_carried) {
+    for (size_t i = 0; i < nr_carried; ++i) {
+        VarNode* in = body.inputs[2 + i];
+        VarNode* out = body.outputs[1 + i];
+        if (!out->shape_known() || out->shape() != in->shape())
+            c.unsupported(fmt::format(
+                "loop-carried value {} (\"{}\") changes shape in the body ({} -> {}); braid "
+                "imports a body at the shapes it starts with",
+                i, in->name(), in->shape().to_string(),
+                out->shape_known() ? out->shape().to_string() : "dynamic"));
+    }
+}
+
+SymbolVarArray loop_op(const NodeCtx& c) {
+    auto* a = c.attr("body");
+    if (!a || !a->has_g()) c.invalid("attribute \"body\" (a graph) is missing");
+    const onnx::GraphProto& body = a->g();
+    if (c.nr_inputs() < 2) c.invalid("needs inputs M and cond (either may be empty)");
+    size_t n = c.nr_inputs() - 2;
+    if (body.input_size() != int(2 + n) || body.output_size() < int(1 + n))
+        c.invalid(fmt::format("the body has {} inputs and {} outputs; {} loop-carried values "
+                              "need {} inputs and at least {} outputs",
+                              body.input_size(), body.output_size(), n, 2 + n, 1 + n));
+    SymbolVar max_trip = c.has_input(0) ? c.in(0) : SymbolVar();
+    SymbolVar cond = c.has_input(1) ? c.in(1) : SymbolVar();
+    SymbolVarArray carried;
+    std::vector<opr::SubgraphInput> inputs{{body.input(0).name(), dtype::Int64(), TensorShape{}},
+                                           {body.input(1).name(), dtype::Bool(), TensorShape{}}};
+    for (size_t i = 0; i < n; ++i) {
+        carried.push_back(c.in(2 + i));
+        if (!carried.back().node()->shape_known())
+            c.unsupported(fmt::format("loop-carried value {} has a dynamic shape", i));
+        inputs.push_back(
+            {body.input(int(2 + i)).name(), carried.back().dtype(), carried.back().shape()});
+    }
+    Outer outer = outer_values(c, {&body});
+    add_captured(inputs, outer.captured, outer.captured_vars);
+    opr::Subgraph sg = import_subgraph(c, body, "body", inputs, outer.known,
+                                       [&](Importer& sub, const SymbolVarArray& vars) {
+                                           for (size_t i = 0; i < 2 + n; ++i)
+                                               sub.values[body.input(int(i)).name()] = vars[i];
+                                           for (size_t k = 0; k < outer.captured.size(); ++k)
+                                               sub.values[outer.captured[k]] = vars[2 + n + k];
+                                       });
+    check_carried_shapes(c, sg, n);
+    return opr::Loop::make(max_trip, cond, carried, outer.captured_vars, std::move(sg),
+                           OperatorConfig(c.node().name()));
+}
+
+//! Scan (opset 9 on) as a Loop over the scan axis: the body takes slice `i` (or `len - 1 - i`
+//! for a reverse direction) of each scan input, and the stacked scan outputs are reversed and
+//! moved to their axes after it.
+SymbolVarArray scan_op(const NodeCtx& c) {
+    if (c.opset() < 9) c.unsupported("Scan before opset 9 (a batch axis and sequence_lens)");
+    auto* a = c.attr("body");
+    if (!a || !a->has_g()) c.invalid("attribute \"body\" (a graph) is missing");
+    const onnx::GraphProto& body = a->g();
+    int64_t m = c.attr_int("num_scan_inputs", -1);
+    if (m < 1 || size_t(m) > c.nr_inputs())
+        c.invalid(fmt::format("num_scan_inputs {} with {} inputs", m, c.nr_inputs()));
+    size_t n = c.nr_inputs() - size_t(m), nm = size_t(m);
+    if (body.input_size() != int(n + nm) || body.output_size() < int(n))
+        c.invalid(fmt::format("the body has {} inputs and {} outputs; {} states and {} scan "
+                              "inputs need {} inputs",
+                              body.input_size(), body.output_size(), n, nm, n + nm));
+    size_t k_out = size_t(body.output_size()) - n;
+    auto ints_or = [&](const char* name, size_t count) {
+        auto v = c.attr_ints(name);
+        if (v.empty()) v.assign(count, 0);
+        if (v.size() != count)
+            c.invalid(fmt::format("{} has {} entries; expected {}", name, v.size(), count));
+        return v;
+    };
+    auto in_axes = ints_or("scan_input_axes", nm), in_dirs = ints_or("scan_input_directions", nm);
+    auto out_axes = ints_or("scan_output_axes", k_out),
+         out_dirs = ints_or("scan_output_directions", k_out);
+    SymbolVarArray states, scans;
+    std::vector<opr::SubgraphInput> inputs{{"iteration", dtype::Int64(), TensorShape{}},
+                                           {"cond", dtype::Bool(), TensorShape{}}};
+    for (size_t i = 0; i < n; ++i) {
+        states.push_back(c.in(i));
+        if (!states.back().node()->shape_known())
+            c.unsupported(fmt::format("state {} has a dynamic shape", i));
+        inputs.push_back({body.input(int(i)).name(), states.back().dtype(), states.back().shape()});
+    }
+    int64_t len = -1;
+    for (size_t j = 0; j < nm; ++j) {
+        SymbolVar x = c.in(n + j);
+        if (!x.node()->shape_known())
+            c.unsupported(fmt::format("scan input {} has a dynamic shape", j));
+        int64_t rank = int64_t(x.shape().ndim());
+        if (in_axes[j] < -rank || in_axes[j] >= rank)
+            c.invalid(fmt::format("scan_input_axes[{}] = {} for rank {}", j, in_axes[j], rank));
+        if (in_axes[j] < 0) in_axes[j] += rank;
+        int64_t l = int64_t(x.shape()[size_t(in_axes[j])]);
+        if (len >= 0 && l != len)
+            c.invalid(fmt::format(
+                "scan input {} has {} entries along its axis; scan input 0 has {}", j, l, len));
+        len = l;
+        scans.push_back(x);
+        inputs.push_back({fmt::format("scan_input{}", j), x.dtype(), x.shape()});
+    }
+    Outer outer = outer_values(c, {&body});
+    add_captured(inputs, outer.captured, outer.captured_vars);
+    opr::Subgraph sg = import_subgraph(
+        c, body, "body", inputs, outer.known,
+        [&](Importer& sub, const SymbolVarArray& vars) {
+            for (size_t i = 0; i < n; ++i) sub.values[body.input(int(i)).name()] = vars[2 + i];
+            SymbolVar i32 = vars[0].astype(dtype::Int32());
+            for (size_t j = 0; j < nm; ++j) {
+                SymbolVar at = in_dirs[j] ? scalar_like(i32, double(len - 1)) - i32 : i32;
+                sub.values[body.input(int(n + j)).name()] =
+                    take(vars[2 + n + j], int(in_axes[j]), at);
+            }
+            for (size_t k = 0; k < outer.captured.size(); ++k)
+                sub.values[outer.captured[k]] = vars[2 + n + nm + k];
+        },
+        [](const SymbolVarArray& vars, SymbolVarArray outs) {
+            outs.insert(outs.begin(), vars[1]); // the condition passes through: len iterations
+            return outs;
+        });
+    check_carried_shapes(c, sg, n);
+    SymbolVarArray captured = scans;
+    captured.insert(captured.end(), outer.captured_vars.begin(), outer.captured_vars.end());
+    auto trips = opr::ImmutableTensor::make_scalar(c.graph(), double(len), dtype::Int64());
+    SymbolVarArray outs = opr::Loop::make(trips, SymbolVar(), states, captured, std::move(sg),
+                                          OperatorConfig(c.node().name()));
+    for (size_t k = 0; k < k_out; ++k) {
+        SymbolVar& v = outs[n + k];
+        if (out_dirs[k]) v = subtensor(v, {AxisIndex::slice(0, std::nullopt, std::nullopt, -1)});
+        int rank = int(v.shape().ndim());
+        int axis = int(out_axes[k] < 0 ? out_axes[k] + rank : out_axes[k]);
+        if (axis < 0 || axis >= rank)
+            c.invalid(fmt::format("scan_output_axes[{}] = {} for rank {}", k, out_axes[k], rank));
+        if (axis != 0) {
+            std::vector<int> perm;
+            for (int d = 1; d < rank; ++d) perm.push_back(d);
+            perm.insert(perm.begin() + axis, 0);
+            v = transpose(v, perm);
+        }
+    }
+    return outs;
 }
 
 } // namespace
 
 void add_control_converters(ConverterTable& t) {
     t["If"] = if_op;
+    t["Loop"] = loop_op;
+    t["Scan"] = scan_op;
 }
 
 } // namespace braid::onnx_import

@@ -1,5 +1,6 @@
 #include "operators/control_flow.h"
 
+#include "base/run_control.h"
 #include "graph/executable.h"
 #include "graph/input_node.h"
 #include "graph/operator_registry.h"
@@ -10,89 +11,168 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 #include <set>
 #include <vector>
 
 namespace braid::opr {
 
-struct If::Pool {
-    std::mutex mutex;
-    std::vector<std::unique_ptr<Executable>> idle[2];
+namespace detail {
+
+//! Compiled executables of one subgraph not running now; a run takes one (compiling a new one
+//! when none is idle) and gives it back.
+class ExecutablePool {
+public:
+    std::unique_ptr<Executable> take(const Subgraph& sg) {
+        {
+            std::lock_guard lk(m_mutex);
+            if (!m_idle.empty()) {
+                auto e = std::move(m_idle.back());
+                m_idle.pop_back();
+                return e;
+            }
+        }
+        std::vector<OutputSpec> outs(sg.outputs.begin(), sg.outputs.end());
+        return sg.graph->compile(outs);
+    }
+    void give(std::unique_ptr<Executable> e) {
+        std::lock_guard lk(m_mutex);
+        m_idle.push_back(std::move(e));
+    }
+
+private:
+    std::mutex m_mutex;
+    std::vector<std::unique_ptr<Executable>> m_idle;
 };
 
-Branch make_branch(ComputingGraph& like, const SymbolVarArray& captured, const BranchBuilder& build,
-                   const std::vector<std::string>& names) {
-    BRAID_ASSERT(names.empty() || names.size() == captured.size(),
-                 "make_branch: {} names for {} captured vars", names.size(), captured.size());
-    GraphOptions options = like.options();
-    options.default_comp_node = "cpu:default";
-    Branch b;
-    b.graph = ComputingGraph::make(options);
-    SymbolVarArray inputs;
-    std::set<std::string> taken;
-    for (size_t i = 0; i < captured.size(); ++i) {
-        const SymbolVar& v = captured[i];
-        TensorShape shape = v.node()->shape_known() ? v.shape() : TensorShape{0};
-        const std::string& base = names.empty() ? v.name() : names[i];
-        std::string name = base;
-        for (size_t k = 1; !taken.insert(name).second; ++k) name = fmt::format("{}#{}", base, k);
-        inputs.push_back(Input::make(*b.graph, name, v.dtype(), shape));
-        b.inputs.push_back(inputs.back().node());
+} // namespace detail
+
+namespace {
+
+//! The subgraph's output shapes for its inputs' shapes (`shapes[i]` for `sg.inputs[i]`); false
+//! when one is unknown.
+bool infer_subgraph(const Subgraph& sg, const std::vector<const TensorShape*>& shapes,
+                    TensorShape* out) {
+    std::lock_guard lk(sg.graph->inference_mutex());
+    for (size_t i = 0; i < sg.inputs.size(); ++i) {
+        if (!sg.inputs[i]) continue;
+        if (!shapes[i]) return false;
+        static_cast<InputNode*>(sg.inputs[i]->owner())->set_fed_shape(*shapes[i]);
     }
-    for (auto& out : build(*b.graph, inputs)) {
-        if (&out.graph() != b.graph.get())
-            BRAID_THROW(GraphError,
-                        "a branch's output \"{}\" belongs to another graph: a branch reads outer "
-                        "values only through the Input vars it is given",
-                        out.name());
-        b.outputs.push_back(out.node());
+    sg.graph->reinfer_all();
+    for (size_t k = 0; k < sg.outputs.size(); ++k) {
+        if (!sg.outputs[k]->shape_known()) return false;
+        out[k] = sg.outputs[k]->shape();
     }
-    return b;
+    return true;
 }
 
-Branch failed_branch(std::exception_ptr error, size_t nr_captured) {
-    Branch b;
+//! Runs `e` (compiled from `sg`) on `inputs[i]` for `sg.inputs[i]`, under the cancellation and
+//! deadline of the run this thread executes.
+void run_subgraph(Executable& e, const Subgraph& sg, const std::vector<const Tensor*>& inputs) {
+    for (size_t i = 0; i < sg.inputs.size(); ++i)
+        if (sg.inputs[i] && e.takes(SymbolVar(sg.inputs[i])))
+            e.feed(SymbolVar(sg.inputs[i]), *inputs[i]);
+    e.set_run_control(current_run_control());
+    e.run();
+}
+
+//! Whether a one-element condition holds (is nonzero); ShapeError naming `opr` otherwise.
+bool holds(const OperatorNode& opr, const Tensor& cond, const char* what) {
+    if (cond.shape().total_nr_elems() != 1)
+        BRAID_THROW(ShapeError, "{}: {} has shape {}; expected one element", opr.describe(), what,
+                    cond.shape().to_string());
+    double v = 0;
+    Tensor c = cond.contiguous();
+    convert_elements(c.dtype(), c.raw_ptr(), dtype::Float64(), &v, 1);
+    return v != 0;
+}
+
+void check_subgraph(const Subgraph& sg, size_t nr_inputs, const std::string& what) {
+    if (!sg.graph || sg.inputs.size() != nr_inputs)
+        BRAID_THROW(GraphError, "{} stands for {} values; {} given", what, sg.inputs.size(),
+                    nr_inputs);
+    for (auto* in : sg.inputs)
+        if (in && (in->graph() != sg.graph.get() || !dynamic_cast<InputNode*>(in->owner())))
+            BRAID_THROW(GraphError, "{}: var \"{}\" is not an Input of its graph", what,
+                        in->name());
+    for (auto* out : sg.outputs)
+        if (out->graph() != sg.graph.get())
+            BRAID_THROW(GraphError, "{}: output \"{}\" belongs to another graph", what,
+                        out->name());
+}
+
+} // namespace
+
+Subgraph
+make_subgraph(ComputingGraph& like, const std::vector<SubgraphInput>& inputs,
+              const std::function<SymbolVarArray(ComputingGraph&, const SymbolVarArray&)>& build) {
+    GraphOptions options = like.options();
+    options.default_comp_node = "cpu:default";
+    Subgraph sg;
+    sg.graph = ComputingGraph::make(options);
+    SymbolVarArray vars;
+    std::set<std::string> taken;
+    for (auto& in : inputs) {
+        std::string name = in.name;
+        for (size_t k = 1; !taken.insert(name).second; ++k) name = fmt::format("{}#{}", in.name, k);
+        vars.push_back(Input::make(*sg.graph, name, in.dtype, in.shape));
+        sg.inputs.push_back(vars.back().node());
+    }
+    for (auto& out : build(*sg.graph, vars)) {
+        if (&out.graph() != sg.graph.get())
+            BRAID_THROW(GraphError,
+                        "a subgraph's output \"{}\" belongs to another graph: a subgraph reads "
+                        "outer values only through the Input vars it is given",
+                        out.name());
+        sg.outputs.push_back(out.node());
+    }
+    return sg;
+}
+
+//! The Input of a subgraph standing for `v` (a dynamic shape: {0} until inferred).
+static SubgraphInput input_like(const SymbolVar& v, const std::string& name) {
+    return {name, v.dtype(), v.node()->shape_known() ? v.shape() : TensorShape{0}};
+}
+
+Subgraph make_branch(ComputingGraph& like, const SymbolVarArray& captured,
+                     const BranchBuilder& build, const std::vector<std::string>& names) {
+    BRAID_ASSERT(names.empty() || names.size() == captured.size(),
+                 "make_branch: {} names for {} captured vars", names.size(), captured.size());
+    std::vector<SubgraphInput> inputs;
+    for (size_t i = 0; i < captured.size(); ++i)
+        inputs.push_back(input_like(captured[i], names.empty() ? captured[i].name() : names[i]));
+    return make_subgraph(like, inputs, build);
+}
+
+Subgraph failed_branch(std::exception_ptr error, size_t nr_captured) {
+    Subgraph b;
     b.inputs.assign(nr_captured, nullptr);
     b.error = std::move(error);
     return b;
 }
 
-If::If(VarNode* cond, const VarNodeArray& captured, Branch then_branch, Branch else_branch,
+If::If(VarNode* cond, const VarNodeArray& captured, Subgraph then_branch, Subgraph else_branch,
        const OperatorConfig& config)
     : OperatorNode(config), m_branches{std::move(then_branch), std::move(else_branch)},
-      m_pool(std::make_unique<Pool>()) {
+      m_pools{std::make_shared<detail::ExecutablePool>(),
+              std::make_shared<detail::ExecutablePool>()} {
     add_input(cond);
     for (auto* v : captured) add_input(v);
     size_t nout = std::max(m_branches[0].outputs.size(), m_branches[1].outputs.size());
     for (size_t k = 0; k < nout; ++k) add_output(std::to_string(k));
 }
 
-If::~If() = default;
-
-SymbolVarArray If::make(SymbolVar cond, const SymbolVarArray& captured, Branch then_branch,
-                        Branch else_branch, const OperatorConfig& config) {
+SymbolVarArray If::make(SymbolVar cond, const SymbolVarArray& captured, Subgraph then_branch,
+                        Subgraph else_branch, const OperatorConfig& config) {
     const char* names[] = {"then", "else"};
-    Branch* branches[] = {&then_branch, &else_branch};
+    Subgraph* branches[] = {&then_branch, &else_branch};
     if (then_branch.error && else_branch.error) std::rethrow_exception(then_branch.error);
-    for (size_t b = 0; b < 2; ++b) {
-        auto& br = *branches[b];
-        if (br.error) continue;
-        if (!br.graph || br.inputs.size() != captured.size())
-            BRAID_THROW(GraphError,
-                        "If \"{}\": the {} branch stands for {} captured values; {} given",
-                        config.name, names[b], br.inputs.size(), captured.size());
-        for (auto* in : br.inputs)
-            if (in && (in->graph() != br.graph.get() || !dynamic_cast<InputNode*>(in->owner())))
-                BRAID_THROW(GraphError,
-                            "If \"{}\": the {} branch's var \"{}\" is not an Input of its graph",
-                            config.name, names[b], in->name());
-        for (auto* out : br.outputs)
-            if (out->graph() != br.graph.get())
-                BRAID_THROW(GraphError,
-                            "If \"{}\": the {} branch's output \"{}\" belongs to another graph",
-                            config.name, names[b], out->name());
-    }
+    for (size_t b = 0; b < 2; ++b)
+        if (!branches[b]->error)
+            check_subgraph(*branches[b], captured.size(),
+                           fmt::format("If \"{}\": the {} branch", config.name, names[b]));
     if (!then_branch.error && !else_branch.error &&
         then_branch.outputs.size() != else_branch.outputs.size())
         BRAID_THROW(GraphError, "If \"{}\": the then branch has {} outputs, the else branch {}",
@@ -130,40 +210,20 @@ void If::init_output_dtypes() {
     }
 }
 
-//! Whether a one-element condition holds (is nonzero); ShapeError for another element count.
-static bool holds(const OperatorNode& opr, const Tensor& cond) {
-    if (cond.shape().total_nr_elems() != 1)
-        BRAID_THROW(ShapeError, "{}: condition \"{}\" has shape {}; expected one element",
-                    opr.describe(), opr.input(0)->name(), cond.shape().to_string());
-    double v = 0;
-    Tensor c = cond.contiguous();
-    convert_elements(c.dtype(), c.raw_ptr(), dtype::Float64(), &v, 1);
-    return v != 0;
-}
-
 bool If::infer_branch(size_t b, const InferCtx& ctx, TensorShape* out) const {
-    const Branch& br = m_branches[b];
+    const Subgraph& br = m_branches[b];
     if (br.error) raise_branch_error(b);
-    std::lock_guard lk(br.graph->inference_mutex());
-    for (size_t i = 0; i < br.inputs.size(); ++i) {
-        if (!br.inputs[i]) continue;
-        const TensorShape* s = ctx.shape(i + 1);
-        if (!s) return false;
-        static_cast<InputNode*>(br.inputs[i]->owner())->set_fed_shape(*s);
-    }
-    br.graph->reinfer_all();
-    for (size_t k = 0; k < br.outputs.size(); ++k) {
-        if (!br.outputs[k]->shape_known()) return false;
-        out[k] = br.outputs[k]->shape();
-    }
-    return true;
+    std::vector<const TensorShape*> shapes(br.inputs.size());
+    for (size_t i = 0; i < shapes.size(); ++i) shapes[i] = ctx.shape(i + 1);
+    return infer_subgraph(br, shapes, out);
 }
 
 bool If::infer_output_shapes(const InferCtx& ctx, TensorShape* out) const {
-    if (const Tensor* c = ctx.value(0)) return infer_branch(holds(*this, *c) ? 0 : 1, ctx, out);
+    if (const Tensor* c = ctx.value(0))
+        return infer_branch(holds(*this, *c, "the condition") ? 0 : 1, ctx, out);
     if (const TensorShape* s = ctx.shape(0); s && s->total_nr_elems() != 1)
-        BRAID_THROW(ShapeError, "{}: condition \"{}\" has shape {}; expected one element",
-                    describe(), input(0)->name(), s->to_string());
+        BRAID_THROW(ShapeError, "{}: the condition has shape {}; expected one element", describe(),
+                    s->to_string());
     // Either branch may run: static outputs only where both agree. A branch that cannot run
     // with these shapes fails when it is taken, not before.
     for (size_t b = 0; b < 2; ++b)
@@ -190,26 +250,13 @@ void If::raise_branch_error(size_t b) const {
 }
 
 void If::execute(ExecCtx& ctx) {
-    size_t b = holds(*this, ctx.input(0)) ? 0 : 1;
-    const Branch& br = m_branches[b];
+    size_t b = holds(*this, ctx.input(0), "the condition") ? 0 : 1;
+    const Subgraph& br = m_branches[b];
     if (br.error) raise_branch_error(b);
-    std::unique_ptr<Executable> exec;
-    {
-        std::lock_guard lk(m_pool->mutex);
-        auto& idle = m_pool->idle[b];
-        if (!idle.empty()) {
-            exec = std::move(idle.back());
-            idle.pop_back();
-        }
-    }
-    if (!exec) {
-        std::vector<OutputSpec> outs(br.outputs.begin(), br.outputs.end());
-        exec = br.graph->compile(outs);
-    }
-    for (size_t i = 0; i < br.inputs.size(); ++i)
-        if (br.inputs[i] && exec->takes(SymbolVar(br.inputs[i])))
-            exec->feed(SymbolVar(br.inputs[i]), ctx.input(i + 1));
-    exec->run();
+    auto exec = m_pools[b]->take(br);
+    std::vector<const Tensor*> inputs(br.inputs.size());
+    for (size_t i = 0; i < inputs.size(); ++i) inputs[i] = &ctx.input(i + 1);
+    run_subgraph(*exec, br, inputs);
     for (size_t k = 0; k < br.outputs.size(); ++k) {
         const Tensor& r = exec->output(k);
         Tensor& o = ctx.output(k);
@@ -219,8 +266,216 @@ void If::execute(ExecCtx& ctx) {
                         o.shape().to_string());
         comp_node().copy(o, r);
     }
-    std::lock_guard lk(m_pool->mutex);
-    m_pool->idle[b].push_back(std::move(exec));
+    m_pools[b]->give(std::move(exec));
+}
+
+// ---------------------------------------------------------------- Loop
+
+Loop::Loop(VarNode* max_trip, VarNode* cond, const VarNodeArray& carried,
+           const VarNodeArray& captured, Subgraph body, const OperatorConfig& config)
+    : OperatorNode(config), m_has_trip(max_trip != nullptr), m_has_cond(cond != nullptr),
+      m_nr_carried(carried.size()), m_nr_captured(captured.size()), m_body(std::move(body)),
+      m_pool(std::make_shared<detail::ExecutablePool>()) {
+    if (max_trip) add_input(max_trip);
+    if (cond) add_input(cond);
+    for (auto* v : carried) add_input(v);
+    for (auto* v : captured) add_input(v);
+    for (size_t k = 1; k < m_body.outputs.size(); ++k)
+        add_output(k <= m_nr_carried ? fmt::format("carried{}", k - 1)
+                                     : fmt::format("scan{}", k - 1 - m_nr_carried));
+}
+
+SymbolVarArray Loop::make(SymbolVar max_trip, SymbolVar cond, const SymbolVarArray& carried,
+                          const SymbolVarArray& captured, Subgraph body,
+                          const OperatorConfig& config) {
+    std::string what = fmt::format("Loop \"{}\": the body", config.name);
+    check_subgraph(body, 2 + carried.size() + captured.size(), what);
+    if (body.outputs.size() < 1 + carried.size())
+        BRAID_THROW(GraphError, "{} has {} outputs; expected the condition and {} carried values",
+                    what, body.outputs.size(), carried.size());
+    ComputingGraph* g = max_trip.valid()    ? &max_trip.graph()
+                        : cond.valid()      ? &cond.graph()
+                        : !carried.empty()  ? &carried[0].graph()
+                        : !captured.empty() ? &captured[0].graph()
+                                            : nullptr;
+    if (!g)
+        BRAID_THROW(GraphError, "Loop \"{}\": needs a trip count, a condition or an input",
+                    config.name);
+    VarNodeArray c, k;
+    for (auto& v : carried) c.push_back(v.node());
+    for (auto& v : captured) k.push_back(v.node());
+    auto* opr = g->insert_opr(
+        std::make_unique<Loop>(max_trip.node(), cond.node(), c, k, std::move(body), config));
+    return SymbolVarArray(opr->outputs().begin(), opr->outputs().end());
+}
+
+void Loop::init_output_dtypes() {
+    size_t first = 0;
+    if (m_has_trip) {
+        DType t = input(first++)->dtype();
+        if (!t.is_integer())
+            BRAID_THROW(DTypeError, "{}: the trip count \"{}\" has dtype {}; expected an integer",
+                        describe(), input(0)->name(), t.name());
+    }
+    if (m_has_cond) ++first;
+    for (size_t i = 0; i < m_nr_carried; ++i) {
+        DType in = input(first + i)->dtype(), out = m_body.outputs[1 + i]->dtype();
+        if (in != out)
+            BRAID_THROW(DTypeError,
+                        "{}: carried value {} enters the body as {} and leaves it as {}",
+                        describe(), i, in.name(), out.name());
+        output(i)->set_dtype(in);
+    }
+    for (size_t k = m_nr_carried; k < outputs().size(); ++k)
+        output(k)->set_dtype(m_body.outputs[1 + k]->dtype());
+}
+
+std::optional<int64_t> Loop::static_trip_count(const InferCtx& ctx) const {
+    if (!m_has_trip || !ctx.value(0)) return std::nullopt;
+    if (m_has_cond) {
+        const Tensor* c = ctx.value(1);
+        if (!c || !holds(*this, *c, "the condition")) return std::nullopt;
+    }
+    VarNode* body_cond = m_body.outputs[0];
+    bool passes = body_cond == m_body.inputs[1];
+    if (const Tensor* v = body_cond->static_value())
+        passes = holds(*this, *v, "the body's condition");
+    if (!passes) return std::nullopt;
+    Tensor t = ctx.value(0)->contiguous();
+    double n = 0;
+    convert_elements(t.dtype(), t.raw_ptr(), dtype::Float64(), &n, 1);
+    return std::max<int64_t>(0, int64_t(n));
+}
+
+bool Loop::infer_output_shapes(const InferCtx& ctx, TensorShape* out) const {
+    static const TensorShape scalar{};
+    size_t first = size_t(m_has_trip) + size_t(m_has_cond);
+    std::vector<const TensorShape*> shapes{&scalar, &scalar};
+    for (size_t i = 0; i < m_nr_carried + m_nr_captured; ++i)
+        shapes.push_back(ctx.shape(first + i));
+    std::vector<TensorShape> body_out(m_body.outputs.size());
+    if (!infer_subgraph(m_body, shapes, body_out.data())) return false;
+    for (size_t i = 0; i < m_nr_carried; ++i) {
+        if (body_out[1 + i] != *shapes[2 + i]) return false; // changes shape: known when run
+        out[i] = body_out[1 + i];
+    }
+    if (outputs().size() == m_nr_carried) return true;
+    auto trips = static_trip_count(ctx);
+    if (!trips) return false;
+    for (size_t k = m_nr_carried; k < outputs().size(); ++k) {
+        std::vector<size_t> dims{size_t(*trips)}, slice = body_out[1 + k].dims();
+        dims.insert(dims.end(), slice.begin(), slice.end());
+        out[k] = TensorShape(dims);
+    }
+    return true;
+}
+
+namespace {
+
+//! Whether the bytes of `a` and `b` overlap.
+bool overlaps(const Tensor& a, const Tensor& b) {
+    if (a.empty() || b.empty()) return false;
+    auto* a0 = a.raw_ptr();
+    auto* b0 = b.raw_ptr();
+    auto* a1 = a0 + a.shape().nr_bytes(a.dtype());
+    auto* b1 = b0 + b.shape().nr_bytes(b.dtype());
+    return a0 < b1 && b0 < a1;
+}
+
+//! `slices` stacked along a new axis 0 ({0, slice...} of `empty_slice` when there are none).
+Tensor stack(const std::vector<Tensor>& slices, DType dtype, const TensorShape& empty_slice) {
+    const TensorShape& slice = slices.empty() ? empty_slice : slices[0].shape();
+    std::vector<size_t> dims{slices.size()}, slice_dims = slice.dims();
+    dims.insert(dims.end(), slice_dims.begin(), slice_dims.end());
+    Tensor r(TensorShape(dims), dtype);
+    size_t bytes = slice.nr_bytes(dtype);
+    for (size_t i = 0; i < slices.size(); ++i) {
+        if (slices[i].shape() != slice)
+            BRAID_THROW(ShapeError, "a scan output's iteration {} has shape {}; iteration 0 had {}",
+                        i, slices[i].shape().to_string(), slice.to_string());
+        std::memcpy(r.raw_ptr() + i * bytes, slices[i].raw_ptr(), bytes);
+    }
+    return r;
+}
+
+} // namespace
+
+void Loop::execute(ExecCtx& ctx) {
+    size_t first = 0;
+    int64_t max_trip = std::numeric_limits<int64_t>::max();
+    if (m_has_trip) {
+        Tensor t = ctx.input(first++).contiguous();
+        if (t.shape().total_nr_elems() != 1)
+            BRAID_THROW(ShapeError, "{}: the trip count has shape {}; expected one element",
+                        describe(), t.shape().to_string());
+        convert_elements(t.dtype(), t.raw_ptr(), dtype::Int64(), &max_trip, 1);
+    }
+    bool go = true;
+    if (m_has_cond) go = holds(*this, ctx.input(first++), "the condition");
+    const size_t nc = m_nr_carried, ns = outputs().size() - nc;
+    std::vector<Tensor> carried(nc);
+    for (size_t i = 0; i < nc; ++i) carried[i] = ctx.input(first + i);
+    std::vector<std::vector<Tensor>> scans(ns);
+    // Two executables of the body take turns, so that one's outputs are the other's inputs
+    // without a copy.
+    std::unique_ptr<Executable> execs[2] = {m_pool->take(m_body), nullptr};
+    std::vector<const Tensor*> inputs(m_body.inputs.size());
+    for (size_t j = 0; j < m_nr_captured; ++j) inputs[2 + nc + j] = &ctx.input(first + nc + j);
+    const RunControl* rc = current_run_control();
+    for (int64_t i = 0; i < max_trip && go; ++i) {
+        if (rc) rc->check();
+        auto& exec = execs[i % 2];
+        if (!exec) exec = m_pool->take(m_body);
+        Tensor iteration(TensorShape{}, dtype::Int64()), cond(TensorShape{}, dtype::Bool());
+        *iteration.ptr<int64_t>() = i;
+        *cond.ptr<bool>() = go;
+        inputs[0] = &iteration;
+        inputs[1] = &cond;
+        for (size_t k = 0; k < nc; ++k) inputs[2 + k] = &carried[k];
+        run_subgraph(*exec, m_body, inputs);
+        go = holds(*this, exec->output(0), "the body's condition");
+        std::vector<Tensor> next(nc);
+        for (size_t k = 0; k < nc; ++k) {
+            const Tensor& r = exec->output(1 + k);
+            // An output that views what this run was fed would be overwritten under the
+            // other executable's feet: copy it.
+            bool aliased = !r.layout().is_contiguous();
+            for (auto* in : inputs) aliased = aliased || overlaps(r, *in);
+            next[k] = aliased ? r.contiguous().copy() : r;
+        }
+        carried = std::move(next);
+        for (size_t k = 0; k < ns; ++k)
+            scans[k].push_back(exec->output(1 + nc + k).contiguous().copy());
+    }
+    // The last carried values live in an executable's outputs: copied before it is given back.
+    for (size_t k = 0; k < nc; ++k) ctx.output(k) = carried[k].contiguous().copy();
+    for (auto& e : execs)
+        if (e) m_pool->give(std::move(e));
+    for (size_t k = 0; k < ns; ++k) {
+        VarNode* slice_var = m_body.outputs[1 + nc + k];
+        TensorShape empty = slice_var->shape_known() ? slice_var->shape() : TensorShape{0};
+        ctx.output(nc + k) = stack(scans[k], output(nc + k)->dtype(), empty);
+    }
+}
+
+SymbolVarArray loop(SymbolVar max_trip, SymbolVar cond, const SymbolVarArray& carried,
+                    const SymbolVarArray& captured, const LoopBodyBuilder& build,
+                    const OperatorConfig& config) {
+    std::vector<SubgraphInput> inputs{{"iteration", dtype::Int64(), TensorShape{}},
+                                      {"cond", dtype::Bool(), TensorShape{}}};
+    for (size_t i = 0; i < carried.size(); ++i)
+        inputs.push_back(input_like(carried[i], fmt::format("carried{}", i)));
+    for (auto& v : captured) inputs.push_back(input_like(v, v.name()));
+    size_t nc = carried.size();
+    Subgraph body = make_subgraph(
+        max_trip.valid() ? max_trip.graph()
+        : cond.valid()   ? cond.graph()
+                         : carried.at(0).graph(),
+        inputs, [&](ComputingGraph& g, const SymbolVarArray& in) {
+            return build(g, in[0], in[1], SymbolVarArray(in.begin() + 2, in.begin() + 2 + nc),
+                         SymbolVarArray(in.begin() + 2 + nc, in.end()));
+        });
+    return Loop::make(max_trip, cond, carried, captured, std::move(body), config);
 }
 
 namespace {
@@ -235,63 +490,105 @@ std::string message_of(const std::exception_ptr& err) {
     }
 }
 
-//! Each branch as a stored graph of its distinct outputs ("then_graph"), the output each If
-//! output takes ("then_outputs"), and the name of the Input standing for each captured value
-//! ("then_input_3"; empty where the branch reads none); a branch that could not be built keeps
-//! its error's message ("then_error").
+//! A subgraph as params under `prefix`: a stored graph of its distinct outputs ("body_graph"),
+//! the one each output takes ("body_outputs"), and the name of the Input standing for each
+//! value passed in ("body_input_3"; empty where it reads none).
+void write_subgraph(ParamWriter& w, const std::string& prefix, const Subgraph& sg) {
+    SymbolVarArray distinct;
+    std::vector<int64_t> which;
+    for (auto* out : sg.outputs) {
+        auto it = std::find(distinct.begin(), distinct.end(), SymbolVar(out));
+        which.push_back(it - distinct.begin());
+        if (it == distinct.end()) distinct.push_back(out);
+    }
+    w.write_graph(prefix + "_graph", distinct);
+    w.write_ints(prefix + "_outputs", which);
+    // The stored graph holds the Inputs its outputs depend on; the others are named "", as
+    // they are when loaded, so that a loaded model dumps to the same bytes.
+    std::set<VarNode*> reached;
+    std::vector<VarNode*> stack(sg.outputs.begin(), sg.outputs.end());
+    while (!stack.empty()) {
+        VarNode* v = stack.back();
+        stack.pop_back();
+        if (!reached.insert(v).second) continue;
+        for (auto* in : v->owner()->inputs()) stack.push_back(in);
+    }
+    for (size_t i = 0; i < sg.inputs.size(); ++i)
+        w.write_string(fmt::format("{}_input_{}", prefix, i),
+                       sg.inputs[i] && reached.count(sg.inputs[i])
+                           ? static_cast<InputNode*>(sg.inputs[i]->owner())->input_name()
+                           : "");
+}
+
+Subgraph read_subgraph(const ParamReader& r, const std::string& prefix, size_t nr_inputs) {
+    StoredGraph g = r.read_graph(prefix + "_graph");
+    Subgraph sg;
+    sg.graph = g.graph;
+    for (int64_t k : r.read_ints(prefix + "_outputs")) {
+        if (k < 0 || size_t(k) >= g.outputs.size())
+            r.throw_bad_value(prefix + "_outputs", std::to_string(k));
+        sg.outputs.push_back(g.outputs[size_t(k)].node());
+    }
+    for (size_t i = 0; i < nr_inputs; ++i) {
+        auto it = g.inputs.find(r.read_string(fmt::format("{}_input_{}", prefix, i)));
+        sg.inputs.push_back(it == g.inputs.end() ? nullptr : it->second.node());
+    }
+    return sg;
+}
+
+//! Each branch as a subgraph ("then_graph", ...); a branch that could not be built keeps its
+//! error's message ("then_error").
 void dump_if(const OperatorNode& opr, ParamWriter& w) {
     auto& op = opr_cast<If>(opr);
     for (size_t b = 0; b < 2; ++b) {
-        const Branch& br = op.branch(b);
-        std::string prefix = BRANCH_NAMES[b];
-        if (br.error) {
-            w.write_string(prefix + "_error", message_of(br.error));
-            continue;
-        }
-        SymbolVarArray distinct;
-        std::vector<int64_t> which;
-        for (auto* out : br.outputs) {
-            auto it = std::find(distinct.begin(), distinct.end(), SymbolVar(out));
-            which.push_back(it - distinct.begin());
-            if (it == distinct.end()) distinct.push_back(out);
-        }
-        w.write_graph(prefix + "_graph", distinct);
-        w.write_ints(prefix + "_outputs", which);
-        for (size_t i = 0; i < br.inputs.size(); ++i)
-            w.write_string(
-                fmt::format("{}_input_{}", prefix, i),
-                br.inputs[i] ? static_cast<InputNode*>(br.inputs[i]->owner())->input_name() : "");
+        const Subgraph& br = op.branch(b);
+        if (br.error)
+            w.write_string(std::string(BRANCH_NAMES[b]) + "_error", message_of(br.error));
+        else
+            write_subgraph(w, BRANCH_NAMES[b], br);
     }
 }
 
 SymbolVarArray load_if(const OprLoadContext& ctx) {
     ctx.expect_inputs(1, std::numeric_limits<size_t>::max());
     SymbolVarArray captured(ctx.inputs.begin() + 1, ctx.inputs.end());
-    Branch branches[2];
+    Subgraph branches[2];
     for (size_t b = 0; b < 2; ++b) {
         std::string prefix = BRANCH_NAMES[b];
-        if (ctx.params.has(prefix + "_error")) {
+        if (ctx.params.has(prefix + "_error"))
             branches[b] = failed_branch(
                 std::make_exception_ptr(GraphError(ctx.params.read_string(prefix + "_error"))),
                 captured.size());
-            continue;
-        }
-        StoredGraph g = ctx.params.read_graph(prefix + "_graph");
-        Branch& br = branches[b];
-        br.graph = g.graph;
-        for (int64_t k : ctx.params.read_ints(prefix + "_outputs")) {
-            if (k < 0 || size_t(k) >= g.outputs.size())
-                ctx.params.throw_bad_value(prefix + "_outputs", std::to_string(k));
-            br.outputs.push_back(g.outputs[size_t(k)].node());
-        }
-        for (size_t i = 0; i < captured.size(); ++i) {
-            std::string name = ctx.params.read_string(fmt::format("{}_input_{}", prefix, i));
-            auto it = g.inputs.find(name);
-            br.inputs.push_back(it == g.inputs.end() ? nullptr : it->second.node());
-        }
+        else
+            branches[b] = read_subgraph(ctx.params, prefix, captured.size());
     }
     return If::make(ctx.input(0), captured, std::move(branches[0]), std::move(branches[1]),
                     ctx.config);
+}
+
+//! Whether the trip count and condition are given, how many values are carried, the body.
+void dump_loop(const OperatorNode& opr, ParamWriter& w) {
+    auto& op = opr_cast<Loop>(opr);
+    w.write_bool("has_max_trip", op.has_max_trip());
+    w.write_bool("has_cond", op.has_cond());
+    w.write_int("nr_carried", int64_t(op.nr_carried()));
+    write_subgraph(w, "body", op.body());
+}
+
+SymbolVarArray load_loop(const OprLoadContext& ctx) {
+    bool has_trip = ctx.params.read_bool("has_max_trip"),
+         has_cond = ctx.params.read_bool("has_cond");
+    size_t first = size_t(has_trip) + size_t(has_cond);
+    int64_t nc = ctx.params.read_int("nr_carried");
+    if (nc < 0 || size_t(nc) > ctx.inputs.size() - std::min(first, ctx.inputs.size()))
+        ctx.params.throw_bad_value("nr_carried", std::to_string(nc));
+    ctx.expect_inputs(first, std::numeric_limits<size_t>::max());
+    SymbolVarArray carried(ctx.inputs.begin() + first, ctx.inputs.begin() + first + nc);
+    SymbolVarArray captured(ctx.inputs.begin() + first + nc, ctx.inputs.end());
+    Subgraph body = read_subgraph(ctx.params, "body", 2 + ctx.inputs.size() - first);
+    return Loop::make(has_trip ? ctx.input(0) : SymbolVar(),
+                      has_cond ? ctx.input(first - 1) : SymbolVar(), carried, captured,
+                      std::move(body), ctx.config);
 }
 
 //! x doubled where its sum is positive, else x - 1 and its sum (two outputs, one read of an
@@ -311,8 +608,23 @@ SymbolVarArray if_example(SymbolVar x) {
 
 } // namespace
 
+//! Running sums of x's rows (a scan output) and their total (a carried value), three
+//! iterations, x read from outside.
+SymbolVarArray loop_example(SymbolVar x) {
+    auto trips = ImmutableTensor::make_scalar(x.graph(), 3, dtype::Int64());
+    auto zero = reduce_sum(x, {0}) * 0.0;
+    return loop(trips, SymbolVar(), {zero}, {x},
+                [](ComputingGraph&, SymbolVar, SymbolVar cond, const SymbolVarArray& carried,
+                   const SymbolVarArray& captured) {
+                    auto sum = carried[0] + reduce_sum(captured[0], {0});
+                    return SymbolVarArray{cond, sum, sum};
+                });
+}
+
 void register_control_flow_operators() {
-    OperatorRegistry::instance().add("If", "control_flow", dump_if, load_if, if_example);
+    auto& reg = OperatorRegistry::instance();
+    reg.add("If", "control_flow", dump_if, load_if, if_example);
+    reg.add("Loop", "control_flow", dump_loop, load_loop, loop_example);
 }
 
 } // namespace braid::opr

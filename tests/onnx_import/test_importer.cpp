@@ -815,3 +815,50 @@ TEST(OnnxImport, AShapeArgumentInsideABranchNamesTheGraphInputToBind) {
     exec->run();
     EXPECT_EQ(exec->output(0).shape(), (TensorShape{3, 2}));
 }
+
+TEST(OnnxImport, ALoopCarriesValuesScansAndStopsOnItsCondition) {
+    // s = 0; for i < M while s < limit: s += x (x read from the outer graph); scan s.
+    ModelBuilder m;
+    m.input("x", onnx::TensorProto::FLOAT, {2});
+    m.input("M", onnx::TensorProto::INT64, {});
+    m.input("limit", onnx::TensorProto::FLOAT, {});
+    auto* s0 = m.initializer("s0", onnx::TensorProto::FLOAT, {2});
+    s0->add_float_data(0.f);
+    s0->add_float_data(0.f);
+    auto* n = m.node("Loop", {"M", "", "s0"}, {"s_final", "s_scan"});
+    ModelBuilder b;
+    b.g->set_name("body");
+    b.input("i", onnx::TensorProto::INT64, {});
+    b.input("c", onnx::TensorProto::BOOL, {});
+    b.input("s", onnx::TensorProto::FLOAT, {2});
+    b.node("Add", {"s", "x"}, {"s_next"});
+    b.node("ReduceMax", {"s_next"}, {"top"})->add_attribute()->CopyFrom([] {
+        onnx::AttributeProto keep;
+        keep.set_name("keepdims");
+        keep.set_type(onnx::AttributeProto::INT);
+        keep.set_i(0);
+        return keep;
+    }());
+    b.node("Less", {"top", "limit"}, {"go"});
+    b.output("go", onnx::TensorProto::BOOL, 0);
+    b.output("s_next", onnx::TensorProto::FLOAT, 1);
+    b.output("s_next", onnx::TensorProto::FLOAT, 1);
+    set_graph(n, "body", *b.g);
+    m.output("s_final", onnx::TensorProto::FLOAT, 1);
+    m.output("s_scan", onnx::TensorProto::FLOAT, 2);
+    auto model = onnx_import::import_bytes(m.bytes());
+    auto exec = model.compile();
+    Tensor x(TensorShape{2}, dtype::Float32()), trips(TensorShape{}, dtype::Int64()),
+        limit(TensorShape{}, dtype::Float32());
+    x.ptr<float>()[0] = 1.f;
+    x.ptr<float>()[1] = 3.f;
+    for (auto [mv, lv, iterations] : {std::tuple{5, 100.f, 5}, std::tuple{5, 7.f, 3}}) {
+        *trips.ptr<int64_t>() = mv;
+        *limit.ptr<float>() = lv;
+        exec->feed("x", x).feed("M", trips).feed("limit", limit);
+        exec->run();
+        EXPECT_EQ(exec->output(0).ptr<float>()[1], 3.f * float(iterations));
+        ASSERT_EQ(exec->output(1).shape(), (TensorShape{size_t(iterations), 2}));
+        EXPECT_EQ(exec->output(1).ptr<float>()[2 * iterations - 2], float(iterations));
+    }
+}

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "base/run_control.h"
+
 #include <numeric>
 #include <thread>
 
@@ -200,4 +202,159 @@ TEST(IfOpr, RoundTripsThroughAModelFileWithItsBranches) {
         exec->run();
         EXPECT_EQ(exec->output(0).ptr<float>()[3], taken ? 6.f : 2.f);
     }
+}
+
+TEST(LoopOpr, CarriesValuesAndStacksScanOutputsForAStaticTripCount) {
+    // Running sums of x's rows over 4 iterations: the total is carried, each sum is scanned.
+    auto g = ComputingGraph::make();
+    auto x = opr::Input::make(*g, "x", dtype::Float32(), {4, 6});
+    auto trips = opr::ImmutableTensor::make_scalar(*g, 4, dtype::Int64());
+    auto zero = opr::reduce_sum(x, {0}) * 0.0;
+    auto outs = opr::loop(trips, SymbolVar(), {zero}, {x},
+                          [](ComputingGraph&, SymbolVar i, SymbolVar cond,
+                             const SymbolVarArray& carried, const SymbolVarArray& captured) {
+                              // row i of x, looked up by the iteration number
+                              auto row = opr::embedding(captured[0], i.astype(dtype::Int32()));
+                              auto sum = carried[0] + row;
+                              return SymbolVarArray{cond, sum, sum};
+                          });
+    ASSERT_EQ(outs.size(), 2u);
+    ASSERT_TRUE(outs[1].node()->shape_known());
+    EXPECT_EQ(outs[0].shape(), (TensorShape{6}));
+    EXPECT_EQ(outs[1].shape(), (TensorShape{4, 6}));
+    auto exec = g->compile({outs[0], outs[1]});
+    exec->feed("x", iota({4, 6}));
+    exec->run();
+    const Tensor& total = exec->output(0);
+    const Tensor& sums = exec->output(1);
+    ASSERT_EQ(sums.shape(), (TensorShape{4, 6}));
+    for (size_t r = 0; r < 4; ++r)
+        for (size_t c = 0; c < 6; ++c) {
+            float expect = 0;
+            for (size_t k = 0; k <= r; ++k) expect += float(k * 6 + c);
+            ASSERT_EQ(sums.ptr<float>()[r * 6 + c], expect) << r << "," << c;
+        }
+    EXPECT_EQ(total.ptr<float>()[0], 0.f + 6 + 12 + 18);
+}
+
+TEST(LoopOpr, TheBodysConditionEndsTheLoopAndTheOutputsAreDynamic) {
+    // Doubles v until it reaches `limit` (fed): the trip count depends on the data.
+    auto g = ComputingGraph::make();
+    auto v = opr::Input::make(*g, "v", dtype::Float32(), {1});
+    auto limit = opr::Input::make(*g, "limit", dtype::Float32(), {1});
+    auto outs = opr::loop(SymbolVar(), SymbolVar(), {v}, {limit},
+                          [](ComputingGraph&, SymbolVar, SymbolVar, const SymbolVarArray& carried,
+                             const SymbolVarArray& captured) {
+                              auto next = carried[0] * 2.0;
+                              auto go = opr::less(next, captured[0]);
+                              return SymbolVarArray{go, next, next};
+                          });
+    EXPECT_FALSE(outs[1].node()->shape_known()); // the iteration count is not known
+    auto exec = g->compile({outs[0], outs[1]});
+    Tensor one(TensorShape{1}, dtype::Float32());
+    Tensor lim(TensorShape{1}, dtype::Float32());
+    *one.ptr<float>() = 1.f;
+    for (float l : {100.f, 5.f}) {
+        *lim.ptr<float>() = l;
+        exec->feed("v", one).feed("limit", lim);
+        exec->run();
+        // 2, 4, 8, ... up to and including the first value >= l
+        size_t n = l == 100.f ? 7 : 3;
+        ASSERT_EQ(exec->output(1).shape(), (TensorShape{n, 1}));
+        EXPECT_EQ(exec->output(0).ptr<float>()[0], float(1 << n));
+        EXPECT_EQ(exec->output(1).ptr<float>()[n - 1], float(1 << n));
+    }
+}
+
+TEST(LoopOpr, SwappedPassThroughValuesAreNotCorruptedByTheTurnTaking) {
+    // (a, b) -> (b, reverse(a)), reverse as a product with the anti-diagonal matrix: b passes
+    // through to the other slot, so a body output is what the body was fed, and the next
+    // iteration's product must not write over its own input.
+    auto g = ComputingGraph::make();
+    auto a = opr::Input::make(*g, "a", dtype::Float32(), {1, 3});
+    auto b = opr::Input::make(*g, "b", dtype::Float32(), {1, 3});
+    Tensor rev(TensorShape{3, 3}, dtype::Float32());
+    for (size_t i = 0; i < 9; ++i) rev.ptr<float>()[i] = i % 3 == 2 - i / 3 ? 1.f : 0.f;
+    auto r = opr::ImmutableTensor::make(*g, rev);
+    auto trips = opr::ImmutableTensor::make_scalar(*g, 10, dtype::Int64());
+    auto outs =
+        opr::loop(trips, SymbolVar(), {a, b}, {r},
+                  [](ComputingGraph&, SymbolVar, SymbolVar cond, const SymbolVarArray& carried,
+                     const SymbolVarArray& captured) {
+                      return SymbolVarArray{cond, carried[1], opr::matmul(carried[0], captured[0])};
+                  });
+    auto exec = g->compile({outs[0], outs[1]});
+    std::vector<float> ra{1, 2, 3}, rb{10, 20, 30};
+    Tensor av(TensorShape{1, 3}, dtype::Float32()), bv(TensorShape{1, 3}, dtype::Float32());
+    std::copy(ra.begin(), ra.end(), av.ptr<float>());
+    std::copy(rb.begin(), rb.end(), bv.ptr<float>());
+    for (int i = 0; i < 10; ++i) {
+        std::vector<float> nb{ra[2], ra[1], ra[0]};
+        ra = rb;
+        rb = nb;
+    }
+    exec->feed("a", av).feed("b", bv);
+    exec->run();
+    for (size_t i = 0; i < 3; ++i) {
+        EXPECT_EQ(exec->output(0).ptr<float>()[i], ra[i]) << i;
+        EXPECT_EQ(exec->output(1).ptr<float>()[i], rb[i]) << i;
+    }
+    EXPECT_EQ(av.ptr<float>()[0], 1.f); // the fed values are untouched
+    EXPECT_EQ(bv.ptr<float>()[0], 10.f);
+}
+
+TEST(LoopOpr, ZeroIterationsGiveTheInitialValuesAndEmptyScans) {
+    auto g = ComputingGraph::make();
+    auto v = opr::Input::make(*g, "v", dtype::Float32(), {2});
+    auto n = opr::Input::make(*g, "n", dtype::Int64(), {});
+    auto outs = opr::loop(n, SymbolVar(), {v}, {},
+                          [](ComputingGraph&, SymbolVar, SymbolVar cond,
+                             const SymbolVarArray& carried, const SymbolVarArray&) {
+                              return SymbolVarArray{cond, carried[0] + 1.0, carried[0]};
+                          });
+    auto exec = g->compile({outs[0], outs[1]});
+    Tensor nv(TensorShape{}, dtype::Int64());
+    *nv.ptr<int64_t>() = 0;
+    exec->feed("v", iota({2}, 5.f)).feed("n", nv);
+    exec->run();
+    EXPECT_EQ(exec->output(0).ptr<float>()[1], 6.f);
+    EXPECT_EQ(exec->output(1).shape(), (TensorShape{0, 2}));
+}
+
+TEST(LoopOpr, ACancelledRunStopsAnEndlessLoop) {
+    auto g = ComputingGraph::make();
+    auto v = opr::Input::make(*g, "v", dtype::Float32(), {1});
+    auto outs = opr::loop(SymbolVar(), SymbolVar(), {v}, {},
+                          [](ComputingGraph&, SymbolVar, SymbolVar cond,
+                             const SymbolVarArray& carried, const SymbolVarArray&) {
+                              return SymbolVarArray{cond, carried[0] + 1.0};
+                          });
+    auto exec = g->compile({outs[0]});
+    RunControl rc;
+    rc.set_deadline(RunControl::Clock::now() + std::chrono::milliseconds(200));
+    exec->set_run_control(&rc);
+    exec->feed("v", iota({1}));
+    std::string msg = error_of([&] { exec->run(); });
+    EXPECT_NE(msg.find("Loop"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("deadline"), std::string::npos) << msg;
+}
+
+TEST(LoopOpr, RoundTripsThroughAModelFileWithItsBody) {
+    auto g = ComputingGraph::make();
+    auto x = opr::Input::make(*g, "x", dtype::Float32(), {2, 3});
+    auto n = opr::Input::make(*g, "n", dtype::Int64(), {});
+    auto outs = opr::loop(n, SymbolVar(), {x}, {x},
+                          [](ComputingGraph&, SymbolVar, SymbolVar cond,
+                             const SymbolVarArray& carried, const SymbolVarArray& captured) {
+                              return SymbolVarArray{cond, carried[0] + captured[0]};
+                          });
+    std::vector<uint8_t> bytes;
+    dump({outs[0].rename("y")}, bytes);
+    auto loaded = load(bytes);
+    auto exec = loaded.compile();
+    Tensor nv(TensorShape{}, dtype::Int64());
+    *nv.ptr<int64_t>() = 3;
+    exec->feed("x", iota({2, 3})).feed("n", nv);
+    exec->run();
+    EXPECT_EQ(exec->output(0).ptr<float>()[5], 20.f);
 }
