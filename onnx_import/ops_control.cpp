@@ -9,6 +9,7 @@
 #include "base/log.h"
 #include "onnx_import/op_util.h"
 #include "operators/control_flow.h"
+#include "operators/elemwise.h"
 #include "operators/io.h"
 #include "operators/subtensor.h"
 #include "operators/tensor_manip.h"
@@ -202,7 +203,9 @@ SymbolVarArray if_op(const NodeCtx& c) {
     }
     Importer& imp = c.importer();
     Outer outer = outer_values(c, {&then_g, &else_g});
-    auto& [known, captured, captured_vars] = outer;
+    const auto& known = outer.known;
+    const auto& captured = outer.captured;
+    const auto& captured_vars = outer.captured_vars;
     // A branch that cannot be built at these shapes (a model may take it only at others: an
     // 8 kHz path fed a 16 kHz chunk) fails when it is taken, naming why.
     auto branch = [&](const onnx::GraphProto& g, const char* name) {
@@ -345,7 +348,7 @@ SymbolVarArray scan_op(const NodeCtx& c) {
             for (size_t i = 0; i < n; ++i) sub.values[body.input(int(i)).name()] = vars[2 + i];
             SymbolVar i32 = vars[0].astype(dtype::Int32());
             for (size_t j = 0; j < nm; ++j) {
-                SymbolVar at = in_dirs[j] ? scalar_like(i32, double(len - 1)) - i32 : i32;
+                SymbolVar at = in_dirs[j] ? opr::scalar_like(i32, double(len - 1)) - i32 : i32;
                 sub.values[body.input(int(n + j)).name()] =
                     take(vars[2 + n + j], int(in_axes[j]), at);
             }
@@ -364,7 +367,8 @@ SymbolVarArray scan_op(const NodeCtx& c) {
                                           OperatorConfig(c.node().name()));
     for (size_t k = 0; k < k_out; ++k) {
         SymbolVar& v = outs[n + k];
-        if (out_dirs[k]) v = subtensor(v, {AxisIndex::slice(0, std::nullopt, std::nullopt, -1)});
+        if (out_dirs[k])
+            v = opr::subtensor(v, {opr::AxisIndex::slice(0, std::nullopt, std::nullopt, -1)});
         int rank = int(v.shape().ndim());
         int axis = int(out_axes[k] < 0 ? out_axes[k] + rank : out_axes[k]);
         if (axis < 0 || axis >= rank)
@@ -373,7 +377,7 @@ SymbolVarArray scan_op(const NodeCtx& c) {
             std::vector<int> perm;
             for (int d = 1; d < rank; ++d) perm.push_back(d);
             perm.insert(perm.begin() + axis, 0);
-            v = transpose(v, perm);
+            v = opr::transpose(v, perm);
         }
     }
     return outs;

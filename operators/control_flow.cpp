@@ -2,6 +2,7 @@
 
 #include "base/run_control.h"
 #include "graph/executable.h"
+#include "graph/grad.h"
 #include "graph/input_node.h"
 #include "graph/operator_registry.h"
 #include "operators/elemwise.h"
@@ -624,6 +625,8 @@ SymbolVarArray loop_example(SymbolVar x) {
 void register_control_flow_operators() {
     auto& reg = OperatorRegistry::instance();
     reg.add("If", "control_flow", dump_if, load_if, if_example);
+    register_non_differentiable("If", "an If has no gradient rule yet");
+    register_non_differentiable("Loop", "a Loop has no gradient rule yet");
     reg.add("Loop", "control_flow", dump_loop, load_loop, loop_example);
 }
 

@@ -10,9 +10,11 @@
 //         pipeline_profile.h): static memory figures; compute_cost with --measure N steps
 //
 // Exit status: 0 success, 2 usage error, 3 a file that is not a readable model or that this
-// build cannot load (what it holds is still printed first).
+// build cannot load (what it holds is still printed first). The subgraphs of If and Loop
+// operators are listed with their operators, nested.
 #include "embed/embed_internal.h"
 #include "onnx_import/onnx_import.h"
+#include "operators/control_flow.h"
 #include "parallel/pipeline_model.h"
 #include "parallel/pipeline_profile.h"
 #include "parallel/rank_plan.h"
@@ -24,6 +26,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 
@@ -137,6 +140,46 @@ void print_imported(const std::string& path, const LoadedModel& m) {
     for (auto& o : m.graph->operators()) ++counts[o->type_name()];
     std::printf("braid operators: %zu\n", m.graph->operators().size());
     for (auto& [type, n] : counts) std::printf("  %-16s %zu\n", type.c_str(), n);
+}
+
+//! The subgraphs of the control-flow operators in `g` (If branches, Loop bodies), nested, with
+//! their operators by type; nothing when there are none.
+void print_subgraphs(const ComputingGraph& g, int depth = 1) {
+    bool listed = false;
+    for (auto& o : g.operators()) {
+        std::vector<std::pair<const char*, const opr::Subgraph*>> subs;
+        if (auto* op = dynamic_cast<const opr::If*>(o.get()))
+            subs = {{"then", &op->branch(0)}, {"else", &op->branch(1)}};
+        else if (auto* op = dynamic_cast<const opr::Loop*>(o.get()))
+            subs = {{"body", &op->body()}};
+        if (subs.empty()) continue;
+        if (depth == 1 && !listed) std::printf("subgraphs:\n");
+        listed = true;
+        std::string pad(size_t(depth) * 2, ' ');
+        for (auto& [label, sg] : subs) {
+            std::string head =
+                fmt::format("{}{} \"{}\" {}", pad, o->type_name(), printable(o->name()), label);
+            if (sg->error) {
+                std::string msg;
+                try {
+                    std::rethrow_exception(sg->error);
+                } catch (const std::exception& e) {
+                    msg = e.what();
+                }
+                std::replace(msg.begin(), msg.end(), '\n', ' ');
+                std::printf("%s: not built (%s)\n", head.c_str(), printable(msg).c_str());
+                continue;
+            }
+            std::map<std::string, size_t> counts;
+            for (auto& so : sg->graph->operators()) ++counts[so->type_name()];
+            std::string list;
+            for (auto& [type, n] : counts)
+                list += fmt::format("{}{} {}", list.empty() ? "" : ", ", type, n);
+            std::printf("%s: %zu operators (%s), %zu outputs\n", head.c_str(),
+                        sg->graph->operators().size(), list.c_str(), sg->outputs.size());
+            print_subgraphs(*sg->graph, depth + 1);
+        }
+    }
 }
 
 //! The memory plan of the loaded model; a model over the memory budget is an error, other
@@ -309,6 +352,7 @@ int main(int argc, char** argv) {
                 return EXIT_USAGE;
             }
             print_imported(path, model);
+            print_subgraphs(*model.graph);
             print_memory(model);
             return EXIT_OK;
         }
@@ -322,10 +366,12 @@ int main(int argc, char** argv) {
         // has, shape rules, comp nodes, the memory budget): a model that fails is an error,
         // after what it holds was shown.
         auto model = embed::open_model(path, {})->impl().loaded;
-        if (ranks)
+        if (ranks) {
             print_rank_plan(path, ranks);
-        else if (!dot)
+        } else if (!dot) {
+            print_subgraphs(*model.graph);
             print_memory(model);
+        }
         return EXIT_OK;
     } catch (const std::exception& e) {
         std::string msg = e.what();

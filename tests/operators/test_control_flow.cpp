@@ -358,3 +358,14 @@ TEST(LoopOpr, RoundTripsThroughAModelFileWithItsBody) {
     exec->run();
     EXPECT_EQ(exec->output(0).ptr<float>()[5], 20.f);
 }
+
+TEST(IfOpr, DifferentiatingThroughControlFlowIsAnErrorNamingIt) {
+    register_all_operators();
+    auto g = ComputingGraph::make();
+    auto x = opr::Input::make(*g, "x", dtype::Float32(), {4, 6});
+    auto p = opr::Input::make(*g, "p", dtype::Bool(), {});
+    auto y = twice_or_less_one(p, x)[0];
+    std::string msg = error_of([&] { grad(opr::reduce_sum(y), x); });
+    EXPECT_NE(msg.find("If"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("no gradient rule yet"), std::string::npos) << msg;
+}

@@ -335,6 +335,32 @@ TEST(BraidInspectCli, SummaryDotAndErrors) {
     expect_error(run(INSPECT, {MLP, "--frobnicate"}), 2, "--frobnicate");
 }
 
+TEST(BraidInspectCli, ListsTheSubgraphsOfIfAndLoopNested) {
+    auto g = ComputingGraph::make();
+    auto x = opr::Input::make(*g, "x", dtype::Float32(), {2, 3});
+    auto p = opr::Input::make(*g, "p", dtype::Bool(), {});
+    auto n = opr::Input::make(*g, "n", dtype::Int64(), {});
+    auto y = opr::cond(
+        p, {x, n},
+        [](ComputingGraph&, const SymbolVarArray& in) {
+            return opr::loop(in[1], SymbolVar(), {in[0]}, {},
+                             [](ComputingGraph&, SymbolVar, SymbolVar c,
+                                const SymbolVarArray& carried, const SymbolVarArray&) {
+                                 return SymbolVarArray{c, opr::relu(carried[0]) * 2.0};
+                             });
+        },
+        [](ComputingGraph&, const SymbolVarArray& in) { return SymbolVarArray{-in[0]}; },
+        OperatorConfig("choose"))[0];
+    TempDir dir;
+    dump({y.rename("y")}, dir.file("if.braid"));
+    auto r = run(INSPECT, {dir.file("if.braid")});
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_THAT(r.out, HasSubstr("subgraphs:\n  If \"choose\" then: "));
+    EXPECT_THAT(r.out, HasSubstr("  If \"choose\" else: 2 operators (Elemwise 1, Input 1)"));
+    EXPECT_THAT(r.out, HasSubstr("\n    Loop \""));
+    EXPECT_THAT(r.out, HasSubstr(" body: "));
+}
+
 TEST(BraidRunCli, TrainingModelRunsAtBatchSizesOtherThanItsBuildSize) {
     // dp_allreduce declares x {-1, 16} and label {-1}; it was built at batch 8.
     for (const char* batch : {"1", "7", "13"}) {
