@@ -22,8 +22,9 @@
 // runs. Output dtypes must agree between the branches. Errors inside a subgraph name its
 // operator (and its ONNX node) and the operator around it. No gradient rule yet:
 // differentiating through either is a GraphError naming it (a gradient needs its own copy of
-// the subgraph: extra Inputs in the forward graph would share its fed shapes). CPU only (a CUDA comp node fails to
-// compile, naming the operator). Serialized with their subgraphs inside the model file.
+// the subgraph: extra Inputs in the forward graph would share its fed shapes). CPU only (a CUDA
+// comp node fails to compile, naming the operator). Serialized with their subgraphs inside the
+// model file.
 #pragma once
 
 #include "graph/computing_graph.h"
