@@ -174,12 +174,14 @@ TEST_P(PlannerTest, HandlesZeroSizedBlocksAndAnEmptyPlan) {
     EXPECT_NO_THROW(p->validate());
 }
 
-TEST_P(PlannerTest, Plans100kBlocksWellUnderASecond) {
+TEST_P(PlannerTest, Plans100kBlocksWithoutQuadraticWork) {
+    // A bound that only quadratic work would break (it takes about 0.3 s of CPU, 1 s under
+    // AddressSanitizer, where a 1 s bound failed); the planner's speed is measured in bench/.
     auto set = make_random_blocks(100000, 7);
     double start = thread_cpu_seconds();
     auto p = plan(set, 64);
     double s = thread_cpu_seconds() - start;
-    EXPECT_LT(s, 1.0) << GetParam() << " took " << s << " s of CPU";
+    EXPECT_LT(s, 10.0) << GetParam() << " took " << s << " s of CPU";
     EXPECT_NO_THROW(p->validate());
     EXPECT_GE(p->arena_size(), p->lower_bound());
 }
