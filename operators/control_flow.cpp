@@ -138,12 +138,9 @@ static SubgraphInput input_like(const SymbolVar& v, const std::string& name) {
 }
 
 Subgraph make_branch(ComputingGraph& like, const SymbolVarArray& captured,
-                     const BranchBuilder& build, const std::vector<std::string>& names) {
-    BRAID_ASSERT(names.empty() || names.size() == captured.size(),
-                 "make_branch: {} names for {} captured vars", names.size(), captured.size());
+                     const BranchBuilder& build) {
     std::vector<SubgraphInput> inputs;
-    for (size_t i = 0; i < captured.size(); ++i)
-        inputs.push_back(input_like(captured[i], names.empty() ? captured[i].name() : names[i]));
+    for (auto& v : captured) inputs.push_back(input_like(v, v.name()));
     return make_subgraph(like, inputs, build);
 }
 

@@ -82,11 +82,10 @@ using BranchBuilder =
     std::function<SymbolVarArray(ComputingGraph& branch, const SymbolVarArray& inputs)>;
 
 //! A new branch graph (the options of `like`'s graph, on "cpu:default") with one Input per
-//! captured var (named `names[i]`, or the var's name when `names` is empty; its dtype and static
-//! shape; a captured var of dynamic shape gets the shape {0} until the If infers it), and its
-//! outputs from `build`.
+//! captured var (its name, dtype and static shape; a captured var of dynamic shape gets the
+//! shape {0} until the If infers it), and its outputs from `build`.
 Subgraph make_branch(ComputingGraph& like, const SymbolVarArray& captured,
-                     const BranchBuilder& build, const std::vector<std::string>& names = {});
+                     const BranchBuilder& build);
 
 //! Runs `then_branch` when the one-element `cond` is nonzero, else `else_branch`.
 class If final : public OperatorNode {
