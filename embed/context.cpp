@@ -49,11 +49,29 @@ size_t Context::Impl::output_index(std::string_view name) const {
 }
 
 Executable& Context::Impl::executable() {
+    auto& m = model->impl();
+    if (m.variants) {
+        for (size_t i = 0; i < fed.size(); ++i)
+            if (fed[i].empty())
+                throw Error(Code::FAILED_PRECONDITION,
+                            fmt::format("input \"{}\" is not bound; call set_input() first "
+                                        "(the model's graph depends on the shapes and values fed)",
+                                        m.input_io[i].name));
+        auto v = m.variants->get(fed);
+        if (v != variant) {
+            variant = std::move(v);
+            exec.reset();
+        }
+    }
     if (!exec) {
-        exec = model->impl().loaded.compile();
+        exec = graph_model().compile();
         dirty.assign(fed.size(), true);
     }
     return *exec;
+}
+
+const LoadedModel& Context::Impl::graph_model() const {
+    return model->impl().variants ? *variant : model->impl().loaded;
 }
 
 void Context::Impl::run(const RunOptions& options) {
@@ -61,17 +79,21 @@ void Context::Impl::run(const RunOptions& options) {
     if (closed)
         throw Error(Code::FAILED_PRECONDITION,
                     "the context was destroyed before this run started; nothing was computed");
-    Executable& e = executable();
-    auto& loaded = model->impl().loaded;
-    for (size_t i = 0; i < fed.size(); ++i) {
+    auto& ios = model->impl().input_io;
+    for (size_t i = 0; i < fed.size(); ++i)
         if (fed[i].empty())
-            throw Error(Code::FAILED_PRECONDITION,
-                        fmt::format("input \"{}\" is not bound; call set_input() first",
-                                    loaded.inputs[i].name));
-        if (dirty[i]) {
-            e.feed(loaded.inputs[i].var, fed[i]);
-            dirty[i] = false;
-        }
+            throw Error(
+                Code::FAILED_PRECONDITION,
+                fmt::format("input \"{}\" is not bound; call set_input() first", ios[i].name));
+    Executable& e = executable();
+    const LoadedModel& loaded = graph_model();
+    for (size_t i = 0; i < fed.size(); ++i) {
+        if (!dirty[i]) continue;
+        // By name: a variant's graph has no input for a shape input (a constant there), and an
+        // input no output depends on is not an input of the executable.
+        for (auto& io : loaded.inputs)
+            if (io.name == ios[i].name && e.takes(io.var)) e.feed(io.var, fed[i]);
+        dirty[i] = false;
     }
     ran = false;
     control.reset();
@@ -121,9 +143,7 @@ void Context::set_input(const std::string& name, const void* data, DType dtype,
 
 void Context::Impl::bind_input(size_t i, const void* data, DType dtype, const int64_t* dims,
                                size_t ndim) {
-    const ModelIO& io = model->impl().loaded.inputs[i];
-    if (!data)
-        throw Error(Code::INVALID_ARGUMENT, fmt::format("input \"{}\": data is null", io.name));
+    const ModelIO& io = model->impl().input_io[i];
     braid::DType dt = from_embed(dtype);
     if (dt != io.dtype)
         throw Error(Code::INVALID_ARGUMENT,
@@ -150,6 +170,8 @@ void Context::Impl::bind_input(size_t i, const void* data, DType dtype, const in
     if (!bytes)
         throw Error(Code::INVALID_ARGUMENT,
                     fmt::format("input \"{}\": shape {} is too large", io.name, s.to_string()));
+    if (!data && *bytes) // an empty tensor (a dim of 0) may come without memory
+        throw Error(Code::INVALID_ARGUMENT, fmt::format("input \"{}\": data is null", io.name));
     void* p = const_cast<void*>(data);
     fed[i] = Tensor(Storage::wrap(p, *bytes, Device::cpu(), std::shared_ptr<void>(anchor, p)), 0,
                     layout);
@@ -161,7 +183,7 @@ void* Context::input_buffer(const std::string& name, const std::vector<int64_t>&
         auto& m = *m_impl;
         std::lock_guard lk(m.run_mutex);
         size_t i = m.input_index(name);
-        const ModelIO& io = m.model->impl().loaded.inputs[i];
+        const ModelIO& io = m.model->impl().input_io[i];
         TensorShape s;
         s.set_ndim(std::min(shape.size(), TensorShape::MAX_NDIM));
         for (size_t d = 0; d < s.ndim(); ++d) s[d] = size_t(std::max<int64_t>(shape[d], 0));
@@ -192,6 +214,26 @@ std::vector<int64_t> Context::output_shape(const std::string& name) {
 
 std::vector<int64_t> Context::Impl::output_shape(size_t idx) {
     std::lock_guard lk(run_mutex);
+    if (model->impl().variants) {
+        // The variant of the bound inputs was imported at their shapes and values.
+        for (size_t i = 0; i < fed.size(); ++i)
+            if (fed[i].empty())
+                throw Error(Code::FAILED_PRECONDITION,
+                            fmt::format("output \"{}\": input \"{}\" is not bound; the model's "
+                                        "graph depends on the shapes and values fed: call "
+                                        "set_input() first",
+                                        model->impl().output_io[idx].name,
+                                        model->impl().input_io[i].name));
+        auto v = model->impl().variants->get(fed);
+        std::lock_guard g(v->graph->inference_mutex());
+        VarNode* out = v->outputs[idx].var.node();
+        if (!out->shape_known())
+            throw Error(Code::FAILED_PRECONDITION,
+                        fmt::format("output \"{}\": the shape depends on values known only when "
+                                    "the model runs",
+                                    v->outputs[idx].name));
+        return dims_of(out->shape());
+    }
     auto& loaded = model->impl().loaded;
     ComputingGraph& graph = *loaded.graph;
     // Inferred for this context's bound inputs alone: an unbound input counts with its recorded
@@ -270,7 +312,7 @@ const Tensor& Context::Impl::output_tensor(size_t idx) const {
         throw Error(Code::FAILED_PRECONDITION,
                     fmt::format("output \"{}\": no successful run on this context yet",
                                 model->impl().outputs[idx].name));
-    return exec->output(model->impl().loaded.outputs[idx].var);
+    return exec->output(graph_model().outputs[idx].var);
 }
 
 TensorView Context::output(const std::string& name) const {
@@ -298,6 +340,7 @@ size_t Context::arena_bytes() const {
 void Context::trim() {
     std::lock_guard lk(m_impl->run_mutex);
     m_impl->exec.reset();
+    m_impl->variant.reset();
     m_impl->ran = false;
 }
 

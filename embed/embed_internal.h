@@ -6,18 +6,66 @@
 
 #include "base/run_control.h"
 #include "graph/executable.h"
+#include "onnx_import/onnx_import.h"
 #include "serialization/serializer.h"
 
 #include <condition_variable>
+#include <list>
 #include <mutex>
+#include <set>
 #include <string_view>
 
 namespace braid::embed {
 
+//! Whether `io` has a dim fixed only when the model runs (-1).
+bool has_symbolic_dim(const ModelIO& io);
+
+/*!
+ * An ONNX model imported once per distinct set of the run-time facts its import depends on: the
+ * fed shape of every input with a symbolic dim (so that nothing is decided on a placeholder
+ * size), and the value of every *shape input* (a graph input an op reads as a shape, axes, sizes
+ * or scales argument; onnx_import::ShapeInputError). Each variant is a static graph for those
+ * facts, built from the file with the weights it shares with every other variant. Variants are
+ * kept, most recently used first, up to MAX_VARIANTS.
+ */
+class OnnxVariants {
+public:
+    static constexpr size_t MAX_VARIANTS = 16;
+
+    //! `shape_inputs`: the inputs known to be read as shapes already (by the import at load).
+    OnnxVariants(std::string path, onnx_import::ImportOptions base, std::vector<ModelIO> inputs,
+                 const std::vector<std::string>& shape_inputs);
+    //! The variant for the tensors fed to the model's inputs (in the order of `inputs`, all
+    //! bound), imported on first use.
+    std::shared_ptr<const LoadedModel> get(const std::vector<Tensor>& fed);
+    //! Adds an import made at load time, for the shapes it was made with.
+    void add(std::shared_ptr<const LoadedModel> variant);
+    //! The inputs an import asked values for so far.
+    std::vector<std::string> shape_inputs() const;
+    size_t size() const;
+
+private:
+    //! The cache key of inputs of `shapes` with the values `fed` (null: no shape input values).
+    std::string key(const std::vector<TensorShape>& shapes, const std::vector<Tensor>* fed) const;
+
+    std::string m_path;
+    onnx_import::ImportOptions m_base;
+    std::vector<ModelIO> m_inputs;
+    mutable std::mutex m_mutex;
+    std::set<std::string> m_shape_inputs;
+    std::list<std::pair<std::string, std::shared_ptr<const LoadedModel>>> m_variants;
+};
+
 struct Model::Impl {
     std::shared_ptr<ModelImage> image; //!< null for an imported ONNX model
     size_t onnx_weight_bytes = 0;
-    LoadedModel loaded; //!< one graph, shared by every context (each has its own Executable)
+    //! One graph, shared by every context (each has its own Executable). An ONNX model with
+    //! `variants` has a graph here only when its import at load time succeeded.
+    LoadedModel loaded;
+    //! ONNX models whose graph depends on fed shapes or shape-input values (null otherwise).
+    std::unique_ptr<OnnxVariants> variants;
+    //! The model's inputs and outputs (the loaded graph's, or the file's declarations).
+    std::vector<ModelIO> input_io, output_io;
     std::vector<TensorInfo> inputs, outputs;
     std::mutex pool_mutex;
     std::vector<std::unique_ptr<Context>> pool; //!< idle contexts of acquire_context()
@@ -26,6 +74,8 @@ struct Model::Impl {
 struct Context::Impl {
     std::shared_ptr<Model> model; //!< keeps the model alive
     std::mutex run_mutex;         //!< held by a run, and by the destructor (waits for it)
+    //! The graph `exec` runs: the model's, or the ONNX variant for the bound inputs.
+    std::shared_ptr<const LoadedModel> variant;
     std::unique_ptr<Executable> exec;
     std::vector<Tensor> fed;     //!< per model input: the bound tensor (caller or own memory)
     std::vector<void*> out_data; //!< per model output: caller memory each run copies into
@@ -59,8 +109,11 @@ struct Context::Impl {
 
     size_t input_index(std::string_view name) const;
     size_t output_index(std::string_view name) const;
-    //! The executable, compiled on first use (and after trim()).
+    //! The executable, compiled on first use (and after trim()); for a model with ONNX
+    //! variants, the one of the variant for the bound inputs (which must all be bound).
     Executable& executable();
+    //! The graph executable() runs (after a call to it).
+    const LoadedModel& graph_model() const;
     //! Checks and binds caller memory to input `i` (zero copy).
     void bind_input(size_t i, const void* data, DType dtype, const int64_t* dims, size_t ndim);
     std::vector<int64_t> output_shape(size_t idx);
@@ -78,11 +131,16 @@ struct Context::Impl {
 /*!
  * The one way to load a model, whichever its format: an ONNX file (a path ending in ".onnx")
  * is imported with the options that apply to it (graph options, comp node, input shapes,
- * values bound to shape inputs); any other file is mapped and verified as a braid model. The
+ * values bound to shape inputs); any other file is mapped and verified as a braid model. With
+ * `onnx_variants`, an ONNX model with symbolic dims or shape inputs is imported again for each
+ * distinct fed shape and shape-input value (OnnxVariants), as the embedding API, braid-run and
+ * braid-serve run it; without, it is one graph and an unbound shape input is an error (the
+ * tools that print or convert one graph). The
  * embedding API's Model::load, braid-run, braid-inspect, braid-convert and braid-serve all
  * load through it. Throws braid's errors (translate() turns them into embed::Error).
  */
-std::shared_ptr<Model> open_model(const std::string& path, const LoadOptions& options);
+std::shared_ptr<Model> open_model(const std::string& path, const LoadOptions& options,
+                                  bool onnx_variants = false);
 
 //! The load options behind ModelOptions: every operator on `cpu:default` (runs execute on the
 //! calling thread, with the shared kernel pool), and the memory budget.

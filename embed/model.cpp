@@ -8,8 +8,10 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 
 namespace braid::embed {
 
@@ -84,17 +86,62 @@ TensorInfo info_of(const ModelIO& io) {
     return t;
 }
 
-std::shared_ptr<Model> make_model(LoadedModel loaded, std::shared_ptr<ModelImage> image) {
+std::shared_ptr<Model> make_model(LoadedModel loaded, std::shared_ptr<ModelImage> image,
+                                  std::unique_ptr<OnnxVariants> variants = nullptr,
+                                  const onnx_import::DeclaredIO* declared = nullptr) {
     auto impl = std::make_unique<Model::Impl>();
     impl->image = std::move(image);
     impl->loaded = std::move(loaded);
-    if (!impl->image) // an imported ONNX model: its constants are its weights
+    impl->variants = std::move(variants);
+    if (!impl->image && impl->loaded.graph) // an imported ONNX model: its constants are its weights
         for (auto& opr : impl->loaded.graph->operators())
             if (auto* c = dynamic_cast<opr::ImmutableTensor*>(opr.get()))
                 impl->onnx_weight_bytes += c->value().nr_bytes();
-    for (auto& io : impl->loaded.inputs) impl->inputs.push_back(info_of(io));
-    for (auto& io : impl->loaded.outputs) impl->outputs.push_back(info_of(io));
+    impl->input_io = declared ? declared->inputs : impl->loaded.inputs;
+    impl->output_io = declared ? declared->outputs : impl->loaded.outputs;
+    for (auto& io : impl->input_io) impl->inputs.push_back(info_of(io));
+    for (auto& io : impl->output_io) impl->outputs.push_back(info_of(io));
     return std::make_shared<Model>(std::move(impl));
+}
+
+//! An ONNX model run through OnnxVariants when its graph depends on what is fed: it is imported
+//! now at the given shapes (placeholder size 1 for other symbolic dims); an import that needs a
+//! shape input's value, or that fails on a placeholder size, leaves the graph to the first run.
+std::shared_ptr<Model> open_onnx_variants(const std::string& path,
+                                          onnx_import::ImportOptions options) {
+    options.initializers = std::make_shared<std::map<std::string, Tensor>>();
+    std::optional<LoadedModel> now;
+    std::optional<onnx_import::DeclaredIO> declared;
+    std::vector<std::string> shape_inputs;
+    try {
+        now = onnx_import::import_file(path, options);
+    } catch (const onnx_import::ShapeInputError& e) {
+        shape_inputs = e.inputs();
+    } catch (const onnx_import::NodeError&) {
+        declared = onnx_import::declared_io(path, options);
+        bool placeholder = false;
+        for (auto& io : declared->inputs)
+            placeholder =
+                placeholder || (has_symbolic_dim(io) && !options.input_shapes.count(io.name));
+        if (!placeholder) throw; // the shapes are the model's own: the model is wrong
+    }
+    if (now && std::none_of(now->inputs.begin(), now->inputs.end(), has_symbolic_dim))
+        return make_model(std::move(*now), nullptr); // one static graph
+    if (!declared) declared = onnx_import::declared_io(path, options);
+    auto variants = std::make_unique<OnnxVariants>(path, options, declared->inputs, shape_inputs);
+    if (now) {
+        variants->add(std::make_shared<LoadedModel>(*now));
+        declared->inputs = now->inputs; // the graph's own, with the shapes it was imported at
+        declared->outputs = now->outputs;
+        for (auto& io : declared->inputs) io.var = {};
+        for (auto& io : declared->outputs) io.var = {};
+    }
+    auto model =
+        make_model(now ? std::move(*now) : LoadedModel{}, nullptr, std::move(variants), &*declared);
+    if (!model->impl().loaded.graph) // no weights counted from a graph: count the file's
+        for (auto& [name, t] : *options.initializers)
+            model->impl().onnx_weight_bytes += t.nr_bytes();
+    return model;
 }
 
 } // namespace
@@ -108,13 +155,15 @@ LoadOptions load_options(const ModelOptions& options) {
     return lopt;
 }
 
-std::shared_ptr<Model> open_model(const std::string& path, const LoadOptions& options) {
+std::shared_ptr<Model> open_model(const std::string& path, const LoadOptions& options,
+                                  bool onnx_variants) {
     if (onnx_import::is_onnx_path(path)) {
         onnx_import::ImportOptions io;
         io.graph_options = options.graph_options;
         io.comp_node = options.comp_node;
         io.input_shapes = options.input_shapes;
         io.input_values = options.input_values;
+        if (onnx_variants) return open_onnx_variants(path, io);
         return make_model(onnx_import::import_file(path, io), nullptr);
     }
     if (!options.input_values.empty())
@@ -155,7 +204,7 @@ std::shared_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
     struct stat st;
     if (::stat(path.c_str(), &st) != 0)
         throw Error(Code::NOT_FOUND, path + ": cannot open: " + std::strerror(errno));
-    return translate([&] { return open_model(path, load_options(options)); });
+    return translate([&] { return open_model(path, load_options(options), true); });
 }
 
 std::shared_ptr<Model> Model::load(const std::string& path, const ModelOptions& options,
@@ -173,7 +222,7 @@ std::shared_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
             std::copy(values.begin(), values.end(), t.ptr<double>());
             lopt.input_values[name] = t;
         }
-        return open_model(path, lopt);
+        return open_model(path, lopt, true);
     });
 }
 
@@ -206,7 +255,9 @@ std::unique_ptr<Context> Model::create_context() {
         impl->fed.resize(m_impl->inputs.size());
         impl->out_data.resize(m_impl->outputs.size(), nullptr);
         impl->out_bytes.resize(m_impl->outputs.size(), 0);
-        impl->executable(); // compiled now: the first run pays nothing extra
+        // Compiled now: the first run pays nothing extra (a model with ONNX variants compiles
+        // the variant of the inputs bound at the first run).
+        if (!m_impl->variants) impl->executable();
         return std::make_unique<Context>(std::move(impl));
     });
 }

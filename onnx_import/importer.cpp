@@ -331,7 +331,7 @@ void NodeCtx::unsupported(const std::string& what) const {
 }
 
 void NodeCtx::invalid(const std::string& what) const {
-    throw SerializationError(fmt::format("{}: {}", where(), what));
+    throw NodeError(fmt::format("{}: {}", where(), what));
 }
 
 SymbolVar NodeCtx::known_output(size_t i, Tensor value) const {
@@ -410,8 +410,8 @@ void Importer::convert_nodes(const onnx::GraphProto& g) {
             // operator's description names it already where the error came from one).
             std::string msg = e.what();
             if (msg.find(origin) != std::string::npos)
-                BRAID_THROW(SerializationError, "{}: {}", source, msg);
-            BRAID_THROW(SerializationError, "{}: {}", ctx.where(), msg);
+                BRAID_THROW(NodeError, "{}: {}", source, msg);
+            BRAID_THROW(NodeError, "{}: {}", ctx.where(), msg);
         }
         for (size_t i = 0; i < outs.size() && i < size_t(node.output_size()); ++i)
             if (!node.output(int(i)).empty()) values[node.output(int(i))] = outs[i];
@@ -590,6 +590,27 @@ onnx::ModelProto converted_in_child(onnx::ModelProto& model, const std::string& 
     return converted;
 }
 
+//! A graph input or output as the file declares it: dtype and dims (-1 for a symbolic or
+//! unknown dim, 1 in the default shape).
+ModelIO declared(const onnx::ValueInfoProto& v, const std::string& source, const char* kind) {
+    std::string what = fmt::format("{}: {} \"{}\"", source, kind, v.name());
+    if (!v.type().has_tensor_type())
+        throw UnsupportedOnnxError(what + ": only tensor " + kind + "s are supported");
+    auto& tt = v.type().tensor_type();
+    ModelIO io;
+    io.name = v.name();
+    io.dtype = dtype_of(tt.elem_type(), what);
+    std::vector<size_t> dims;
+    if (tt.has_shape())
+        for (auto& d : tt.shape().dim()) {
+            long n = d.has_dim_value() ? long(d.dim_value()) : -1;
+            io.shape.push_back(n);
+            dims.push_back(n < 0 ? 1 : size_t(n));
+        }
+    io.default_shape = TensorShape(dims);
+    return io;
+}
+
 //! `file`: the model's path when it came from a file ("" for bytes), so that the checker finds
 //! external data files next to it rather than in the working directory.
 LoadedModel import_model(onnx::ModelProto& model, const ImportOptions& options,
@@ -658,10 +679,15 @@ LoadedModel import_model(onnx::ModelProto& model, const ImportOptions& options,
     imp.source = source;
     // Each initializer's bytes are released from the parsed model once copied, so the import
     // holds one copy of the weights at a time; external data stays in place where aligned.
-    for (auto& t : *model.mutable_graph()->mutable_initializer()) {
-        imp.constants[t.name()] = tensor_of(t, dir, source + ": initializer", &imp.external);
-        t.clear_raw_data();
-        t.mutable_raw_data()->shrink_to_fit();
+    if (options.initializers && !options.initializers->empty()) {
+        imp.constants = *options.initializers;
+    } else {
+        for (auto& t : *model.mutable_graph()->mutable_initializer()) {
+            imp.constants[t.name()] = tensor_of(t, dir, source + ": initializer", &imp.external);
+            t.clear_raw_data();
+            t.mutable_raw_data()->shrink_to_fit();
+        }
+        if (options.initializers) *options.initializers = imp.constants;
     }
 
     for (auto& [name, value] : options.input_values) {
@@ -676,26 +702,13 @@ LoadedModel import_model(onnx::ModelProto& model, const ImportOptions& options,
     }
     for (auto& in : g.input()) {
         if (imp.constants.count(in.name())) continue; // an initializer listed as an input
-        std::string what = fmt::format("{}: input \"{}\"", source, in.name());
-        if (!in.type().has_tensor_type())
-            throw UnsupportedOnnxError(what + ": only tensor inputs are supported");
-        auto& tt = in.type().tensor_type();
-        ModelIO io;
-        io.name = in.name();
-        io.dtype = dtype_of(tt.elem_type(), what);
-        std::vector<size_t> dims;
-        if (tt.has_shape())
-            for (auto& d : tt.shape().dim()) {
-                long v = d.has_dim_value() ? long(d.dim_value()) : -1;
-                io.shape.push_back(v);
-                dims.push_back(v < 0 ? 1 : size_t(v));
-            }
-        io.default_shape = TensorShape(dims);
+        ModelIO io = declared(in, source, "input");
         auto given = options.input_shapes.find(io.name);
         if (given != options.input_shapes.end()) {
             if (!io.accepts(given->second))
-                BRAID_THROW(ShapeError, "{}: shape {} does not fit the model's {}", what,
-                            given->second.to_string(), dims_text(tt));
+                BRAID_THROW(ShapeError, "{}: input \"{}\": shape {} does not fit the model's {}",
+                            source, io.name, given->second.to_string(),
+                            dims_text(in.type().tensor_type()));
             io.default_shape = given->second;
         }
         io.var = opr::Input::make(*res.graph, io.name, io.dtype, io.default_shape);
@@ -739,7 +752,9 @@ LoadedModel import_bytes(std::span<const uint8_t> bytes, const ImportOptions& op
     return import_model(model, options, source, ".");
 }
 
-LoadedModel import_file(const std::string& path, const ImportOptions& options) {
+namespace {
+
+onnx::ModelProto parse_file(const std::string& path) {
     std::ifstream f(path, std::ios::binary);
     if (!f) BRAID_THROW(SerializationError, "{}: cannot open: {}", path, std::strerror(errno));
     std::stringstream ss;
@@ -749,6 +764,28 @@ LoadedModel import_file(const std::string& path, const ImportOptions& options) {
     if (bytes.empty() || !model.ParseFromString(bytes))
         BRAID_THROW(SerializationError, "{}: not an ONNX model (protobuf parse failed, {} bytes)",
                     path, bytes.size());
+    return model;
+}
+
+} // namespace
+
+DeclaredIO declared_io(const std::string& path, const ImportOptions& options) {
+    onnx::ModelProto model = parse_file(path);
+    std::set<std::string> inits;
+    for (auto& t : model.graph().initializer()) inits.insert(t.name());
+    DeclaredIO io;
+    for (auto& in : model.graph().input())
+        if (!inits.count(in.name()) && !options.input_values.count(in.name()))
+            io.inputs.push_back(declared(in, path, "input"));
+    for (auto& out : model.graph().output()) {
+        io.outputs.push_back(declared(out, path, "output"));
+        io.outputs.back().default_shape = {};
+    }
+    return io;
+}
+
+LoadedModel import_file(const std::string& path, const ImportOptions& options) {
+    onnx::ModelProto model = parse_file(path);
     auto slash = path.rfind('/');
     return import_model(model, options, path,
                         slash == std::string::npos ? "." : path.substr(0, slash), path);

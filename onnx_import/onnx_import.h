@@ -17,6 +17,8 @@
 #include "serialization/serializer.h"
 
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <span>
 #include <string>
 
@@ -24,6 +26,14 @@ namespace braid::onnx_import {
 
 //! An ONNX op, attribute or dtype that braid does not support (yet).
 class UnsupportedOnnxError : public SerializationError {
+public:
+    using SerializationError::SerializationError;
+};
+
+//! A node that cannot be built from its inputs and attributes (a shape, dtype or size its op
+//! does not fit). When the shapes came from placeholder sizes of symbolic dims, the fed shapes
+//! may still fit.
+class NodeError : public SerializationError {
 public:
     using SerializationError::SerializationError;
 };
@@ -58,7 +68,19 @@ struct ImportOptions {
     //! error of that file). The ONNX fuzzer turns it off, to find such crashes (and to fork
     //! less), so that the importer's own checks steer around them.
     bool isolate_version_converter = true;
+    //! The decoded initializers of one file, shared by its imports: the first import fills it,
+    //! later ones take their weights from it instead of decoding them again, so that imports of
+    //! one model at several shapes or shape-input values hold one copy of the weights.
+    std::shared_ptr<std::map<std::string, Tensor>> initializers;
 };
+
+//! What an ONNX file declares without importing its nodes: its inputs (not initializers, not
+//! bound in `input_values`) and outputs, each with its dtype and dims (-1 for a symbolic or
+//! unknown dim; none when the file gives no shape). The vars are invalid.
+struct DeclaredIO {
+    std::vector<ModelIO> inputs, outputs;
+};
+DeclaredIO declared_io(const std::string& path, const ImportOptions& options = {});
 
 //! Imports the ONNX model file at `path` (external data files are read from its folder).
 LoadedModel import_file(const std::string& path, const ImportOptions& options = {});

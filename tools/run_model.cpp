@@ -72,13 +72,14 @@ Tensor random_tensor(const TensorShape& shape, DType dtype, uint32_t seed) {
     return t;
 }
 
-std::vector<ResolvedInput> resolve_inputs(const RunConfig& cfg, const LoadedModel& model) {
+std::vector<ResolvedInput> resolve_inputs(const RunConfig& cfg, const std::vector<ModelIO>& ios,
+                                          const std::vector<std::string>& shape_inputs) {
     std::string known;
-    for (auto& io : model.inputs) known += (known.empty() ? "" : ", ") + io.name;
+    for (auto& io : ios) known += (known.empty() ? "" : ", ") + io.name;
     for (size_t i = 0; i < cfg.inputs.size(); ++i) {
         auto& spec = cfg.inputs[i];
         bool found = false;
-        for (auto& io : model.inputs) found |= io.name == spec.name;
+        for (auto& io : ios) found |= io.name == spec.name;
         if (!found)
             throw ToolError(EXIT_USAGE,
                             fmt::format("--input {}: the model has no input named \"{}\" "
@@ -91,7 +92,7 @@ std::vector<ResolvedInput> resolve_inputs(const RunConfig& cfg, const LoadedMode
     std::vector<ResolvedInput> res;
     uint32_t seed = cfg.seed;
     auto budget = MemoryBudget::resolve(cfg.memory_budget);
-    for (auto& io : model.inputs) {
+    for (auto& io : ios) {
         ResolvedInput in;
         in.name = io.name;
         in.model_shape = io.shape_string();
@@ -111,6 +112,13 @@ std::vector<ResolvedInput> resolve_inputs(const RunConfig& cfg, const LoadedMode
                                 fmt::format("{}{} has shape {}, the model expects {}", what,
                                             spec->file, in.value.shape().to_string(),
                                             io.shape_string()));
+        } else if (std::count(shape_inputs.begin(), shape_inputs.end(), io.name)) {
+            throw ToolError(
+                EXIT_USAGE,
+                fmt::format("{}the model reads its value as a shape argument, so a "
+                            "random value does not do: give it with --input {}=FILE.npy "
+                            "or --bind {}=V,...",
+                            what, io.name, io.name));
         } else {
             TensorShape shape = io.default_shape;
             in.source = "random";
@@ -180,11 +188,9 @@ private:
 //! compile, warm-up, timed iterations, outputs.
 RankResult run_rank(const RunConfig& cfg, int rank, embed::Model& model, double load_ms,
                     const std::vector<ResolvedInput>& inputs, Clock::time_point origin) {
-    const LoadedModel& loaded = model.impl().loaded;
     RankResult r;
     r.rank = rank;
     r.load_ms = load_ms;
-    r.comp_node = loaded.outputs.at(0).var.comp_node().locator();
     bool many_ranks = cfg.devices > 1 || !cfg.server.empty() || cfg.backend == "mpi";
     std::string prefix = many_ranks ? fmt::format("rank {}: ", rank) : "";
     auto t0 = Clock::now();
@@ -197,14 +203,29 @@ RankResult run_rank(const RunConfig& cfg, int rank, embed::Model& model, double 
             throw;
         }
     });
-    r.compile_ms = ms_since(t0);
-    Executable& exec = ctx->impl().executable();
-    stage(EXIT_RUN_FAILED, prefix, [&] {
-        for (auto& in : inputs) {
-            auto dims = in.value.shape().dims();
+    for (auto& in : inputs) {
+        auto dims = in.value.shape().dims();
+        stage(EXIT_RUN_FAILED, prefix, [&] {
             ctx->set_input(in.name, in.value.raw_ptr(), embed::to_embed(in.value.dtype()),
                            std::vector<int64_t>(dims.begin(), dims.end()));
+            return 0;
+        });
+    }
+    // The graph for these inputs (an ONNX model whose graph depends on the fed shapes or
+    // shape-input values is imported for them now).
+    Executable& exec = *stage(EXIT_RUN_FAILED, prefix + "compile: ", [&] {
+        try {
+            return &ctx->impl().executable();
+        } catch (const SerializationError& e) { // the file does not fit the inputs
+            throw ToolError(EXIT_BAD_FILE, one_line(prefix + e.what()));
+        } catch (const MemoryBudgetError& e) { // more memory than the model may plan
+            throw ToolError(EXIT_BAD_FILE, one_line(prefix + "compile: " + e.what()));
         }
+    });
+    r.compile_ms = ms_since(t0);
+    const LoadedModel& loaded = ctx->impl().graph_model();
+    r.comp_node = loaded.outputs.at(0).var.comp_node().locator();
+    stage(EXIT_RUN_FAILED, prefix, [&] {
         for (size_t i = 0; i < cfg.warmup; ++i) ctx->run();
         std::optional<TraceCollector> trace;
         if (!cfg.profile_path.empty()) {
@@ -290,7 +311,7 @@ std::vector<RankResult> run_ranks(const RunConfig& cfg, const std::string& comp_
                 std::string cn = rank_comp_node(comp_node, int(r));
                 auto t0 = Clock::now();
                 auto model = stage(EXIT_BAD_FILE, fmt::format("rank {}: ", r), [&] {
-                    return embed::open_model(cfg.model_path, load_options(cfg, cn, binding));
+                    return embed::open_model(cfg.model_path, load_options(cfg, cn, binding), true);
                 });
                 results[r] = run_rank(cfg, int(r), *model, ms_since(t0), inputs, origin);
             } catch (...) {
@@ -545,16 +566,20 @@ RunResult run_model(const RunConfig& cfg) {
 
     auto origin = Clock::now();
     auto model_ptr = stage(EXIT_BAD_FILE, "", [&] {
-        return embed::open_model(cfg.model_path, load_options(cfg, comp_node, binding));
+        return embed::open_model(cfg.model_path, load_options(cfg, comp_node, binding), true);
     });
     embed::Model& embedded = *model_ptr;
     const LoadedModel& model = embedded.impl().loaded;
     double load_ms = ms_since(origin);
     result.info = model.info;
-    for (auto& opr : model.graph->operators())
-        if (auto* desc = OperatorRegistry::instance().find(opr->type_name()))
-            result.collectives += desc->rank_dependent;
-    result.inputs = resolve_inputs(cfg, model);
+    if (model.graph) // an ONNX model imported at run time has no graph yet (and no collectives)
+        for (auto& opr : model.graph->operators())
+            if (auto* desc = OperatorRegistry::instance().find(opr->type_name()))
+                result.collectives += desc->rank_dependent;
+    result.inputs =
+        resolve_inputs(cfg, embedded.impl().input_io,
+                       embedded.impl().variants ? embedded.impl().variants->shape_inputs()
+                                                : std::vector<std::string>{});
     bool own_process = cfg.backend == "mpi" || !cfg.server.empty();
     if (own_process) {
         result.rank = binding.rank;

@@ -1,15 +1,17 @@
-// Runs the ONNX backend test data (Debian's libonnx-testdata) through the importer and
-// classifies every case: pass, wrong (a result outside rtol 1e-3 / atol 1e-7), unsupported
-// (naming the op and opset), error, or crash / timeout (each case runs in a child process).
+// Runs the ONNX backend test data (Debian's libonnx-testdata) through the embedding API, as a
+// user runs a model (nothing bound at import), and classifies every case: pass, wrong (a result
+// outside rtol 1e-3 / atol 1e-7), unsupported (naming the op and opset), error, or crash / timeout
+// (each case runs in a child process).
 //
 //   onnx_conformance <data dir> <json out> [<floor file>] [--filter SUBSTRING]
 //
 // Writes {"suites": {"node": {"total": N, "pass": N, ...}, ...}, "cases": {"node/test_abs":
-// "pass", ...}, "bound_inputs": {...}, "reasons": {...}}; "bound_inputs" names, per passing case,
-// the shape inputs it bound at import (see onnx_import::ShapeInputError). With a floor file ("suite
-// pass-count" lines) it exits 1 when a suite passes fewer cases than its floor (the ratchet), never
-// for unsupported cases.
+// "pass", ...}, "shape_inputs": {...}, "reasons": {...}}; "shape_inputs" names, per passing case,
+// the graph inputs the model read as shapes at run time (see embed::OnnxVariants). With a floor
+// file ("suite pass-count" lines) it exits 1 when a suite passes fewer cases than its floor (the
+// ratchet), never for unsupported cases.
 #include "braid.h"
+#include "embed/embed_internal.h"
 #include "onnx_import/onnx_internal.h"
 
 #include <onnx/onnx_pb.h>
@@ -81,31 +83,11 @@ std::string compare(const Tensor& got, const Tensor& want, const std::string& na
     return {};
 }
 
-//! Whether the executable reads input `io` (an input no output depends on is not fed).
-bool used(const Executable& exec, const ModelIO& io) {
-    for (auto& [cn, oprs] : exec.sequences())
-        for (auto* opr : oprs)
-            if (opr->output(0) == io.var.node()) return true;
-    return false;
-}
-
-//! The graph inputs of the model at `path` that are not initializers, in order (the order of
-//! a data set's input_<i>.pb files).
-std::vector<std::string> input_names(const fs::path& path) {
-    onnx::ModelProto m;
-    if (!m.ParseFromString(read_all(path))) return {};
-    std::set<std::string> inits;
-    for (auto& t : m.graph().initializer()) inits.insert(t.name());
-    std::vector<std::string> names;
-    for (auto& in : m.graph().input())
-        if (!inits.count(in.name())) names.push_back(in.name());
-    return names;
-}
-
-//! Runs one case; returns its verdict, with the reason in `why`. A model whose shape inputs
-//! must be bound at import (ShapeInputError) is imported once per data set with those inputs
-//! bound to the set's values; their names go to `bound`.
-Verdict run_case(const fs::path& dir, std::string& why, std::string& bound) {
+//! Runs one case through the embedding API, as a user runs a model: loaded once, each data
+//! set fed to a context, nothing bound at import. Returns its verdict, with the reason in `why`;
+//! the graph inputs the model read as shapes at run time (imported per value: embed's
+//! OnnxVariants) go to `shape_inputs`.
+Verdict run_case(const fs::path& dir, std::string& why, std::string& shape_inputs) {
     try {
         fs::path file = dir / "model.onnx";
         std::vector<fs::path> sets;
@@ -113,55 +95,45 @@ Verdict run_case(const fs::path& dir, std::string& why, std::string& bound) {
             if (e.is_directory() && e.path().filename().string().rfind("test_data_set_", 0) == 0)
                 sets.push_back(e.path());
         std::sort(sets.begin(), sets.end());
-        auto names = input_names(file);
-        // Import once without bindings: an unsupported op is reported before any data is read.
-        bool needs_bindings = false;
-        try {
-            onnx_import::import_file(file.string());
-        } catch (const onnx_import::ShapeInputError&) {
-            needs_bindings = true;
-        }
+        // An unsupported op is reported here, before any data is read.
+        auto model = embed::open_model(file.string(), {}, true);
+        auto& m = model->impl();
         for (auto& set : sets) {
             std::map<std::string, Tensor> feeds;
             for (size_t i = 0; fs::exists(set / fmt::format("input_{}.pb", i)); ++i) {
                 std::string name;
                 Tensor t = read_tensor(set / fmt::format("input_{}.pb", i), &name);
-                if (name.empty() && i < names.size()) name = names[i];
-                feeds[name] = t;
+                if (name.empty() && i < m.input_io.size()) name = m.input_io[i].name;
+                feeds[name] = t.contiguous();
             }
-            onnx_import::ImportOptions opts;
-            for (auto& [name, t] : feeds) opts.input_shapes[name] = t.shape();
-            std::optional<LoadedModel> model;
-            while (!model) {
-                try {
-                    model = onnx_import::import_file(file.string(), opts);
-                } catch (const onnx_import::ShapeInputError& e) {
-                    if (!needs_bindings) throw;
-                    for (auto& name : e.inputs()) {
-                        if (!feeds.count(name) || opts.input_values.count(name)) throw;
-                        opts.input_values[name] = feeds[name];
-                        bound += (bound.empty() ? "" : ",") + name;
-                    }
-                }
+            auto ctx = model->create_context();
+            for (size_t i = 0; i < m.input_io.size(); ++i) {
+                auto it = feeds.find(m.input_io[i].name);
+                if (it == feeds.end()) continue; // reported by the run as not bound
+                auto dims = it->second.shape().dims();
+                std::vector<int64_t> shape(dims.begin(), dims.end());
+                ctx->impl().bind_input(i, it->second.raw_ptr(), embed::to_embed(it->second.dtype()),
+                                       shape.data(), shape.size());
             }
-            auto exec = model->compile();
-            for (auto& io : model->inputs) {
-                auto it = feeds.find(io.name);
-                if (it != feeds.end() && used(*exec, io)) exec->feed(io.var, it->second);
-            }
-            exec->run();
-            for (size_t i = 0; i < model->outputs.size(); ++i) {
+            ctx->impl().run({});
+            for (size_t i = 0; i < m.output_io.size(); ++i) {
                 fs::path p = set / fmt::format("output_{}.pb", i);
                 if (!fs::exists(p)) continue;
                 Tensor want = read_tensor(p, nullptr);
-                why = compare(exec->output(i), want, model->outputs[i].name);
+                why = compare(ctx->impl().output_tensor(i), want, m.output_io[i].name);
                 if (!why.empty()) return WRONG;
             }
         }
+        if (m.variants)
+            for (auto& name : m.variants->shape_inputs())
+                shape_inputs += (shape_inputs.empty() ? "" : ",") + name;
         return PASS;
     } catch (const onnx_import::UnsupportedOnnxError& e) {
         why = e.what();
         return UNSUPPORTED;
+    } catch (const embed::Error& e) {
+        why = e.what();
+        return ERROR;
     } catch (const std::exception& e) {
         why = e.what();
         return ERROR;
@@ -176,10 +148,10 @@ std::string run_isolated(const fs::path& dir, std::string& why) {
     if (pid == 0) {
         close(fds[0]);
         alarm(60);
-        std::string w, bound;
-        Verdict v = run_case(dir, w, bound);
-        // The reason, or for a pass the inputs it bound ("bound:a,b").
-        w = v == PASS ? (bound.empty() ? "" : "bound:" + bound) : w.substr(0, 400);
+        std::string w, shape_inputs;
+        Verdict v = run_case(dir, w, shape_inputs);
+        // The reason, or for a pass the shape inputs it read ("shape:a,b").
+        w = v == PASS ? (shape_inputs.empty() ? "" : "shape:" + shape_inputs) : w.substr(0, 400);
         if (write(fds[1], w.data(), w.size()) < 0) {
         }
         _exit(int(v));
@@ -240,7 +212,7 @@ int main(int argc, char** argv) {
     }
     setenv("BRAID_LOG_LEVEL", "off", 0);
     std::map<std::string, std::map<std::string, int>> suites;
-    std::map<std::string, std::string> cases, reasons, bound;
+    std::map<std::string, std::string> cases, reasons, shape_inputs;
     for (const char* suite : {"node", "pytorch-converted", "pytorch-operator", "simple"}) {
         if (!fs::exists(data / suite)) continue;
         std::vector<fs::path> dirs;
@@ -253,8 +225,8 @@ int main(int argc, char** argv) {
             std::string why, verdict = run_isolated(d, why);
             cases[key] = verdict;
             if (verdict == "pass" && !why.empty()) {
-                bound[key] = why.substr(6);
-                suites[suite]["pass_with_bound_inputs"]++;
+                shape_inputs[key] = why.substr(6);
+                suites[suite]["pass_reading_shape_inputs"]++;
             } else if (!why.empty()) {
                 reasons[key] = why;
             }
@@ -269,7 +241,7 @@ int main(int argc, char** argv) {
         js << (first ? "" : ", ") << json_str(suite) << ": {";
         first = false;
         bool f2 = true;
-        for (const char* k : {"total", "pass", "pass_with_bound_inputs", "wrong", "unsupported",
+        for (const char* k : {"total", "pass", "pass_reading_shape_inputs", "wrong", "unsupported",
                               "error", "crash", "timeout"}) {
             js << (f2 ? "" : ", ") << "\"" << k << "\": " << counts[k];
             f2 = false;
@@ -282,9 +254,9 @@ int main(int argc, char** argv) {
         js << (first ? "" : ", ") << json_str(k) << ": " << json_str(v);
         first = false;
     }
-    js << "}, \"bound_inputs\": {";
+    js << "}, \"shape_inputs\": {";
     first = true;
-    for (auto& [k, v] : bound) {
+    for (auto& [k, v] : shape_inputs) {
         js << (first ? "" : ", ") << json_str(k) << ": " << json_str(v);
         first = false;
     }
@@ -305,11 +277,11 @@ int main(int argc, char** argv) {
         total += counts["total"], pass += counts["pass"];
         crashes += counts["crash"] + counts["timeout"];
     }
-    int nbound = 0;
-    for (auto& [suite, counts] : suites) nbound += counts["pass_with_bound_inputs"];
-    std::printf("all %d cases: %d pass (%.1f%%; %d of them with shape inputs bound at import), "
-                "%d crashes or timeouts\n",
-                total, pass, total ? 100.0 * pass / total : 0.0, nbound, crashes);
+    int nshape = 0;
+    for (auto& [suite, counts] : suites) nshape += counts["pass_reading_shape_inputs"];
+    std::printf("all %d cases: %d pass, nothing bound (%.1f%%; %d of them read shape inputs at "
+                "run time), %d crashes or timeouts\n",
+                total, pass, total ? 100.0 * pass / total : 0.0, nshape, crashes);
     if (!floor_file.empty()) {
         std::ifstream f(floor_file);
         std::string suite;

@@ -1,8 +1,10 @@
 // The ONNX importer's own behaviour, on models built here with ONNX's protobuf classes: shape
-// inputs bound at import, constant folding of shape chains, external data used in place,
+// inputs bound at import or read at run time, symbolic dims imported at the fed shapes (the
+// embedding API's OnnxVariants), constant folding of shape chains, external data used in place,
 // checks made before anything is allocated, and ONNX's wrapping 8-bit arithmetic. (Operator
 // coverage is the conformance run's: tests/onnx/onnx_conformance.cpp.)
 #include "braid.h"
+#include "embed/embed_internal.h"
 #include "onnx_import/onnx_import.h"
 
 #include <gtest/gtest.h>
@@ -45,6 +47,17 @@ struct ModelBuilder {
     }
     void input(const std::string& name, int elem, const std::vector<int64_t>& dims) {
         set_type(g->add_input(), name, elem, dims);
+    }
+    //! An input whose dims of -1 are symbolic ("<name>_<i>").
+    void symbolic_input(const std::string& name, int elem, const std::vector<int64_t>& dims) {
+        auto* v = g->add_input();
+        set_type(v, name, elem, {});
+        auto* shape = v->mutable_type()->mutable_tensor_type()->mutable_shape();
+        for (size_t i = 0; i < dims.size(); ++i)
+            if (dims[i] < 0)
+                shape->add_dim()->set_dim_param(name + "_" + std::to_string(i));
+            else
+                shape->add_dim()->set_dim_value(dims[i]);
     }
     //! An output of unknown dims (named "d0", "d1", ...), `rank` of them.
     void output(const std::string& name, int elem, int rank = 1) {
@@ -624,10 +637,11 @@ TEST(OnnxImport, BraidRunImportsAModelWithSymbolicDimsAtTheShapeItIsFed) {
     auto [fed_status, fed] = run("--input x=random:1x3x8x10");
     EXPECT_EQ(fed_status, 0) << fed;
     EXPECT_NE(fed.find("output y: float32 {1,3,6,8}"), std::string::npos) << fed;
-    // Without a fed shape the placeholder size still decides (symbolic dims are not yet kept
-    // symbolic through import).
+    // Without a fed shape the random input takes the placeholder size 1 of each symbolic dim,
+    // which the window does not fit: an error of the file, naming the node.
     auto [default_status, plain] = run("");
     EXPECT_EQ(default_status, 3) << plain;
+    EXPECT_NE(plain.find("AveragePool"), std::string::npos) << plain;
     fs::remove_all(dir);
 }
 
@@ -861,4 +875,115 @@ TEST(OnnxImport, ALoopCarriesValuesScansAndStopsOnItsCondition) {
         ASSERT_EQ(exec->output(1).shape(), (TensorShape{size_t(iterations), 2}));
         EXPECT_EQ(exec->output(1).ptr<float>()[2 * iterations - 2], float(iterations));
     }
+}
+
+namespace {
+
+//! A model averaging x {n,2,h,w} over 3x3 windows, then scaling by a weight: its import at the
+//! placeholder size 1 of h and w fails (the window does not fit).
+ModelBuilder pool_model() {
+    ModelBuilder m;
+    m.symbolic_input("x", onnx::TensorProto::FLOAT, {-1, 2, -1, -1});
+    auto* pool = m.node("AveragePool", {"x"}, {"p"});
+    pool->set_name("pool");
+    auto* k = pool->add_attribute();
+    k->set_name("kernel_shape");
+    k->set_type(onnx::AttributeProto::INTS);
+    k->add_ints(3);
+    k->add_ints(3);
+    auto* w = m.initializer("w", onnx::TensorProto::FLOAT, {2, 1, 1});
+    w->add_float_data(2.f);
+    w->add_float_data(-0.5f);
+    m.node("Mul", {"p", "w"}, {"y"});
+    m.output("y", onnx::TensorProto::FLOAT, 4);
+    return m;
+}
+
+//! Runs `ctx` on x and returns output 0 as a braid tensor (a copy).
+Tensor run_embedded(embed::Context& ctx, const Tensor& x, const std::string& name = "x") {
+    auto dims = x.shape().dims();
+    ctx.set_input(name, x.raw_ptr(), embed::to_embed(x.dtype()),
+                  std::vector<int64_t>(dims.begin(), dims.end()));
+    ctx.run();
+    return ctx.impl().output_tensor(0).copy();
+}
+
+} // namespace
+
+TEST(OnnxRunTimeShapes, ANewFedShapeGivesWhatAFreshImportAtThatShapeGives) {
+    // Three image sizes and three batch sizes through one loaded model and one context: each
+    // result equals (bitwise) a fresh import at that shape, and the import at load time, on
+    // placeholder sizes the window does not fit, does not fail the load.
+    TempDir dir;
+    pool_model().save(dir.path / "pool.onnx");
+    std::string path = (dir.path / "pool.onnx").string();
+    auto model = embed::Model::load(path);
+    ASSERT_EQ(model->inputs().size(), 1u);
+    EXPECT_EQ(model->inputs()[0].shape, (std::vector<int64_t>{-1, 2, -1, -1}));
+    auto ctx = model->create_context();
+    for (TensorShape shape :
+         {TensorShape{1, 2, 5, 5}, TensorShape{1, 2, 4, 7}, TensorShape{1, 2, 9, 3},
+          TensorShape{3, 2, 5, 5}, TensorShape{7, 2, 4, 7}, TensorShape{1, 2, 5, 5}}) {
+        Tensor x = iota(shape, -3.f);
+        Tensor got = run_embedded(*ctx, x);
+        onnx_import::ImportOptions opt;
+        opt.input_shapes["x"] = shape;
+        auto fresh = onnx_import::import_file(path, opt);
+        auto exec = fresh.compile();
+        exec->feed("x", x);
+        exec->run();
+        const Tensor& want = exec->output(0);
+        ASSERT_EQ(got.shape(), want.shape()) << shape.to_string();
+        EXPECT_EQ(got.shape(), (TensorShape{shape[0], 2, shape[2] - 2, shape[3] - 2}));
+        EXPECT_EQ(std::memcmp(got.raw_ptr(), want.contiguous().raw_ptr(), got.nr_bytes()), 0)
+            << shape.to_string();
+    }
+    // One import per distinct shape (the sixth shape is the first again); the weights are
+    // shared between them.
+    EXPECT_EQ(model->impl().variants->size(), 5u);
+    EXPECT_EQ(model->weight_bytes(), 2 * sizeof(float));
+    // A shape the model does not admit is refused naming the input; one its ops do not fit
+    // names the ONNX node.
+    std::string msg = error_of([&] { run_embedded(*ctx, iota({1, 3, 5, 5})); });
+    EXPECT_NE(msg.find("input \"x\": shape {1,3,5,5} given; the model expects {-1,2,-1,-1}"),
+              std::string::npos)
+        << msg;
+    msg = error_of([&] { run_embedded(*ctx, iota({1, 2, 2, 5})); });
+    EXPECT_NE(msg.find("\"pool\" (AveragePool, opset 13)"), std::string::npos) << msg;
+}
+
+TEST(OnnxRunTimeShapes, AShapeInputIsReadWhenTheModelRuns) {
+    // The Reshape target is an ordinary input: fed at run time, each distinct value gives its
+    // graph, nothing is bound at load.
+    TempDir dir;
+    reshape_by_input().save(dir.path / "reshape.onnx");
+    auto model = embed::Model::load((dir.path / "reshape.onnx").string());
+    ASSERT_EQ(model->inputs().size(), 2u);
+    EXPECT_EQ(model->inputs()[1].name, "shape");
+    auto ctx = model->create_context();
+    Tensor x = iota({2, 3, 4});
+    auto dims = x.shape().dims();
+    ctx->set_input("x", x.raw_ptr(), embed::DType::FLOAT32,
+                   std::vector<int64_t>(dims.begin(), dims.end()));
+    // The output's shape is known before running, from the fed value.
+    Tensor target = int64s({4, 0, -1});
+    ctx->set_input("shape", target.raw_ptr(), embed::DType::INT64, {3});
+    EXPECT_EQ(ctx->output_shape("y"), (std::vector<int64_t>{4, 3, 2}));
+    for (auto [value, want] : {std::pair{std::vector<int64_t>{4, 0, -1}, TensorShape{4, 3, 2}},
+                               std::pair{std::vector<int64_t>{1, 24, 1}, TensorShape{1, 24, 1}},
+                               std::pair{std::vector<int64_t>{4, 0, -1}, TensorShape{4, 3, 2}}}) {
+        // The same buffer, new contents: the value is read at each run.
+        std::copy(value.begin(), value.end(), target.ptr<int64_t>());
+        ctx->run();
+        auto y = ctx->output("y");
+        auto want_dims = want.dims();
+        ASSERT_EQ(y.shape, (std::vector<int64_t>(want_dims.begin(), want_dims.end())));
+        EXPECT_EQ(std::memcmp(y.data, x.raw_ptr(), 24 * sizeof(float)), 0);
+    }
+    EXPECT_EQ(model->impl().variants->shape_inputs(), std::vector<std::string>{"shape"});
+    EXPECT_EQ(model->impl().variants->size(), 2u);
+    // A value the Reshape cannot take is an error naming the node and the values.
+    std::copy_n(std::vector<int64_t>{5, 5, 1}.begin(), 3, target.ptr<int64_t>());
+    std::string msg = error_of([&] { ctx->run(); });
+    EXPECT_NE(msg.find("(Reshape, opset 13)"), std::string::npos) << msg;
 }

@@ -1,0 +1,105 @@
+// OnnxVariants: an ONNX model imported per distinct fed shape and shape-input value.
+#include "embed_internal.h"
+
+#include "base/error.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace braid::embed {
+
+bool has_symbolic_dim(const ModelIO& io) {
+    return std::find(io.shape.begin(), io.shape.end(), -1) != io.shape.end();
+}
+
+OnnxVariants::OnnxVariants(std::string path, onnx_import::ImportOptions base,
+                           std::vector<ModelIO> inputs,
+                           const std::vector<std::string>& shape_inputs)
+    : m_path(std::move(path)), m_base(std::move(base)), m_inputs(std::move(inputs)),
+      m_shape_inputs(shape_inputs.begin(), shape_inputs.end()) {
+    if (!m_base.initializers)
+        m_base.initializers = std::make_shared<std::map<std::string, Tensor>>();
+}
+
+std::string OnnxVariants::key(const std::vector<TensorShape>& shapes,
+                              const std::vector<Tensor>* fed) const {
+    // Per input that the import depends on: its shape, and for a shape input its value.
+    std::string k;
+    for (size_t i = 0; i < m_inputs.size(); ++i) {
+        bool value = fed && m_shape_inputs.count(m_inputs[i].name) > 0;
+        if (!value && !has_symbolic_dim(m_inputs[i])) continue;
+        k += fmt::format("{}:{}", i, shapes[i].to_string());
+        if (value) {
+            Tensor t = (*fed)[i].contiguous();
+            k += '=';
+            k.append(reinterpret_cast<const char*>(t.raw_ptr()), t.nr_bytes());
+        }
+        k += '\0';
+    }
+    return k;
+}
+
+std::shared_ptr<const LoadedModel> OnnxVariants::get(const std::vector<Tensor>& fed) {
+    std::lock_guard lk(m_mutex);
+    std::vector<TensorShape> shapes;
+    for (auto& t : fed) shapes.push_back(t.shape());
+    std::string k = key(shapes, &fed);
+    for (auto it = m_variants.begin(); it != m_variants.end(); ++it)
+        if (it->first == k) {
+            m_variants.splice(m_variants.begin(), m_variants, it);
+            return m_variants.front().second;
+        }
+    onnx_import::ImportOptions opt = m_base;
+    for (size_t i = 0; i < m_inputs.size(); ++i) {
+        opt.input_shapes[m_inputs[i].name] = fed[i].shape();
+        if (m_shape_inputs.count(m_inputs[i].name))
+            opt.input_values[m_inputs[i].name] = fed[i].copy(); // the caller's memory may change
+    }
+    std::shared_ptr<const LoadedModel> variant;
+    while (!variant) {
+        try {
+            variant = std::make_shared<LoadedModel>(onnx_import::import_file(m_path, opt));
+        } catch (const onnx_import::ShapeInputError& e) {
+            // Inputs read as shapes: imported again with their fed values.
+            bool more = false;
+            for (auto& name : e.inputs()) {
+                auto in = std::find_if(m_inputs.begin(), m_inputs.end(),
+                                       [&](const ModelIO& io) { return io.name == name; });
+                if (in == m_inputs.end() || opt.input_values.count(name)) throw;
+                opt.input_values[name] = fed[size_t(in - m_inputs.begin())].copy();
+                m_shape_inputs.insert(name);
+                more = true;
+            }
+            if (!more) throw;
+        }
+    }
+    m_variants.emplace_front(key(shapes, &fed), variant);
+    if (m_variants.size() > MAX_VARIANTS) m_variants.pop_back();
+    return variant;
+}
+
+void OnnxVariants::add(std::shared_ptr<const LoadedModel> variant) {
+    std::vector<TensorShape> shapes;
+    for (auto& io : m_inputs) {
+        auto in = std::find_if(variant->inputs.begin(), variant->inputs.end(),
+                               [&](const ModelIO& v) { return v.name == io.name; });
+        if (in == variant->inputs.end()) return; // an input made a constant: no such variant
+        shapes.push_back(in->default_shape);
+    }
+    std::lock_guard lk(m_mutex);
+    if (!m_shape_inputs.empty()) return; // its key would need their values
+    m_variants.emplace_front(key(shapes, nullptr), std::move(variant));
+}
+
+std::vector<std::string> OnnxVariants::shape_inputs() const {
+    std::lock_guard lk(m_mutex);
+    return {m_shape_inputs.begin(), m_shape_inputs.end()};
+}
+
+size_t OnnxVariants::size() const {
+    std::lock_guard lk(m_mutex);
+    return m_variants.size();
+}
+
+} // namespace braid::embed
