@@ -1,4 +1,6 @@
-// ONNX indexing ops → braid: scatters, GatherND, TopK, ReverseSequence, MaxUnpool and BitShift.
+// ONNX indexing ops → braid: scatters, GatherND, TopK, ReverseSequence, MaxUnpool, BitShift, and
+// the ops whose output size depends on values: NonZero, Compress, NonMaxSuppression, Unique (their
+// outputs are dynamic vars unless the values are constants; operators/selection.h).
 // Scatters and GatherND address the data through flat positions (row-major offsets) computed in
 // the graph, so index values may be known only at run time; braid's IndexAdd and Embedding then
 // move the elements.
@@ -11,6 +13,7 @@
 #include "operators/io.h"
 #include "operators/reduce.h"
 #include "operators/scatter.h"
+#include "operators/selection.h"
 #include "operators/subtensor.h"
 #include "operators/tensor_manip.h"
 
@@ -279,9 +282,71 @@ SymbolVarArray bit_shift(const NodeCtx& c) {
     return one(narrow(dir == "LEFT" ? a * scale : floor_div(a, scale), dtype::Uint8()));
 }
 
+SymbolVarArray non_zero(const NodeCtx& c) {
+    return one(NonZero::make(c.in(0)));
+}
+
+//! The slices of x along an axis (of flattened x without one) where condition is true; a
+//! condition shorter than the axis leaves out the slices past its end.
+SymbolVarArray compress(const NodeCtx& c) {
+    SymbolVar x = c.in(0), cond = c.in(1);
+    int axis = 0;
+    if (c.has_attr("axis"))
+        axis = norm_axis(c, c.attr_int("axis", 0), rank_of(c, x));
+    else
+        x = x.reshape(std::vector<long>{-1});
+    if (rank_of(c, cond) != 1) c.invalid("the condition is not 1-D");
+    const TensorShape xs = x.shape();
+    size_t dim = xs[size_t(axis)];
+    if (cond.shape()[0] > dim)
+        c.invalid(
+            fmt::format("the condition has {} elements, more than the {} slices along axis {}",
+                        cond.shape()[0], dim, axis));
+    SymbolVar ids =
+        TypeCvt::make(NonZero::make(cond).reshape(std::vector<long>{-1}), dtype::Int32());
+    // The axis moves to the front and the rest is flattened: Embedding takes the kept rows.
+    std::vector<int> perm{axis};
+    std::vector<long> shape{-1};
+    for (size_t d = 0; d < xs.ndim(); ++d)
+        if (int(d) != axis) perm.push_back(int(d)), shape.push_back(long(xs[d]));
+    SymbolVar rows = embedding(transpose(x, perm).reshape({long(dim), -1}), ids);
+    std::vector<int> back;
+    for (int d = 1; d <= axis; ++d) back.push_back(d);
+    back.insert(back.begin() + axis, 0);
+    for (size_t d = size_t(axis) + 1; d < xs.ndim(); ++d) back.push_back(int(d));
+    // (Dimshuffle itself: transpose() checks the permutation against a static rank.)
+    return one(Dimshuffle::make(rows.reshape(shape), back));
+}
+
+SymbolVarArray non_max_suppression(const NodeCtx& c) {
+    // Omitted optional inputs before a given one take ONNX's defaults: 0 boxes, IoU 0.
+    size_t last = 1;
+    for (size_t i = 2; i < 5; ++i)
+        if (c.has_input(i)) last = i;
+    SymbolVarArray ins{c.in(0), c.in(1)};
+    for (size_t i = 2; i <= last; ++i)
+        ins.push_back(c.has_input(i) ? c.in(i)
+                      : i == 2       ? ImmutableTensor::make_scalar(c.graph(), 0, dtype::Int64())
+                               : ImmutableTensor::make_scalar(c.graph(), 0, dtype::Float32()));
+    NonMaxSuppression::Param p;
+    p.center_point_box = c.attr_int("center_point_box", 0) != 0;
+    return one(NonMaxSuppression::make(ins, p));
+}
+
+SymbolVarArray unique(const NodeCtx& c) {
+    Unique::Param p;
+    if (c.has_attr("axis")) p.axis = int(c.attr_int("axis", 0));
+    p.sorted = c.attr_int("sorted", 1) != 0;
+    return Unique::make(c.in(0), p);
+}
+
 } // namespace
 
 void add_index_converters(ConverterTable& t) {
+    t["Unique"] = unique;
+    t["NonZero"] = non_zero;
+    t["Compress"] = compress;
+    t["NonMaxSuppression"] = non_max_suppression;
     t["ScatterElements"] = scatter_elements;
     t["Scatter"] = scatter_elements;
     t["ScatterND"] = scatter_nd;

@@ -31,6 +31,7 @@ void register_optimizer_operators();
 void register_copy_operators();
 void register_cumsum_operators();
 void register_det_operators();
+void register_selection_operators();
 void register_control_flow_operators();
 } // namespace braid::opr
 
@@ -68,6 +69,7 @@ void register_operator_library() {
         register_copy_operators();
         register_cumsum_operators();
         register_det_operators();
+        register_selection_operators();
         register_control_flow_operators();
     });
 }

@@ -179,3 +179,30 @@ TEST(CompNodes, InlineCompNodeRunsInTheCallingThread) {
     exec->wait();
     EXPECT_FLOAT_EQ(float(exec->output(0).at(2)), 6.f);
 }
+
+// In every build, with CUDA or without (the GPU suite, tests/cuda, is built only with CUDA).
+TEST(CompNodes, LoadingCudaWithoutDeviceOrSupportIsAClearError) {
+    if (CompNode::cuda_device_count() > 0) {
+        auto cn = CompNode::load("cuda0");
+        EXPECT_EQ(cn.locator(), "cuda0");
+        EXPECT_EQ(cn.device().kind, Device::Kind::CUDA);
+        EXPECT_NE(cn.cuda_context(), nullptr);
+        EXPECT_NE(CompNode::load("cuda0:1"), cn);
+        GTEST_SKIP() << "a CUDA device is present; the no-device error cannot be observed";
+    }
+    try {
+        CompNode::load("cuda0");
+        FAIL() << "loading cuda0 without a device must throw";
+    } catch (const Error& e) {
+        std::string msg = e.what();
+#if BRAID_WITH_CUDA
+        EXPECT_NE(msg.find("comp node cuda0: no CUDA device found (cudaGetDeviceCount: "),
+                  std::string::npos)
+            << msg;
+#else
+        EXPECT_NE(msg.find("no CUDA support"), std::string::npos) << msg;
+#endif
+    }
+    // The failed load leaves no half-made comp node behind: it fails the same way again.
+    EXPECT_THROW(CompNode::load("cuda0"), Error);
+}
