@@ -1,6 +1,6 @@
 // ONNX neural-network ops → braid: convolution and its transpose, pooling, normalizations,
-// the two losses and Resize. Geometry braid's operators do not take directly (asymmetric or
-// automatic pads, ceil mode, output padding, interpolation) is resolved at import, where every
+// the two losses, Resize and RoiAlign. Geometry braid's operators do not take directly (asymmetric
+// or automatic pads, ceil mode, output padding, interpolation) is resolved at import, where every
 // shape is known, into explicit pads, crops and constant index/weight tensors.
 #include "op_util.h"
 
@@ -14,6 +14,7 @@
 #include "operators/normalization.h"
 #include "operators/pooling.h"
 #include "operators/reduce.h"
+#include "operators/roi_align.h"
 #include "operators/subtensor.h"
 #include "operators/tensor_manip.h"
 
@@ -747,9 +748,28 @@ SymbolVarArray grid_sample(const NodeCtx& c) {
     return one(top * (1.0 - fy) + bottom * fy);
 }
 
+SymbolVarArray roi_align(const NodeCtx& c) {
+    RoiAlign::Param p;
+    std::string mode = c.attr_string("mode", "avg");
+    if (mode != "avg" && mode != "max") c.invalid("mode \"" + mode + "\"");
+    p.mode = mode == "max" ? PoolMode::MAX : PoolMode::AVERAGE;
+    p.output_height = int(c.attr_int("output_height", 1));
+    p.output_width = int(c.attr_int("output_width", 1));
+    p.sampling_ratio = int(c.attr_int("sampling_ratio", 0));
+    p.spatial_scale = c.attr_float("spatial_scale", 1.f);
+    // Opset 10 has no coordinate_transformation_mode: its rois are in output_half_pixel.
+    std::string coords = c.attr_string("coordinate_transformation_mode",
+                                       c.opset() >= 16 ? "half_pixel" : "output_half_pixel");
+    if (coords != "half_pixel" && coords != "output_half_pixel")
+        c.invalid("coordinate_transformation_mode \"" + coords + "\"");
+    p.half_pixel = coords == "half_pixel";
+    return one(RoiAlign::make(c.in(0), c.in(1), c.in(2), p));
+}
+
 } // namespace
 
 void add_nn_converters(ConverterTable& t) {
+    t["RoiAlign"] = roi_align;
     t["GridSample"] = grid_sample;
     t["Conv"] = conv;
     t["ConvTranspose"] = conv_transpose;

@@ -32,6 +32,7 @@ void register_copy_operators();
 void register_cumsum_operators();
 void register_det_operators();
 void register_selection_operators();
+void register_roi_align_operators();
 void register_control_flow_operators();
 } // namespace braid::opr
 
@@ -70,6 +71,7 @@ void register_operator_library() {
         register_cumsum_operators();
         register_det_operators();
         register_selection_operators();
+        register_roi_align_operators();
         register_control_flow_operators();
     });
 }
