@@ -51,12 +51,7 @@ size_t Context::Impl::output_index(std::string_view name) const {
 Executable& Context::Impl::executable() {
     auto& m = model->impl();
     if (m.variants) {
-        for (size_t i = 0; i < fed.size(); ++i)
-            if (fed[i].empty())
-                throw Error(Code::FAILED_PRECONDITION,
-                            fmt::format("input \"{}\" is not bound; call set_input() first "
-                                        "(the model's graph depends on the shapes and values fed)",
-                                        m.input_io[i].name));
+        require_bound("");
         auto v = m.variants->get(fed);
         if (v != variant) {
             variant = std::move(v);
@@ -70,6 +65,14 @@ Executable& Context::Impl::executable() {
     return *exec;
 }
 
+void Context::Impl::require_bound(std::string_view what) const {
+    for (size_t i = 0; i < fed.size(); ++i)
+        if (fed[i].empty())
+            throw Error(Code::FAILED_PRECONDITION,
+                        fmt::format("{}input \"{}\" is not bound; call set_input() first", what,
+                                    model->impl().input_io[i].name));
+}
+
 const LoadedModel& Context::Impl::graph_model() const {
     return model->impl().variants ? *variant : model->impl().loaded;
 }
@@ -79,12 +82,8 @@ void Context::Impl::run(const RunOptions& options) {
     if (closed)
         throw Error(Code::FAILED_PRECONDITION,
                     "the context was destroyed before this run started; nothing was computed");
+    require_bound("");
     auto& ios = model->impl().input_io;
-    for (size_t i = 0; i < fed.size(); ++i)
-        if (fed[i].empty())
-            throw Error(
-                Code::FAILED_PRECONDITION,
-                fmt::format("input \"{}\" is not bound; call set_input() first", ios[i].name));
     Executable& e = executable();
     const LoadedModel& loaded = graph_model();
     for (size_t i = 0; i < fed.size(); ++i) {
@@ -216,14 +215,7 @@ std::vector<int64_t> Context::Impl::output_shape(size_t idx) {
     std::lock_guard lk(run_mutex);
     if (model->impl().variants) {
         // The variant of the bound inputs was imported at their shapes and values.
-        for (size_t i = 0; i < fed.size(); ++i)
-            if (fed[i].empty())
-                throw Error(Code::FAILED_PRECONDITION,
-                            fmt::format("output \"{}\": input \"{}\" is not bound; the model's "
-                                        "graph depends on the shapes and values fed: call "
-                                        "set_input() first",
-                                        model->impl().output_io[idx].name,
-                                        model->impl().input_io[i].name));
+        require_bound(fmt::format("output \"{}\": ", model->impl().output_io[idx].name));
         auto v = model->impl().variants->get(fed);
         std::lock_guard g(v->graph->inference_mutex());
         VarNode* out = v->outputs[idx].var.node();
@@ -242,9 +234,7 @@ std::vector<int64_t> Context::Impl::output_shape(size_t idx) {
     std::vector<InputNode*> nodes;
     for (auto& io : loaded.inputs) nodes.push_back(static_cast<InputNode*>(io.var.node()->owner()));
     for (size_t i = 0; i < fed.size(); ++i)
-        if (fed[i].empty() &&
-            std::find(loaded.inputs[i].shape.begin(), loaded.inputs[i].shape.end(), -1) !=
-                loaded.inputs[i].shape.end())
+        if (fed[i].empty() && has_symbolic_dim(loaded.inputs[i]))
             throw Error(Code::FAILED_PRECONDITION,
                         fmt::format("output \"{}\": input \"{}\" is not bound and its shape {} "
                                     "has dims fixed at run time; call set_input() first",

@@ -112,6 +112,8 @@ struct Context::Impl {
     //! The executable, compiled on first use (and after trim()); for a model with ONNX
     //! variants, the one of the variant for the bound inputs (which must all be bound).
     Executable& executable();
+    //! Throws FAILED_PRECONDITION naming the first input not bound (after `what`).
+    void require_bound(std::string_view what) const;
     //! The graph executable() runs (after a call to it).
     const LoadedModel& graph_model() const;
     //! Checks and binds caller memory to input `i` (zero copy).

@@ -194,15 +194,24 @@ RankResult run_rank(const RunConfig& cfg, int rank, embed::Model& model, double 
     bool many_ranks = cfg.devices > 1 || !cfg.server.empty() || cfg.backend == "mpi";
     std::string prefix = many_ranks ? fmt::format("rank {}: ", rank) : "";
     auto t0 = Clock::now();
-    auto ctx = stage(EXIT_RUN_FAILED, prefix + "compile: ", [&] {
-        try {
-            return model.create_context();
-        } catch (const embed::Error& e) { // the model asks for more memory than it may
-            if (e.code() == embed::Code::OUT_OF_MEMORY)
+    // Compiling fails as a bad file (exit 3) when the model asks for more memory than it may,
+    // or when an ONNX file imported for the fed inputs does not fit them.
+    auto compile = [&](auto&& fn) {
+        return stage(EXIT_RUN_FAILED, prefix + "compile: ", [&] {
+            try {
+                return fn();
+            } catch (const embed::Error& e) {
+                if (e.code() == embed::Code::OUT_OF_MEMORY)
+                    throw ToolError(EXIT_BAD_FILE, one_line(prefix + "compile: " + e.what()));
+                throw;
+            } catch (const MemoryBudgetError& e) {
                 throw ToolError(EXIT_BAD_FILE, one_line(prefix + "compile: " + e.what()));
-            throw;
-        }
-    });
+            } catch (const SerializationError& e) {
+                throw ToolError(EXIT_BAD_FILE, one_line(prefix + e.what()));
+            }
+        });
+    };
+    auto ctx = compile([&] { return model.create_context(); });
     for (auto& in : inputs) {
         auto dims = in.value.shape().dims();
         stage(EXIT_RUN_FAILED, prefix, [&] {
@@ -213,15 +222,7 @@ RankResult run_rank(const RunConfig& cfg, int rank, embed::Model& model, double 
     }
     // The graph for these inputs (an ONNX model whose graph depends on the fed shapes or
     // shape-input values is imported for them now).
-    Executable& exec = *stage(EXIT_RUN_FAILED, prefix + "compile: ", [&] {
-        try {
-            return &ctx->impl().executable();
-        } catch (const SerializationError& e) { // the file does not fit the inputs
-            throw ToolError(EXIT_BAD_FILE, one_line(prefix + e.what()));
-        } catch (const MemoryBudgetError& e) { // more memory than the model may plan
-            throw ToolError(EXIT_BAD_FILE, one_line(prefix + "compile: " + e.what()));
-        }
-    });
+    Executable& exec = *compile([&] { return &ctx->impl().executable(); });
     r.compile_ms = ms_since(t0);
     const LoadedModel& loaded = ctx->impl().graph_model();
     r.comp_node = loaded.outputs.at(0).var.comp_node().locator();
