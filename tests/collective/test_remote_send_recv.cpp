@@ -7,6 +7,7 @@
 #include "collective/remote_send_recv.h"
 #include "comm/group_client.h"
 #include "graph/grad.h"
+#include "tests/support/error_text.h"
 
 #include <gtest/gtest.h>
 
@@ -14,6 +15,7 @@
 #include <thread>
 
 using namespace braid;
+using braid::testing::error_of;
 using namespace braid::test;
 
 namespace {
@@ -30,15 +32,6 @@ OperatorConfig on_cpu(int i) {
 }
 
 //! The message of the braid::Error `body` throws ("" when it throws none).
-template <typename Body> std::string error_of(Body&& body) {
-    try {
-        body();
-    } catch (const std::exception& e) {
-        return e.what();
-    }
-    return "";
-}
-
 //! Sets BRAID_COMM_TIMEOUT for the scope of a test.
 struct ShortTimeout {
     explicit ShortTimeout(const char* seconds) { setenv("BRAID_COMM_TIMEOUT", seconds, 1); }

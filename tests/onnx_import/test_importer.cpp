@@ -6,6 +6,7 @@
 #include "braid.h"
 #include "embed/embed_internal.h"
 #include "onnx_import/onnx_import.h"
+#include "tests/support/error_text.h"
 
 #include <gtest/gtest.h>
 #include <onnx/onnx_pb.h>
@@ -20,6 +21,7 @@
 #include <numeric>
 
 using namespace braid;
+using braid::testing::error_of;
 namespace fs = std::filesystem;
 
 namespace {
@@ -116,15 +118,6 @@ Tensor int64s(const std::vector<int64_t>& v) {
     Tensor t(TensorShape{v.size()}, dtype::Int64());
     std::copy(v.begin(), v.end(), t.ptr<int64_t>());
     return t;
-}
-
-template <typename F> std::string error_of(F&& f) {
-    try {
-        f();
-    } catch (const std::exception& e) {
-        return e.what();
-    }
-    return "";
 }
 
 struct TempDir {

@@ -6,11 +6,13 @@
 #include <gtest/gtest.h>
 
 #include "base/run_control.h"
+#include "tests/support/error_text.h"
 
 #include <numeric>
 #include <thread>
 
 using namespace braid;
+using braid::testing::error_of;
 
 namespace {
 
@@ -32,15 +34,6 @@ SymbolVarArray twice_or_less_one(SymbolVar pred, SymbolVar x) {
         pred, {x},
         [](ComputingGraph&, const SymbolVarArray& in) { return SymbolVarArray{in[0] * 2.0}; },
         [](ComputingGraph&, const SymbolVarArray& in) { return SymbolVarArray{in[0] - 1.0}; });
-}
-
-template <typename F> std::string error_of(F&& f) {
-    try {
-        f();
-    } catch (const std::exception& e) {
-        return e.what();
-    }
-    return "";
 }
 
 } // namespace

@@ -2,12 +2,14 @@
 // vars into the operators after them; folded to static shapes when the values are constants.
 #include "braid.h"
 #include "operators/selection.h"
+#include "tests/support/error_text.h"
 
 #include <gtest/gtest.h>
 
 #include <cstring>
 
 using namespace braid;
+using braid::testing::error_of;
 
 namespace {
 
@@ -20,15 +22,6 @@ Tensor floats(const TensorShape& shape, const std::vector<float>& v) {
 std::vector<int64_t> int64s_of(const Tensor& t) {
     Tensor c = t.contiguous();
     return {c.ptr<int64_t>(), c.ptr<int64_t>() + c.shape().total_nr_elems()};
-}
-
-template <typename F> std::string error_of(F&& f) {
-    try {
-        f();
-    } catch (const std::exception& e) {
-        return e.what();
-    }
-    return "";
 }
 
 } // namespace
