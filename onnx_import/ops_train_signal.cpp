@@ -1,5 +1,6 @@
 // ONNX's training ops (domain ai.onnx.preview.training: Adagrad, Momentum, Adam and Gradient)
-// and the signal windows (Hann, Hamming, Blackman), as braid compositions. The optimizers follow
+// and the signal ops (the Hann, Hamming and Blackman windows, DFT, STFT, MelWeightMatrix), as
+// braid compositions. The optimizers follow
 // the update rules of ONNX's operator definitions; Gradient is braid's autodiff.
 #include "op_util.h"
 
@@ -141,21 +142,14 @@ Converter window(std::vector<double> a) {
     };
 }
 
-//! The discrete Fourier transform along an axis, as products with constant cosine and sine
-//! matrices. The signal's last dim holds 1 (real) or 2 (real, imaginary) values; so does the
-//! output's (2).
-SymbolVarArray dft(const NodeCtx& c) {
-    SymbolVar x = c.in(0);
-    size_t rank = rank_of(c, x);
-    if (rank < 2 || (x.shape()[rank - 1] != 1 && x.shape()[rank - 1] != 2))
-        c.invalid(fmt::format("input {} needs a last dim of 1 (real) or 2 (complex)",
-                              x.shape().to_string()));
-    int axis = norm_axis(c, c.attr_int("axis", 1), rank - 1);
-    bool inverse = c.attr_int("inverse", 0) != 0, onesided = c.attr_int("onesided", 0) != 0;
-    if (inverse && onesided) c.invalid("onesided with inverse");
-    size_t n = x.shape()[size_t(axis)];
-    size_t len = c.has_input(1) ? size_t(c.ints_input(1).at(0)) : n;
+//! The discrete Fourier transform of x along `axis`, `len` points (zero padded or truncated),
+//! as products with constant cosine and sine matrices. x's last dim holds 1 (real) or 2 (real,
+//! imaginary) values; so does the output's (2).
+SymbolVar dft_along(const NodeCtx& c, SymbolVar x, int axis, size_t len, bool onesided,
+                    bool inverse) {
+    size_t rank = x.shape().ndim();
     if (len == 0) c.invalid("dft_length is 0");
+    size_t n = x.shape()[size_t(axis)];
     size_t bins = onesided ? len / 2 + 1 : len;
     // Signal along the last axis: [..., n], real and imaginary parts.
     std::vector<int> perm;
@@ -204,7 +198,101 @@ SymbolVarArray dft(const NodeCtx& c) {
     // Back to the input's axis order.
     std::vector<int> back(rank);
     for (size_t d = 0; d < rank; ++d) back[size_t(perm[d])] = int(d);
-    return one(transpose(y, back));
+    return transpose(y, back);
+}
+
+//! The signal's last dim: 1 (real) or 2 (complex), checked.
+void check_signal(const NodeCtx& c, const SymbolVar& x, size_t min_rank) {
+    size_t rank = rank_of(c, x);
+    if (rank < min_rank || (x.shape()[rank - 1] != 1 && x.shape()[rank - 1] != 2))
+        c.invalid(fmt::format("input {} needs a last dim of 1 (real) or 2 (complex)",
+                              x.shape().to_string()));
+}
+
+SymbolVarArray dft(const NodeCtx& c) {
+    SymbolVar x = c.in(0);
+    check_signal(c, x, 2);
+    size_t rank = x.shape().ndim();
+    int axis = norm_axis(c, c.attr_int("axis", 1), rank - 1);
+    bool inverse = c.attr_int("inverse", 0) != 0, onesided = c.attr_int("onesided", 0) != 0;
+    if (inverse && onesided) c.invalid("onesided with inverse");
+    size_t len = c.has_input(1) ? size_t(c.ints_input(1).at(0)) : x.shape()[size_t(axis)];
+    return one(dft_along(c, x, axis, len, onesided, inverse));
+}
+
+//! The short-time Fourier transform: signal [batch, length, 1 or 2] cut into frames of
+//! frame_length samples every frame_step samples, each multiplied by the window (when given)
+//! and transformed: [batch, frames, bins, 2].
+SymbolVarArray stft(const NodeCtx& c) {
+    SymbolVar x = c.in(0);
+    check_signal(c, x, 3);
+    if (x.shape().ndim() != 3) c.invalid("the signal is not [batch, length, 1 or 2]");
+    int64_t step = c.ints_input(1).at(0);
+    SymbolVar window = c.has_input(2) ? c.in(2) : SymbolVar{};
+    if (window.node() && rank_of(c, window) != 1) c.invalid("the window is not 1-D");
+    int64_t length = c.has_input(3)  ? c.ints_input(3).at(0)
+                     : window.node() ? int64_t(window.shape()[0])
+                                     : 0;
+    if (length <= 0) c.invalid("no frame_length and no window give the frame length");
+    if (window.node() && int64_t(window.shape()[0]) != length)
+        c.invalid(
+            fmt::format("the window has {} points; frame_length is {}", window.shape()[0], length));
+    int64_t samples = int64_t(x.shape()[1]);
+    if (step <= 0 || length > samples)
+        c.invalid(fmt::format("frame_step {} and frame_length {} do not fit a signal of {}", step,
+                              length, samples));
+    int64_t frames = (samples - length) / step + 1;
+    check_size(c, double(frames) * double(length), "the frame positions");
+    std::vector<int64_t> ids;
+    for (int64_t f = 0; f < frames; ++f)
+        for (int64_t m = 0; m < length; ++m) ids.push_back(f * step + m);
+    // [batch, frames, length, parts]
+    SymbolVar framed =
+        take(x, 1, int32_constant(c.graph(), ids, TensorShape{size_t(frames), size_t(length)}));
+    if (window.node()) framed = framed * window.astype(x.dtype()).reshape({long(length), 1});
+    bool onesided = c.attr_int("onesided", 1) != 0;
+    return one(dft_along(c, framed, 2, size_t(length), onesided, false));
+}
+
+//! The mel filter bank as a constant: triangles between mel-spaced bins of the one-sided
+//! spectrum, as ONNX's MelWeightMatrix defines them.
+SymbolVarArray mel_weight_matrix(const NodeCtx& c) {
+    int64_t mels = c.ints_input(0).at(0), dft_length = c.ints_input(1).at(0);
+    int64_t rate = c.ints_input(2).at(0);
+    double low = c.floats_input(3).at(0), high = c.floats_input(4).at(0);
+    if (mels <= 0 || dft_length <= 0 || rate <= 0)
+        c.invalid(fmt::format("num_mel_bins {}, dft_length {} and sample_rate {} must be positive",
+                              mels, dft_length, rate));
+    DType dt = dtype_of(int32_t(c.attr_int("output_datatype", 1)), c.where());
+    size_t spectrum = size_t(dft_length / 2 + 1);
+    check_size(c, double(spectrum) * double(mels), "the mel weight matrix");
+    auto mel = [](double hz) { return 2595 * std::log10(1 + hz / 700); };
+    double low_mel = mel(low), step = (mel(high) - low_mel) / double(mels + 2);
+    std::vector<int64_t> bin(size_t(mels + 2));
+    for (size_t i = 0; i < bin.size(); ++i) {
+        double hz = 700 * (std::pow(10.0, (double(i) * step + low_mel) / 2595) - 1);
+        bin[i] = int64_t(std::floor(double(dft_length + 1) * hz / double(rate)));
+        if (bin[i] < 0 || bin[i] >= int64_t(spectrum))
+            c.invalid(fmt::format("the edges {} to {} Hz give spectrum bin {}, outside 0 to {}",
+                                  low, high, bin[i], spectrum - 1));
+    }
+    std::vector<double> w(spectrum * size_t(mels), 0.0);
+    auto at = [&](int64_t j, int64_t i) -> double& {
+        return w[size_t(j) * size_t(mels) + size_t(i)];
+    };
+    for (int64_t i = 0; i < mels; ++i) {
+        int64_t left = bin[size_t(i)], centre = bin[size_t(i) + 1], right = bin[size_t(i) + 2];
+        if (centre == left)
+            at(centre, i) = 1;
+        else
+            for (int64_t j = left; j <= centre; ++j)
+                at(j, i) = double(j - left) / double(centre - left);
+        for (int64_t j = centre; j < right; ++j)
+            at(j, i) = double(right - j) / double(right - centre);
+    }
+    Tensor t(TensorShape{spectrum, size_t(mels)}, dt);
+    convert_elements(dtype::Float64(), w.data(), dt, t.raw_ptr(), w.size());
+    return one(c.known_output(0, t));
 }
 
 } // namespace
@@ -218,6 +306,8 @@ void add_training_and_signal_converters(ConverterTable& t) {
     t["HammingWindow"] = window({25.0 / 46.0, -21.0 / 46.0});
     t["BlackmanWindow"] = window({0.42, -0.5, 0.08});
     t["DFT"] = dft;
+    t["STFT"] = stft;
+    t["MelWeightMatrix"] = mel_weight_matrix;
 }
 
 } // namespace braid::onnx_import
