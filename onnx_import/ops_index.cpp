@@ -1,6 +1,7 @@
 // ONNX indexing ops → braid: scatters, GatherND, TopK, ReverseSequence, MaxUnpool, BitShift, and
 // the ops whose output size depends on values: NonZero, Compress, NonMaxSuppression, Unique (their
-// outputs are dynamic vars unless the values are constants; operators/selection.h).
+// outputs are dynamic vars unless the values are constants; operators/selection.h), and
+// TfIdfVectorizer over integer tokens (n-gram counts, operators/ngram.h).
 // Scatters and GatherND address the data through flat positions (row-major offsets) computed in
 // the graph, so index values may be known only at run time; braid's IndexAdd and Embedding then
 // move the elements.
@@ -11,6 +12,7 @@
 #include "operators/fill.h"
 #include "operators/indexing.h"
 #include "operators/io.h"
+#include "operators/ngram.h"
 #include "operators/reduce.h"
 #include "operators/scatter.h"
 #include "operators/selection.h"
@@ -340,9 +342,43 @@ SymbolVarArray unique(const NodeCtx& c) {
     return Unique::make(c.in(0), p);
 }
 
+//! TfIdfVectorizer over integer tokens: braid's NgramCount, then the mode's weighting.
+SymbolVarArray tfidf_vectorizer(const NodeCtx& c) {
+    if (c.has_attr("pool_strings"))
+        c.unsupported("a pool of strings (braid has no string tensors)");
+    NgramCount::Param p;
+    p.min_gram_length = int(c.attr_int("min_gram_length", 1));
+    p.max_gram_length = int(c.attr_int("max_gram_length", 1));
+    p.max_skip_count = int(c.attr_int("max_skip_count", 0));
+    auto longs = [&](const char* name) {
+        auto v = c.attr_ints(name);
+        return std::vector<long>(v.begin(), v.end());
+    };
+    p.pool = longs("pool_int64s");
+    p.ngram_counts = longs("ngram_counts");
+    p.ngram_indexes = longs("ngram_indexes");
+    SymbolVar counts = NgramCount::make(c.in(0), p);
+    std::string mode = c.attr_string("mode", "");
+    if (mode != "TF" && mode != "IDF" && mode != "TFIDF") c.invalid("mode \"" + mode + "\"");
+    if (mode == "TF") return one(counts);
+    SymbolVar y = mode == "IDF"
+                      ? TypeCvt::make(less(scalar_like(counts, 0), counts), dtype::Float32())
+                      : counts;
+    if (const auto* w = c.attr("weights"); w && w->floats_size() > 0) {
+        size_t columns = counts.shape()[counts.shape().ndim() - 1];
+        if (size_t(w->floats_size()) != columns)
+            c.invalid(fmt::format("{} weights for {} output columns", w->floats_size(), columns));
+        Tensor weights(TensorShape{columns}, dtype::Float32());
+        std::copy(w->floats().begin(), w->floats().end(), weights.ptr<float>());
+        y = y * ImmutableTensor::make(c.graph(), weights);
+    }
+    return one(y);
+}
+
 } // namespace
 
 void add_index_converters(ConverterTable& t) {
+    t["TfIdfVectorizer"] = tfidf_vectorizer;
     t["Unique"] = unique;
     t["NonZero"] = non_zero;
     t["Compress"] = compress;

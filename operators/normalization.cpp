@@ -15,18 +15,19 @@ namespace braid::opr {
 
 namespace {
 
-constexpr size_t LANES = 16;
-constexpr size_t BLOCK = 1024; //!< float32 lanes are widened to double every BLOCK elements
-constexpr size_t TILE = 256;   //!< columns per work item when the axis is not the last
+constexpr size_t NORM_LANES = 16;
+constexpr size_t NORM_BLOCK =
+    1024;                         //!< float32 lanes are widened to double every NORM_BLOCK elements
+constexpr size_t NORM_TILE = 256; //!< columns per work item when the axis is not the last
 
 BRAID_INLINE float row_max(const float* x, size_t n) {
-    float acc[LANES];
-    for (size_t j = 0; j < LANES; ++j) acc[j] = -INFINITY;
+    float acc[NORM_LANES];
+    for (size_t j = 0; j < NORM_LANES; ++j) acc[j] = -INFINITY;
     size_t i = 0;
-    for (; i + LANES <= n; i += LANES)
-        for (size_t j = 0; j < LANES; ++j) acc[j] = x[i + j] > acc[j] ? x[i + j] : acc[j];
+    for (; i + NORM_LANES <= n; i += NORM_LANES)
+        for (size_t j = 0; j < NORM_LANES; ++j) acc[j] = x[i + j] > acc[j] ? x[i + j] : acc[j];
     float m = -INFINITY;
-    for (size_t j = 0; j < LANES; ++j) m = acc[j] > m ? acc[j] : m;
+    for (size_t j = 0; j < NORM_LANES; ++j) m = acc[j] > m ? acc[j] : m;
     for (; i < n; ++i) m = x[i] > m ? x[i] : m;
     return m;
 }
@@ -34,15 +35,15 @@ BRAID_INLINE float row_max(const float* x, size_t n) {
 //! sum of e^{x - m}; stores each term in y when y is not null.
 BRAID_INLINE double row_sum_exp(const float* x, float m, float* y, size_t n) {
     double total = 0;
-    for (size_t b = 0; b < n; b += BLOCK) {
-        size_t len = std::min(BLOCK, n - b);
+    for (size_t b = 0; b < n; b += NORM_BLOCK) {
+        size_t len = std::min(NORM_BLOCK, n - b);
         const float* p = x + b;
-        float acc[LANES] = {};
+        float acc[NORM_LANES] = {};
         size_t i = 0;
         if (y) {
             float* q = y + b;
-            for (; i + LANES <= len; i += LANES)
-                for (size_t j = 0; j < LANES; ++j) {
+            for (; i + NORM_LANES <= len; i += NORM_LANES)
+                for (size_t j = 0; j < NORM_LANES; ++j) {
                     float e = vmath::exp(p[i + j] - m);
                     q[i + j] = e;
                     acc[j] += e;
@@ -52,11 +53,11 @@ BRAID_INLINE double row_sum_exp(const float* x, float m, float* y, size_t n) {
                 acc[0] += q[i];
             }
         } else {
-            for (; i + LANES <= len; i += LANES)
-                for (size_t j = 0; j < LANES; ++j) acc[j] += vmath::exp(p[i + j] - m);
+            for (; i + NORM_LANES <= len; i += NORM_LANES)
+                for (size_t j = 0; j < NORM_LANES; ++j) acc[j] += vmath::exp(p[i + j] - m);
             for (; i < len; ++i) acc[0] += vmath::exp(p[i] - m);
         }
-        for (size_t j = 0; j < LANES; ++j) total += acc[j];
+        for (size_t j = 0; j < NORM_LANES; ++j) total += acc[j];
     }
     return total;
 }
@@ -82,7 +83,7 @@ BRAID_SIMD_CLONES void softmax_row_range(const float* x, float* y, size_t b, siz
 #ifdef BRAID_VMATH_AVX2
 // ---- AVX2 + FMA row kernels, chosen at run time (vmath::avx2_fma_supported()). They follow the
 // portable loops above: the same passes, the same 16 float partial sums widened to double every
-// BLOCK elements, scalar vmath tails, so results match them to within FMA rounding.
+// NORM_BLOCK elements, scalar vmath tails, so results match them to within FMA rounding.
 #define BRAID_AVX2 __attribute__((target("avx2,fma")))
 
 //! Horizontal sum of two 8-float accumulators, in double.
@@ -117,7 +118,7 @@ BRAID_AVX2 float row_max_avx2(const float* x, size_t n) {
 }
 
 //! The blocked row sum that softmax and the norms share: the sum over n elements of x, each
-//! folded in by Term, in blocks of BLOCK whose partial sums are added in double (two 8-wide
+//! folded in by Term, in blocks of NORM_BLOCK whose partial sums are added in double (two 8-wide
 //! accumulators per block, the block's tail in float). Term::vec(acc, v, i) folds in the 8
 //! elements v that start at index i; Term::one(acc, v, i) folds in one. `next` (may be null):
 //! the row after this one, fetched into cache one line per 16 elements so that its pass does
@@ -126,12 +127,12 @@ template <typename Term>
 BRAID_AVX2 double blocked_row_sum_avx2(const float* x, size_t n, const float* next,
                                        const Term& term) {
     double total = 0;
-    for (size_t b = 0; b < n; b += BLOCK) {
-        size_t len = std::min(BLOCK, n - b);
+    for (size_t b = 0; b < n; b += NORM_BLOCK) {
+        size_t len = std::min(NORM_BLOCK, n - b);
         const float* p = x + b;
         __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
         size_t i = 0;
-        for (; i + LANES <= len; i += LANES) {
+        for (; i + NORM_LANES <= len; i += NORM_LANES) {
             if (next) _mm_prefetch(reinterpret_cast<const char*>(next + b + i), _MM_HINT_T0);
             acc0 = term.vec(acc0, _mm256_loadu_ps(p + i), b + i);
             acc1 = term.vec(acc1, _mm256_loadu_ps(p + i + 8), b + i + 8);
@@ -226,13 +227,13 @@ void softmax_rows(const float* x, float* y, size_t rows, size_t n, bool log) {
 }
 
 //! Softmax along the middle axis of (outer, n, inner) for work items [b, e), each a tile of
-//! up to TILE columns of one outer index.
+//! up to NORM_TILE columns of one outer index.
 BRAID_SIMD_CLONES void softmax_tile_range(const float* x, float* y, size_t b, size_t e, size_t n,
                                           size_t inner, bool log) {
-    size_t tiles = (inner + TILE - 1) / TILE;
-    float mx[TILE], sum[TILE];
+    size_t tiles = (inner + NORM_TILE - 1) / NORM_TILE;
+    float mx[NORM_TILE], sum[NORM_TILE];
     for (size_t it = b; it < e; ++it) {
-        size_t o = it / tiles, i0 = (it % tiles) * TILE, w = std::min(TILE, inner - i0);
+        size_t o = it / tiles, i0 = (it % tiles) * NORM_TILE, w = std::min(NORM_TILE, inner - i0);
         const float* xo = x + o * n * inner + i0;
         float* yo = y + o * n * inner + i0;
         for (size_t i = 0; i < w; ++i) {
@@ -264,41 +265,41 @@ BRAID_SIMD_CLONES void softmax_tile_range(const float* x, float* y, size_t b, si
 }
 
 void softmax_cols(const float* x, float* y, size_t outer, size_t n, size_t inner, bool log) {
-    size_t tiles = (inner + TILE - 1) / TILE;
-    parallel_range(outer * tiles, n * std::min(inner, TILE) * 4,
+    size_t tiles = (inner + NORM_TILE - 1) / NORM_TILE;
+    parallel_range(outer * tiles, n * std::min(inner, NORM_TILE) * 4,
                    [&](size_t b, size_t e) { softmax_tile_range(x, y, b, e, n, inner, log); });
 }
 
 //! sum of (x - shift)^2 over n elements.
 BRAID_INLINE double row_sum_sq(const float* x, float shift, size_t n) {
     double total = 0;
-    for (size_t b = 0; b < n; b += BLOCK) {
-        size_t len = std::min(BLOCK, n - b);
+    for (size_t b = 0; b < n; b += NORM_BLOCK) {
+        size_t len = std::min(NORM_BLOCK, n - b);
         const float* p = x + b;
-        float acc[LANES] = {};
+        float acc[NORM_LANES] = {};
         size_t i = 0;
-        for (; i + LANES <= len; i += LANES)
-            for (size_t j = 0; j < LANES; ++j) {
+        for (; i + NORM_LANES <= len; i += NORM_LANES)
+            for (size_t j = 0; j < NORM_LANES; ++j) {
                 float d = p[i + j] - shift;
                 acc[j] += d * d;
             }
         for (; i < len; ++i) acc[0] += (p[i] - shift) * (p[i] - shift);
-        for (size_t j = 0; j < LANES; ++j) total += acc[j];
+        for (size_t j = 0; j < NORM_LANES; ++j) total += acc[j];
     }
     return total;
 }
 
 BRAID_INLINE double row_sum(const float* x, size_t n) {
     double total = 0;
-    for (size_t b = 0; b < n; b += BLOCK) {
-        size_t len = std::min(BLOCK, n - b);
+    for (size_t b = 0; b < n; b += NORM_BLOCK) {
+        size_t len = std::min(NORM_BLOCK, n - b);
         const float* p = x + b;
-        float acc[LANES] = {};
+        float acc[NORM_LANES] = {};
         size_t i = 0;
-        for (; i + LANES <= len; i += LANES)
-            for (size_t j = 0; j < LANES; ++j) acc[j] += p[i + j];
+        for (; i + NORM_LANES <= len; i += NORM_LANES)
+            for (size_t j = 0; j < NORM_LANES; ++j) acc[j] += p[i + j];
         for (; i < len; ++i) acc[0] += p[i];
-        for (size_t j = 0; j < LANES; ++j) total += acc[j];
+        for (size_t j = 0; j < NORM_LANES; ++j) total += acc[j];
     }
     return total;
 }

@@ -33,6 +33,7 @@ void register_cumsum_operators();
 void register_det_operators();
 void register_selection_operators();
 void register_roi_align_operators();
+void register_ngram_operators();
 void register_control_flow_operators();
 } // namespace braid::opr
 
@@ -72,6 +73,7 @@ void register_operator_library() {
         register_det_operators();
         register_selection_operators();
         register_roi_align_operators();
+        register_ngram_operators();
         register_control_flow_operators();
     });
 }

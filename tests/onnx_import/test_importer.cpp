@@ -980,3 +980,52 @@ TEST(OnnxRunTimeShapes, AShapeInputIsReadWhenTheModelRuns) {
     std::string msg = error_of([&] { ctx->run(); });
     EXPECT_NE(msg.find("(Reshape, opset 13)"), std::string::npos) << msg;
 }
+
+TEST(OnnxImport, TfIdfVectorizerWeighsCountsByMode) {
+    // Counts of unigrams 1, 3 and bigrams (1, 2), (2, 1) over two rows: {2, 1, 2, 1} and
+    // {1, 0, 0, 0}; IDF keeps the weight where a count is above 0, TFIDF multiplies by it.
+    ModelBuilder m;
+    m.input("x", onnx::TensorProto::INT64, {2, 5});
+    for (const char* mode : {"IDF", "TFIDF"}) {
+        auto* n = m.node("TfIdfVectorizer", {"x"}, {std::string("y_") + mode});
+        auto ints = [&](const char* name, std::vector<int64_t> v) {
+            auto* a = n->add_attribute();
+            a->set_name(name);
+            a->set_type(onnx::AttributeProto::INTS);
+            for (auto i : v) a->add_ints(i);
+        };
+        auto scalar = [&](const char* name, int64_t v) {
+            auto* a = n->add_attribute();
+            a->set_name(name);
+            a->set_type(onnx::AttributeProto::INT);
+            a->set_i(v);
+        };
+        scalar("min_gram_length", 1);
+        scalar("max_gram_length", 2);
+        scalar("max_skip_count", 0);
+        ints("pool_int64s", {1, 3, 1, 2, 2, 1});
+        ints("ngram_counts", {0, 2});
+        ints("ngram_indexes", {0, 1, 2, 3});
+        auto* md = n->add_attribute();
+        md->set_name("mode");
+        md->set_type(onnx::AttributeProto::STRING);
+        md->set_s(mode);
+        auto* w = n->add_attribute();
+        w->set_name("weights");
+        w->set_type(onnx::AttributeProto::FLOATS);
+        for (float f : {0.5f, 2.f, 1.f, 3.f}) w->add_floats(f);
+        m.output(std::string("y_") + mode, onnx::TensorProto::FLOAT, 2);
+    }
+    auto model = onnx_import::import_bytes(m.bytes());
+    auto exec = model.compile();
+    Tensor x(TensorShape{2, 5}, dtype::Int64());
+    int64_t v[] = {1, 2, 1, 2, 3, 1, 9, 2, 0, 0};
+    std::copy(v, v + 10, x.ptr<int64_t>());
+    exec->feed("x", x).run();
+    auto values = [&](size_t i) {
+        Tensor t = exec->output(i).contiguous();
+        return std::vector<float>(t.ptr<float>(), t.ptr<float>() + 8);
+    };
+    EXPECT_EQ(values(0), (std::vector<float>{0.5f, 2, 1, 3, 0.5f, 0, 0, 0}));
+    EXPECT_EQ(values(1), (std::vector<float>{1, 2, 2, 3, 0.5f, 0, 0, 0}));
+}
