@@ -127,15 +127,15 @@ std::shared_ptr<Model> open_onnx_variants(const std::string& path,
     }
     if (now && std::none_of(now->inputs.begin(), now->inputs.end(), has_symbolic_dim))
         return make_model(std::move(*now), nullptr); // one static graph
-    if (!declared) declared = onnx_import::declared_io(path, options);
-    auto variants = std::make_unique<OnnxVariants>(path, options, declared->inputs, shape_inputs);
-    if (now) {
-        variants->add(std::make_shared<LoadedModel>(*now));
-        declared->inputs = now->inputs; // the graph's own, with the shapes it was imported at
-        declared->outputs = now->outputs;
+    if (now) { // the graph's own inputs and outputs, with the shapes it was imported at
+        declared.emplace(onnx_import::DeclaredIO{now->inputs, now->outputs});
         for (auto& io : declared->inputs) io.var = {};
         for (auto& io : declared->outputs) io.var = {};
+    } else if (!declared) {
+        declared = onnx_import::declared_io(path, options);
     }
+    auto variants = std::make_unique<OnnxVariants>(path, options, declared->inputs, shape_inputs);
+    if (now) variants->add(std::make_shared<LoadedModel>(*now));
     auto model =
         make_model(now ? std::move(*now) : LoadedModel{}, nullptr, std::move(variants), &*declared);
     if (!model->impl().loaded.graph) // no weights counted from a graph: count the file's
