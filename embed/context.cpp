@@ -50,7 +50,10 @@ size_t Context::Impl::output_index(std::string_view name) const {
 
 Executable& Context::Impl::executable() {
     auto& m = model->impl();
-    if (m.variants) {
+    // The variant changes only with what is bound anew, or with a shape input's value (which the
+    // caller may change in place).
+    bool rebound = dirty.size() != fed.size() || std::count(dirty.begin(), dirty.end(), true);
+    if (m.variants && (!variant || rebound || m.variants->reads_values())) {
         require_bound("");
         auto v = m.variants->get(fed);
         if (v != variant) {

@@ -42,6 +42,8 @@ public:
     void add(std::shared_ptr<const LoadedModel> variant);
     //! The inputs an import asked values for so far.
     std::vector<std::string> shape_inputs() const;
+    //! Whether there are any (the variant then depends on values, not only on shapes).
+    bool reads_values() const;
     size_t size() const;
 
 private:

@@ -97,6 +97,11 @@ std::vector<std::string> OnnxVariants::shape_inputs() const {
     return {m_shape_inputs.begin(), m_shape_inputs.end()};
 }
 
+bool OnnxVariants::reads_values() const {
+    std::lock_guard lk(m_mutex);
+    return !m_shape_inputs.empty();
+}
+
 size_t OnnxVariants::size() const {
     std::lock_guard lk(m_mutex);
     return m_variants.size();
