@@ -46,9 +46,12 @@ PY
   for t in 1 2; do
     ort=$(cd "$work" && node ort_bench.js "$model" "$t" "$n" | sed -n 's/.*"median_ms":\([0-9.e+-]*\).*/\1/p')
     for cn in cpu0 cpu:default; do
-      braid=$("$build/tools/braid-run" "$model" --input "x=$work/models/$m.npy" --threads "$t" \
-                --comp-node "$cn" --iter "$n" --warmup 3 --json |
-              python3 -c 'import json,sys; print(json.load(sys.stdin)["latency_ms"]["median"])')
+      # The JSON goes to a file first: a Python reading the pipe would start up on the cores
+      # braid-run is being timed on.
+      "$build/tools/braid-run" "$model" --input "x=$work/models/$m.npy" --threads "$t" \
+        --comp-node "$cn" --iter "$n" --warmup 3 --json > "$work/braid_run.json"
+      braid=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["latency_ms"]["median"])' \
+                < "$work/braid_run.json")
       line=$(python3 -c "import json; print(json.dumps({'bench':'vs_ort','model':'$m','threads':$t,'comp_node':'$cn','braid_ms':round($braid,4),'ort_ms':round($ort,4),'ratio':round($braid/$ort,3)}))")
       echo "$line"
       lines+=("$line")
