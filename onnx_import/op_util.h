@@ -56,7 +56,8 @@ inline SymbolVarArray one(SymbolVar v) {
 SymbolVar int32_constant(ComputingGraph& g, const std::vector<int64_t>& values,
                          const TensorShape& shape);
 //! numpy take: x's slices along `axis` at the int32 positions `ids` (any shape, values in
-//! range); the result has ids' dims in place of `axis`.
+//! range; 1-D when their count is known only at run time); the result has ids' dims in place
+//! of `axis`.
 SymbolVar take(SymbolVar x, int axis, SymbolVar ids);
 //! take() with positions known at import.
 SymbolVar take(SymbolVar x, int axis, const std::vector<int64_t>& ids);

@@ -48,8 +48,10 @@ SymbolVar int32_constant(ComputingGraph& g, const std::vector<int64_t>& values,
 SymbolVar take(SymbolVar x, int axis, SymbolVar ids) {
     // The axis moves to the front and the rest is flattened: rows are taken with Embedding,
     // and the dims are put back in order.
+    // Ids whose count is known only at run time (NonZero's) are 1-D.
     const TensorShape xs = x.shape();
-    size_t rank = xs.ndim(), k = ids.shape().ndim();
+    bool counted = ids.node()->shape_known();
+    size_t rank = xs.ndim(), k = counted ? ids.shape().ndim() : 1;
     if (k == 0) ids = ids.reshape({1});
     size_t kk = std::max<size_t>(k, 1);
     std::vector<int> perm{axis};
@@ -59,14 +61,14 @@ SymbolVar take(SymbolVar x, int axis, SymbolVar ids) {
     SymbolVar table = transpose(x, perm).reshape({long(xs[size_t(axis)]), -1});
     SymbolVar rows = embedding(table, ids); // ids' shape + [product of rest]
     std::vector<long> shape;
-    for (size_t d = 0; d < kk; ++d) shape.push_back(long(ids.shape()[d]));
+    for (size_t d = 0; d < kk; ++d) shape.push_back(counted ? long(ids.shape()[d]) : -1);
     shape.insert(shape.end(), rest.begin(), rest.end());
     SymbolVar y = rows.reshape(shape); // [ids..., before..., after...]
     std::vector<int> back;
     for (int d = 0; d < axis; ++d) back.push_back(int(kk) + d);
     for (size_t d = 0; d < kk; ++d) back.push_back(int(d));
     for (size_t d = size_t(axis) + 1; d < rank; ++d) back.push_back(int(kk + d - 1));
-    y = transpose(y, back);
+    y = Dimshuffle::make(y, back); // (transpose() would ask for y's static rank)
     return k == 0 ? squeeze(y, {axis}) : y;
 }
 

@@ -298,26 +298,14 @@ SymbolVarArray compress(const NodeCtx& c) {
     else
         x = x.reshape(std::vector<long>{-1});
     if (rank_of(c, cond) != 1) c.invalid("the condition is not 1-D");
-    const TensorShape xs = x.shape();
-    size_t dim = xs[size_t(axis)];
+    size_t dim = x.shape()[size_t(axis)];
     if (cond.shape()[0] > dim)
         c.invalid(
             fmt::format("the condition has {} elements, more than the {} slices along axis {}",
                         cond.shape()[0], dim, axis));
     SymbolVar ids =
         TypeCvt::make(NonZero::make(cond).reshape(std::vector<long>{-1}), dtype::Int32());
-    // The axis moves to the front and the rest is flattened: Embedding takes the kept rows.
-    std::vector<int> perm{axis};
-    std::vector<long> shape{-1};
-    for (size_t d = 0; d < xs.ndim(); ++d)
-        if (int(d) != axis) perm.push_back(int(d)), shape.push_back(long(xs[d]));
-    SymbolVar rows = embedding(transpose(x, perm).reshape({long(dim), -1}), ids);
-    std::vector<int> back;
-    for (int d = 1; d <= axis; ++d) back.push_back(d);
-    back.insert(back.begin() + axis, 0);
-    for (size_t d = size_t(axis) + 1; d < xs.ndim(); ++d) back.push_back(int(d));
-    // (Dimshuffle itself: transpose() checks the permutation against a static rank.)
-    return one(Dimshuffle::make(rows.reshape(shape), back));
+    return one(take(x, axis, ids));
 }
 
 SymbolVarArray non_max_suppression(const NodeCtx& c) {
