@@ -18,6 +18,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 #include <unordered_map>
@@ -29,6 +30,37 @@ namespace {
 
 //! Opset models are upgraded to when they are older (and the ONNX converter can).
 constexpr int64_t TARGET_OPSET = 13;
+//! The newest version of the default operator set braid imports. Versions after the linked ONNX
+//! checker's own newest (`checker_opset()`) are checked by braid instead: every attribute a node
+//! carries must be one the checker's schema of the op knows or one `NEWER_ATTRIBUTES` lists, and
+//! the converters read the inputs those versions added (Reduce and Pad axes, DFT's axis, ...).
+constexpr int64_t NEWEST_OPSET = 21;
+//! Attributes ops gained after the checker's newest operator set that the converters read.
+const std::map<std::string, std::set<std::string>> NEWER_ATTRIBUTES = {
+    {"Split", {"num_outputs"}},
+    {"Resize", {"antialias", "axes", "keep_aspect_ratio_policy"}},
+    {"ReduceMax", {"noop_with_empty_axes"}},
+    {"ReduceMin", {"noop_with_empty_axes"}},
+    {"ReduceMean", {"noop_with_empty_axes"}},
+    {"ReduceProd", {"noop_with_empty_axes"}},
+    {"ReduceSumSquare", {"noop_with_empty_axes"}},
+    {"ReduceL1", {"noop_with_empty_axes"}},
+    {"ReduceL2", {"noop_with_empty_axes"}},
+    {"ReduceLogSum", {"noop_with_empty_axes"}},
+    {"ReduceLogSumExp", {"noop_with_empty_axes"}},
+    // saturate concerns float8 targets only, which braid does not import.
+    {"Cast", {"saturate"}},
+    {"CastLike", {"saturate"}},
+};
+
+//! The newest version of the default operator set the linked ONNX checker knows.
+int64_t checker_opset() {
+    return onnx::OpSchemaRegistry::DomainToVersionRange::Instance()
+        .Map()
+        .at(onnx::ONNX_DOMAIN)
+        .second;
+}
+
 //! The one operator set besides the default one that braid maps (optimizers, Gradient).
 constexpr const char* TRAINING_DOMAIN = "ai.onnx.preview.training";
 
@@ -377,10 +409,27 @@ namespace {
 Tensor constant_value(const NodeCtx& ctx, const std::string& dir);
 } // namespace
 
+//! Refuses an attribute the ONNX checker did not check because the node's operator set is newer
+//! than it knows, unless the op's converter reads it.
+void check_newer_attributes(const NodeCtx& ctx, const onnx::NodeProto& node) {
+    const onnx::OpSchema* schema =
+        onnx::OpSchemaRegistry::Schema(node.op_type(), int(checker_opset()), onnx::ONNX_DOMAIN);
+    // An op added since: its converter (if any) reads the attributes it knows and checks them.
+    if (!schema) return;
+    auto newer = NEWER_ATTRIBUTES.find(node.op_type());
+    for (auto& a : node.attribute()) {
+        if (schema->attributes().count(a.name())) continue;
+        if (newer != NEWER_ATTRIBUTES.end() && newer->second.count(a.name())) continue;
+        ctx.unsupported(
+            fmt::format("attribute \"{}\" (added after opset {})", a.name(), checker_opset()));
+    }
+}
+
 void Importer::convert_nodes(const onnx::GraphProto& g) {
     for (auto& node : g.node()) {
         NodeCtx ctx(*this, node, opset);
         bool training = node.domain() == TRAINING_DOMAIN;
+        if (opset > checker_opset() && !training) check_newer_attributes(ctx, node);
         if (!node.domain().empty() && node.domain() != "ai.onnx" && !training) {
             std::string version = "not imported";
             for (auto& o : model->opset_import())
@@ -627,12 +676,22 @@ LoadedModel import_model(onnx::ModelProto& model, const ImportOptions& options,
     const int64_t ir_version = model.ir_version();
     const bool newer_ir = ir_version > int64_t(onnx::Version::IR_VERSION);
     if (newer_ir) model.set_ir_version(int64_t(onnx::Version::IR_VERSION));
+    // A default operator set newer than the checker's would fail its per-node schema checks
+    // (an attribute or input added since); braid checks such a model itself: the data flow
+    // below, the attributes as each node converts, the rest by the converters.
+    const int64_t model_opset = default_opset(model);
+    if (model_opset > NEWEST_OPSET)
+        BRAID_THROW(SerializationError,
+                    "{}: operator set ai.onnx version {} is newer than braid imports (up to {})",
+                    source, model_opset, NEWEST_OPSET);
     try {
         // The checker looks for external data relative to the model only when it reads the
         // file itself (the proto is small then: the weights are outside it). Reading the file
         // again would bring back the newer IR version, so such a model's external data is
         // checked by the import alone (which reads it).
-        if (external && !file.empty()) {
+        if (model_opset > checker_opset()) {
+            // checked by braid, as said above
+        } else if (external && !file.empty()) {
             if (!newer_ir) onnx::checker::check_model(file);
         } else {
             onnx::checker::check_model(model);
@@ -649,7 +708,7 @@ LoadedModel import_model(onnx::ModelProto& model, const ImportOptions& options,
     // no node uses (exporters add ai.onnx.ml by default). A node of an unsupported domain is
     // refused below, naming it.
     check_dataflow(model.graph(), source);
-    int64_t opset = default_opset(model);
+    int64_t opset = model_opset;
     if (opset < TARGET_OPSET && !has_subgraphs(model.graph()) &&
         converter_reads_only_known_shapes(model.graph(), opset)) {
         try {

@@ -277,8 +277,27 @@ SymbolVarArray hard_sigmoid(const NodeCtx& c) {
     return one(clip(x * alpha + beta, 0.0, 1.0));
 }
 
+//! log(1 + e^x), computed as max(x, 0) + log(1 + e^-|x|) so that a large x gives x, not inf.
+SymbolVar stable_softplus(SymbolVar x) {
+    return relu(x) + log1p(exp(-abs(x)));
+}
+
 SymbolVarArray softplus(const NodeCtx& c) {
-    return one(log1p(exp(c.in(0))));
+    return one(stable_softplus(c.in(0)));
+}
+
+//! Mish-18: x tanh(softplus(x)).
+SymbolVarArray mish(const NodeCtx& c) {
+    SymbolVar x = c.in(0);
+    return one(x * tanh(stable_softplus(x)));
+}
+
+//! Gelu-20, exact (erf) or with the tanh approximation.
+SymbolVarArray gelu_op(const NodeCtx& c) {
+    std::string approximate = c.attr_string("approximate", "none");
+    if (approximate != "none" && approximate != "tanh")
+        c.invalid("approximate \"" + approximate + "\"");
+    return one(approximate == "tanh" ? gelu_tanh(c.in(0)) : gelu(c.in(0)));
 }
 
 SymbolVarArray softsign(const NodeCtx& c) {
@@ -608,6 +627,8 @@ const std::map<std::string, Converter>& table() {
             {"Identity", identity},
             {"Dropout", dropout_op},
             {"Softplus", softplus},
+            {"Mish", mish},
+            {"Gelu", gelu_op},
             {"Softsign", softsign},
             {"LeakyRelu", leaky_relu},
             {"Elu", elu},

@@ -525,11 +525,17 @@ SymbolVarArray softmax_cross_entropy(const NodeCtx& c) {
 }
 
 // ---------------------------------------------------------------- Resize
-//! Where output position `o` of an axis resized from `in` to `out` (scale `scale`) reads, in
-//! input coordinates.
+//! Where output position `o` of an axis resized from `in` to `out` (in * scale, unrounded;
+//! `length` positions) reads, in input coordinates.
 double source_coord(const NodeCtx& c, const std::string& mode, double o, double in, double out,
-                    double scale, double roi_start, double roi_end) {
+                    size_t length, double scale, double roi_start, double roi_end) {
     if (mode == "half_pixel") return (o + 0.5) / scale - 0.5;
+    if (mode == "half_pixel_symmetric") {
+        // Resize-19: half_pixel, shifted so that the rounding of the length is shared by
+        // both ends.
+        double offset = in / 2 * (1 - double(length) / out);
+        return offset + (o + 0.5) / scale - 0.5;
+    }
     if (mode == "pytorch_half_pixel") return out > 1 ? (o + 0.5) / scale - 0.5 : 0;
     if (mode == "align_corners") return out == 1 ? 0 : o * (in - 1) / (out - 1);
     if (mode == "asymmetric") return o / scale;
@@ -578,7 +584,7 @@ SymbolVar resize_axis(const NodeCtx& c, const ResizeMode& rm, SymbolVar x, int a
     bool identity = size_t(in) == out;
     for (size_t o = 0; o < out; ++o) {
         // ONNX's reference takes the output length as in * scale, unrounded.
-        double xo = source_coord(c, coord, double(o), double(in), double(in) * scale, scale,
+        double xo = source_coord(c, coord, double(o), double(in), double(in) * scale, out, scale,
                                  roi_start, roi_end);
         if (coord == "tf_crop_and_resize" && (xo < 0 || xo > double(in - 1))) outside[o] = 1;
         double base = std::ceil(xo) - 1, ratio = xo - base;
@@ -625,6 +631,34 @@ SymbolVar resize_axis(const NodeCtx& c, const ResizeMode& rm, SymbolVar x, int a
     return y;
 }
 
+//! Resize-18's roi, scales and sizes given for `axes` only, widened to every axis: the others
+//! keep their size (scale 1, the whole axis as roi).
+void widen_to_rank(const NodeCtx& c, const SymbolVar& x, const std::vector<int>& axes,
+                   std::vector<float>& roi, std::vector<float>& scales,
+                   std::vector<int64_t>& sizes) {
+    size_t rank = x.shape().ndim(), n = axes.size();
+    if ((!scales.empty() && scales.size() != n) || (!sizes.empty() && sizes.size() != n) ||
+        (!roi.empty() && roi.size() != 2 * n))
+        c.invalid(fmt::format("{} axes but {} scales, {} sizes and {} roi values", n, scales.size(),
+                              sizes.size(), roi.size()));
+    std::vector<float> wide_roi, wide_scales;
+    std::vector<int64_t> wide_sizes;
+    if (!roi.empty()) {
+        wide_roi.assign(rank, 0.f);
+        wide_roi.resize(2 * rank, 1.f);
+    }
+    if (!scales.empty()) wide_scales.assign(rank, 1.f);
+    if (!sizes.empty())
+        for (size_t i = 0; i < rank; ++i) wide_sizes.push_back(int64_t(x.shape()[i]));
+    for (size_t k = 0; k < n; ++k) {
+        size_t a = size_t(axes[k]);
+        if (!roi.empty()) wide_roi[a] = roi[k], wide_roi[a + rank] = roi[k + n];
+        if (!scales.empty()) wide_scales[a] = scales[k];
+        if (!sizes.empty()) wide_sizes[a] = sizes[k];
+    }
+    roi = wide_roi, scales = wide_scales, sizes = wide_sizes;
+}
+
 SymbolVarArray resize(const NodeCtx& c) {
     SymbolVar x = c.in(0);
     size_t rank = rank_of(c, x);
@@ -647,6 +681,26 @@ SymbolVarArray resize(const NodeCtx& c) {
     if (rm.mode != "nearest" && rm.mode != "linear" && rm.mode != "cubic")
         c.unsupported("mode \"" + rm.mode + "\"");
     if (!sizes.empty()) scales.clear();
+    // Resize-18: scales, sizes and roi may list only the given axes (the others keep their
+    // size), and sizes may keep the aspect ratio.
+    std::vector<int> axes;
+    for (int64_t a : c.attr_ints("axes")) axes.push_back(norm_axis(c, a, rank));
+    if (axes.empty())
+        for (size_t i = 0; i < rank; ++i) axes.push_back(int(i));
+    else
+        widen_to_rank(c, x, axes, roi, scales, sizes);
+    std::string policy = c.attr_string("keep_aspect_ratio_policy", "stretch");
+    double kept = 0; // the common scale of a kept aspect ratio
+    if (!sizes.empty() && policy != "stretch") {
+        if (policy != "not_larger" && policy != "not_smaller")
+            c.invalid("keep_aspect_ratio_policy \"" + policy + "\"");
+        kept = policy == "not_larger" ? INFINITY : 0;
+        for (int a : axes) {
+            double s = double(sizes[size_t(a)]) / double(x.shape()[size_t(a)]);
+            kept = policy == "not_larger" ? std::min(kept, s) : std::max(kept, s);
+        }
+        for (int a : axes) sizes[size_t(a)] = int64_t(kept * double(x.shape()[size_t(a)]) + 0.5);
+    }
     if (sizes.empty() && scales.size() != rank)
         c.invalid(fmt::format("{} scales for rank {}", scales.size(), rank));
     if (!sizes.empty() && sizes.size() != rank)
@@ -660,7 +714,8 @@ SymbolVarArray resize(const NodeCtx& c) {
         if (!sizes.empty()) {
             if (sizes[i] < 0) c.invalid(fmt::format("negative size {}", sizes[i]));
             out[i] = size_t(sizes[i]);
-            scale[i] = in > 0 ? double(out[i]) / in : 1;
+            bool kept_axis = kept > 0 && std::count(axes.begin(), axes.end(), int(i));
+            scale[i] = kept_axis ? kept : in > 0 ? double(out[i]) / in : 1;
         } else {
             if (!(scales[i] > 0)) c.invalid(fmt::format("scale {} is not positive", scales[i]));
             scale[i] = scales[i];
@@ -668,6 +723,9 @@ SymbolVarArray resize(const NodeCtx& c) {
             out[i] = size_t(std::floor(in * scale[i]));
         }
         check_size(c, double(out[i]), "a resized axis");
+        if (scale[i] < 1 && rm.mode != "nearest" && c.attr_int("antialias", 0) != 0)
+            c.unsupported(fmt::format("antialias when downscaling axis {} ({} to {})", i,
+                                      x.shape()[i], out[i]));
     }
     // Separable: one axis at a time, the last first (as ONNX's reference nests them).
     for (size_t k = rank; k-- > 0;) {
@@ -712,6 +770,7 @@ SymbolVarArray grid_sample(const NodeCtx& c) {
                                   x.shape().to_string(), grid.shape().to_string()));
     std::string mode = c.attr_string("mode", "bilinear"),
                 padding = c.attr_string("padding_mode", "zeros");
+    if (c.opset() >= 20 && mode == "linear") mode = "bilinear"; // renamed by GridSample-20
     if (mode != "bilinear" && mode != "nearest") c.unsupported("mode \"" + mode + "\"");
     if (padding != "zeros" && padding != "border" && padding != "reflection")
         c.invalid("padding_mode \"" + padding + "\"");

@@ -185,6 +185,19 @@ SymbolVarArray split_op(const NodeCtx& c) {
     std::vector<int64_t> sizes = c.has_attr("split") ? c.attr_ints("split")
                                  : c.has_input(1)    ? c.ints_input(1)
                                                      : std::vector<int64_t>{};
+    if (sizes.empty() && c.has_attr("num_outputs")) {
+        // Split-18: parts of ceil(dim / n), the last one smaller when n does not divide dim.
+        int64_t n = c.attr_int("num_outputs", 0), dim = int64_t(x.shape()[size_t(axis)]);
+        if (n != c.node().output_size())
+            c.invalid(fmt::format("num_outputs {} but {} outputs", n, c.node().output_size()));
+        if (n < 1) c.invalid(fmt::format("num_outputs {}", n));
+        int64_t part = (dim + n - 1) / n;
+        if (part * (n - 1) > dim)
+            c.invalid(
+                fmt::format("an axis of {} cannot be split into {} parts of {}", dim, n, part));
+        sizes.assign(size_t(n - 1), part);
+        sizes.push_back(dim - part * (n - 1));
+    }
     if (sizes.empty()) return split(x, axis, size_t(c.node().output_size()));
     std::vector<size_t> s;
     for (int64_t v : sizes) {

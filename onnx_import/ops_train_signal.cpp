@@ -213,7 +213,18 @@ SymbolVarArray dft(const NodeCtx& c) {
     SymbolVar x = c.in(0);
     check_signal(c, x, 2);
     size_t rank = x.shape().ndim();
-    int axis = norm_axis(c, c.attr_int("axis", 1), rank - 1);
+    int axis = 0;
+    if (c.opset() >= 20) {
+        // DFT-20: the axis is input 2 (default -2), counted over the signal's own rank.
+        int64_t a = c.has_input(2) ? c.ints_input(2).at(0) : -2;
+        if (a < -int64_t(rank) || a > int64_t(rank) - 2 || a == -1)
+            c.invalid(fmt::format("axis {} for an input of rank {} (its last dim holds the "
+                                  "real and imaginary parts)",
+                                  a, rank));
+        axis = int(a < 0 ? a + int64_t(rank) : a);
+    } else {
+        axis = norm_axis(c, c.attr_int("axis", 1), rank - 1);
+    }
     bool inverse = c.attr_int("inverse", 0) != 0, onesided = c.attr_int("onesided", 0) != 0;
     if (inverse && onesided) c.invalid("onesided with inverse");
     size_t len = c.has_input(1) ? size_t(c.ints_input(1).at(0)) : x.shape()[size_t(axis)];

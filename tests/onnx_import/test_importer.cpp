@@ -87,6 +87,30 @@ struct ModelBuilder {
         for (int64_t d : dims) t->add_dims(d);
         return t;
     }
+    void set_opset(int64_t version) { model.mutable_opset_import(0)->set_version(version); }
+    static void attr(onnx::NodeProto* n, const std::string& name, int64_t v) {
+        auto* a = n->add_attribute();
+        a->set_name(name);
+        a->set_type(onnx::AttributeProto::INT);
+        a->set_i(v);
+    }
+    static void attr(onnx::NodeProto* n, const std::string& name, const std::string& v) {
+        auto* a = n->add_attribute();
+        a->set_name(name);
+        a->set_type(onnx::AttributeProto::STRING);
+        a->set_s(v);
+    }
+    static void attr(onnx::NodeProto* n, const std::string& name, std::vector<int64_t> v) {
+        auto* a = n->add_attribute();
+        a->set_name(name);
+        a->set_type(onnx::AttributeProto::INTS);
+        for (int64_t i : v) a->add_ints(i);
+    }
+    //! An int64 initializer holding `values` (a 1-D tensor).
+    void int64_initializer(const std::string& name, const std::vector<int64_t>& values) {
+        auto* t = initializer(name, onnx::TensorProto::INT64, {int64_t(values.size())});
+        for (int64_t v : values) t->add_int64_data(v);
+    }
     std::vector<uint8_t> bytes() const {
         std::string s;
         model.SerializeToString(&s);
@@ -1028,4 +1052,114 @@ TEST(OnnxImport, TfIdfVectorizerWeighsCountsByMode) {
     };
     EXPECT_EQ(values(0), (std::vector<float>{0.5f, 2, 1, 3, 0.5f, 0, 0, 0}));
     EXPECT_EQ(values(1), (std::vector<float>{1, 2, 2, 3, 0.5f, 0, 0, 0}));
+}
+
+// ---------------------------------------------------------------- operator sets after 17
+// The ONNX checker braid links knows operator sets up to 17; newer models are checked by braid.
+
+TEST(OnnxImport, Opset18SplitsByNumOutputsAndReducesOverAxesGivenAsAnInput) {
+    ModelBuilder m;
+    m.set_opset(18);
+    m.input("x", onnx::TensorProto::FLOAT, {2, 7});
+    // Split-18: 7 into 3 parts is 3, 3 and 1.
+    ModelBuilder::attr(m.node("Split", {"x"}, {"a", "b", "c"}), "axis", int64_t(1));
+    ModelBuilder::attr(m.g->mutable_node(0), "num_outputs", int64_t(3));
+    // ReduceMean-18 reads its axes from input 1.
+    m.int64_initializer("axes", {1});
+    ModelBuilder::attr(m.node("ReduceMean", {"x", "axes"}, {"mean"}), "keepdims", int64_t(0));
+    for (auto* name : {"a", "b", "c"}) m.output(name, onnx::TensorProto::FLOAT, 2);
+    m.output("mean", onnx::TensorProto::FLOAT, 1);
+    auto exec = onnx_import::import_bytes(m.bytes()).compile();
+    exec->feed("x", iota({2, 7})).run();
+    EXPECT_EQ(exec->output(0).shape(), (TensorShape{2, 3}));
+    EXPECT_EQ(exec->output(1).shape(), (TensorShape{2, 3}));
+    EXPECT_EQ(exec->output(2).shape(), (TensorShape{2, 1}));
+    Tensor c = exec->output(2).contiguous();
+    EXPECT_EQ(c.ptr<float>()[0], 6.f);
+    EXPECT_EQ(c.ptr<float>()[1], 13.f);
+    Tensor mean = exec->output(3).contiguous();
+    EXPECT_EQ(mean.shape(), (TensorShape{2}));
+    EXPECT_FLOAT_EQ(mean.ptr<float>()[0], 3.f);
+    EXPECT_FLOAT_EQ(mean.ptr<float>()[1], 10.f);
+}
+
+TEST(OnnxImport, Opset18ResizesTheGivenAxesKeepingTheAspectRatio) {
+    // sizes {6, 4} for axes {2, 3} of a 2x4 image, not_smaller: the common scale is
+    // max(6/2, 4/4) = 3, so the image becomes 6x12, each pixel repeated 3x3 (nearest).
+    ModelBuilder m;
+    m.set_opset(18);
+    m.input("x", onnx::TensorProto::FLOAT, {1, 1, 2, 4});
+    m.int64_initializer("sizes", {6, 4});
+    auto* r = m.node("Resize", {"x", "", "", "sizes"}, {"y"});
+    ModelBuilder::attr(r, "axes", std::vector<int64_t>{2, 3});
+    ModelBuilder::attr(r, "keep_aspect_ratio_policy", std::string("not_smaller"));
+    m.output("y", onnx::TensorProto::FLOAT, 4);
+    auto exec = onnx_import::import_bytes(m.bytes()).compile();
+    exec->feed("x", iota({1, 1, 2, 4})).run();
+    Tensor y = exec->output(0).contiguous();
+    ASSERT_EQ(y.shape(), (TensorShape{1, 1, 6, 12}));
+    for (size_t i = 0; i < 6; ++i)
+        for (size_t j = 0; j < 12; ++j)
+            ASSERT_EQ(y.ptr<float>()[i * 12 + j], float(i / 3 * 4 + j / 3)) << i << "," << j;
+}
+
+TEST(OnnxImport, Opset20ReadsDftsAxisFromAnInputAndImportsGeluAndMish) {
+    ModelBuilder m;
+    m.set_opset(20);
+    m.input("s", onnx::TensorProto::FLOAT, {1, 4, 1});
+    m.input("x", onnx::TensorProto::FLOAT, {4});
+    m.int64_initializer("axis", {1});
+    m.node("DFT", {"s", "", "axis"}, {"f"});
+    ModelBuilder::attr(m.node("Gelu", {"x"}, {"g"}), "approximate", std::string("tanh"));
+    m.node("Mish", {"x"}, {"mish"});
+    m.node("Softplus", {"x"}, {"sp"});
+    m.output("f", onnx::TensorProto::FLOAT, 3);
+    for (auto* name : {"g", "mish", "sp"}) m.output(name, onnx::TensorProto::FLOAT, 1);
+    auto exec = onnx_import::import_bytes(m.bytes()).compile();
+    Tensor x(TensorShape{4}, dtype::Float32());
+    float xv[] = {-1.f, 0.5f, 1.f, 100.f};
+    std::copy(xv, xv + 4, x.ptr<float>());
+    exec->feed("s", iota({1, 4, 1}, 1.f)).feed("x", x).run();
+    // DFT of 1, 2, 3, 4: 10, -2+2i, -2, -2-2i.
+    Tensor f = exec->output(0).contiguous();
+    ASSERT_EQ(f.shape(), (TensorShape{1, 4, 2}));
+    float want[] = {10, 0, -2, 2, -2, 0, -2, -2};
+    for (size_t i = 0; i < 8; ++i) EXPECT_NEAR(f.ptr<float>()[i], want[i], 1e-5) << i;
+    Tensor g = exec->output(1).contiguous(), mish = exec->output(2).contiguous(),
+           sp = exec->output(3).contiguous();
+    for (size_t i = 0; i < 4; ++i) {
+        double v = xv[i];
+        double gelu = 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+        double softplus = v > 30 ? v : std::log1p(std::exp(v));
+        EXPECT_NEAR(g.ptr<float>()[i], gelu, 1e-5 * std::max(1.0, std::abs(gelu))) << v;
+        EXPECT_NEAR(mish.ptr<float>()[i], v * std::tanh(softplus), 1e-5 * std::max(1.0, v)) << v;
+        // A large x gives x, not log1p(inf).
+        EXPECT_NEAR(sp.ptr<float>()[i], softplus, 1e-5 * std::max(1.0, v)) << v;
+    }
+}
+
+TEST(OnnxImport, AnAttributeNewerThanTheConvertersKnowIsRefusedNamingTheNode) {
+    // AveragePool-19 added dilations, which braid's converter does not read for averages.
+    ModelBuilder m;
+    m.set_opset(19);
+    m.input("x", onnx::TensorProto::FLOAT, {1, 1, 5, 5});
+    auto* pool = m.node("AveragePool", {"x"}, {"y"});
+    ModelBuilder::attr(pool, "kernel_shape", std::vector<int64_t>{2, 2});
+    ModelBuilder::attr(pool, "dilations", std::vector<int64_t>{2, 2});
+    m.output("y", onnx::TensorProto::FLOAT, 4);
+    std::string msg = error_of([&] { onnx_import::import_bytes(m.bytes()); });
+    EXPECT_NE(msg.find("node \"AveragePool_1\" (AveragePool, opset 19)"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("attribute \"dilations\" (added after opset 17)"), std::string::npos) << msg;
+}
+
+TEST(OnnxImport, AnOperatorSetNewerThanBraidImportsIsRefusedSayingWhichItKnows) {
+    ModelBuilder m;
+    m.set_opset(22);
+    m.input("x", onnx::TensorProto::FLOAT, {2});
+    m.node("Relu", {"x"}, {"y"});
+    m.output("y", onnx::TensorProto::FLOAT, 1);
+    std::string msg = error_of([&] { onnx_import::import_bytes(m.bytes()); });
+    EXPECT_NE(msg.find("operator set ai.onnx version 22 is newer than braid imports (up to 21)"),
+              std::string::npos)
+        << msg;
 }
