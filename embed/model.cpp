@@ -76,7 +76,9 @@ constexpr std::pair<DType, DTypeEnum> DTYPES[] = {
     {DType::BFLOAT16, DTypeEnum::BFLOAT16}, {DType::INT32, DTypeEnum::INT32},
     {DType::INT64, DTypeEnum::INT64},       {DType::INT8, DTypeEnum::INT8},
     {DType::UINT8, DTypeEnum::UINT8},       {DType::BOOL, DTypeEnum::BOOL},
-    {DType::FLOAT64, DTypeEnum::FLOAT64}};
+    {DType::FLOAT64, DTypeEnum::FLOAT64},   {DType::INT16, DTypeEnum::INT16},
+    {DType::UINT16, DTypeEnum::UINT16},     {DType::UINT32, DTypeEnum::UINT32},
+    {DType::UINT64, DTypeEnum::UINT64}};
 
 TensorInfo info_of(const ModelIO& io) {
     TensorInfo t;
@@ -185,7 +187,7 @@ braid::DType from_embed(DType dtype) {
     for (auto [e, b] : DTYPES)
         if (e == dtype) return braid::DType(b);
     throw Error(Code::INVALID_ARGUMENT,
-                "dtype value " + std::to_string(int(dtype)) + " is not a braid dtype (0..8)");
+                "dtype value " + std::to_string(int(dtype)) + " is not a braid dtype (0..12)");
 }
 
 size_t dtype_size(DType dtype) {

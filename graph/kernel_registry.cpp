@@ -51,28 +51,34 @@ bool has_kernel(const std::string& type_name, Device::Kind kind) {
 
 namespace {
 
-//! A var of `opr` with dtype float64, or nullptr.
-const VarNode* float64_var(const OperatorNode& opr) {
+//! Whether device kernels take `dt`: float32, float16, bfloat16, int8, uint8, int32, int64 and
+//! bool. None takes float64, int16, uint16, uint32 or uint64: such a buffer would be read as
+//! another dtype.
+bool device_dtype(DType dt) {
+    return !(dt == dtype::Float64() || dt == dtype::Int16() || dt == dtype::Uint16() ||
+             dt == dtype::Uint32() || dt == dtype::Uint64());
+}
+
+//! A var of `opr` of a dtype device kernels do not take, or nullptr.
+const VarNode* host_only_var(const OperatorNode& opr) {
     for (auto* v : opr.inputs())
-        if (v->dtype() == dtype::Float64()) return v;
+        if (!device_dtype(v->dtype())) return v;
     for (auto* v : opr.outputs())
-        if (v->dtype() == dtype::Float64()) return v;
+        if (!device_dtype(v->dtype())) return v;
     return nullptr;
 }
 
 } // namespace
 
 KernelFn resolve_kernel(const OperatorNode& opr, Device::Kind kind, const std::string& where) {
-    // Device kernels are written for float32, float16, bfloat16 and the integer types; none
-    // takes float64, and passing one a float64 buffer would read it as another dtype.
     if (kind != Device::Kind::CPU)
-        if (const VarNode* v = float64_var(opr))
+        if (const VarNode* v = host_only_var(opr))
             BRAID_THROW(DTypeError,
-                        "{}: no {} kernel for float64 (var \"{}\"), so it cannot run on comp node "
+                        "{}: no {} kernel for {} (var \"{}\"), so it cannot run on comp node "
                         "{}; {} kernels take float32, float16, bfloat16, int8, uint8, int32, "
                         "int64 and bool. Put it on a CPU comp node (OperatorConfig) or convert "
                         "with TypeCvt",
-                        opr.describe(), device_kind_name(kind), v->name(), where,
+                        opr.describe(), device_kind_name(kind), v->dtype().name(), v->name(), where,
                         device_kind_name(kind));
     if (KernelFn fn = find_kernel(opr.type_name(), kind)) return fn;
     if (kind == Device::Kind::CPU) return &cpu_execute;

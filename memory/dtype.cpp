@@ -2,6 +2,7 @@
 
 #include "base/error.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -28,6 +29,13 @@ size_t DType::size() const {
         return 1;
     case DTypeEnum::FLOAT64:
         return 8;
+    case DTypeEnum::INT16:
+    case DTypeEnum::UINT16:
+        return 2;
+    case DTypeEnum::UINT32:
+        return 4;
+    case DTypeEnum::UINT64:
+        return 8;
     }
     return 0;
 }
@@ -53,6 +61,14 @@ const char* DType::name() const {
         return "bool";
     case DTypeEnum::FLOAT64:
         return "float64";
+    case DTypeEnum::INT16:
+        return "int16";
+    case DTypeEnum::UINT16:
+        return "uint16";
+    case DTypeEnum::UINT32:
+        return "uint32";
+    case DTypeEnum::UINT64:
+        return "uint64";
     }
     return "invalid";
 }
@@ -64,13 +80,16 @@ bool DType::is_float() const {
 
 bool DType::is_integer() const {
     return m_valid && (m_enum == DTypeEnum::INT8 || m_enum == DTypeEnum::UINT8 ||
-                       m_enum == DTypeEnum::INT32 || m_enum == DTypeEnum::INT64);
+                       m_enum == DTypeEnum::INT16 || m_enum == DTypeEnum::UINT16 ||
+                       m_enum == DTypeEnum::INT32 || m_enum == DTypeEnum::UINT32 ||
+                       m_enum == DTypeEnum::INT64 || m_enum == DTypeEnum::UINT64);
 }
 
 DType DType::from_name(const std::string& name) {
-    for (auto e : {DTypeEnum::FLOAT32, DTypeEnum::FLOAT16, DTypeEnum::BFLOAT16, DTypeEnum::INT8,
-                   DTypeEnum::UINT8, DTypeEnum::INT32, DTypeEnum::INT64, DTypeEnum::BOOL,
-                   DTypeEnum::FLOAT64}) {
+    for (auto e :
+         {DTypeEnum::FLOAT32, DTypeEnum::FLOAT16, DTypeEnum::BFLOAT16, DTypeEnum::INT8,
+          DTypeEnum::UINT8, DTypeEnum::INT32, DTypeEnum::INT64, DTypeEnum::BOOL, DTypeEnum::FLOAT64,
+          DTypeEnum::INT16, DTypeEnum::UINT16, DTypeEnum::UINT32, DTypeEnum::UINT64}) {
         if (name == DType(e).name()) return e;
     }
     BRAID_THROW(DTypeError, "unknown dtype name \"{}\"", name);
@@ -154,6 +173,14 @@ double load_as_double(DType dt, const void* base, size_t i) {
         return static_cast<const uint8_t*>(base)[i] ? 1.0 : 0.0;
     case DTypeEnum::FLOAT64:
         return static_cast<const double*>(base)[i];
+    case DTypeEnum::INT16:
+        return static_cast<const int16_t*>(base)[i];
+    case DTypeEnum::UINT16:
+        return static_cast<const uint16_t*>(base)[i];
+    case DTypeEnum::UINT32:
+        return static_cast<const uint32_t*>(base)[i];
+    case DTypeEnum::UINT64:
+        return double(static_cast<const uint64_t*>(base)[i]);
     }
     return 0;
 }
@@ -192,6 +219,61 @@ double round_to_quantum(double v, int exp) {
 }
 } // namespace
 
+namespace {
+//! Element `i` of an integer buffer, exactly.
+__int128 load_integer(DType dt, const void* base, size_t i) {
+    switch (dt.enumv()) {
+    case DTypeEnum::INT8:
+        return static_cast<const int8_t*>(base)[i];
+    case DTypeEnum::UINT8:
+        return static_cast<const uint8_t*>(base)[i];
+    case DTypeEnum::INT16:
+        return static_cast<const int16_t*>(base)[i];
+    case DTypeEnum::UINT16:
+        return static_cast<const uint16_t*>(base)[i];
+    case DTypeEnum::INT32:
+        return static_cast<const int32_t*>(base)[i];
+    case DTypeEnum::UINT32:
+        return static_cast<const uint32_t*>(base)[i];
+    case DTypeEnum::INT64:
+        return static_cast<const int64_t*>(base)[i];
+    case DTypeEnum::UINT64:
+        return static_cast<const uint64_t*>(base)[i];
+    default:
+        BRAID_THROW(DTypeError, "{} is not an integer dtype", dt.name());
+    }
+}
+
+template <typename T> void store_clamped(void* base, size_t i, __int128 v) {
+    v = std::clamp<__int128>(v, std::numeric_limits<T>::min(), std::numeric_limits<T>::max());
+    static_cast<T*>(base)[i] = T(v);
+}
+
+//! Writes an integer into element `i` of an integer buffer, saturating at the dtype's bounds.
+void store_integer(DType dt, void* base, size_t i, __int128 v) {
+    switch (dt.enumv()) {
+    case DTypeEnum::INT8:
+        return store_clamped<int8_t>(base, i, v);
+    case DTypeEnum::UINT8:
+        return store_clamped<uint8_t>(base, i, v);
+    case DTypeEnum::INT16:
+        return store_clamped<int16_t>(base, i, v);
+    case DTypeEnum::UINT16:
+        return store_clamped<uint16_t>(base, i, v);
+    case DTypeEnum::INT32:
+        return store_clamped<int32_t>(base, i, v);
+    case DTypeEnum::UINT32:
+        return store_clamped<uint32_t>(base, i, v);
+    case DTypeEnum::INT64:
+        return store_clamped<int64_t>(base, i, v);
+    case DTypeEnum::UINT64:
+        return store_clamped<uint64_t>(base, i, v);
+    default:
+        BRAID_THROW(DTypeError, "{} is not an integer dtype", dt.name());
+    }
+}
+} // namespace
+
 void store_from_double(DType dt, void* base, size_t i, double v) {
     switch (dt.enumv()) {
     case DTypeEnum::FLOAT32:
@@ -224,6 +306,18 @@ void store_from_double(DType dt, void* base, size_t i, double v) {
         break;
     case DTypeEnum::FLOAT64:
         static_cast<double*>(base)[i] = v;
+        break;
+    case DTypeEnum::INT16:
+        static_cast<int16_t*>(base)[i] = saturate_int<int16_t>(v);
+        break;
+    case DTypeEnum::UINT16:
+        static_cast<uint16_t*>(base)[i] = saturate_int<uint16_t>(v);
+        break;
+    case DTypeEnum::UINT32:
+        static_cast<uint32_t*>(base)[i] = saturate_int<uint32_t>(v);
+        break;
+    case DTypeEnum::UINT64:
+        static_cast<uint64_t*>(base)[i] = saturate_int<uint64_t>(v);
         break;
     }
 }
@@ -271,20 +365,28 @@ void convert_elements(DType src_dt, const void* src, DType dst_dt, void* dst, si
         for (size_t i = 0; i < n; ++i) d[i] = float(s[i]); // one rounding, to nearest even
         return;
     }
+    if (src_dt.is_integer() && dst_dt.is_integer()) {
+        // Exact through 128 bits (double would round int64 and uint64 beyond 2^53).
+        for (size_t i = 0; i < n; ++i) store_integer(dst_dt, dst, i, load_integer(src_dt, src, i));
+        return;
+    }
     if (src_dt == dtype::Int64() && dst_dt == dtype::Float64()) {
         auto s = static_cast<const int64_t*>(src);
         auto d = static_cast<double*>(dst);
         for (size_t i = 0; i < n; ++i) d[i] = double(s[i]); // one rounding, to nearest even
         return;
     }
-    if (src_dt == dtype::Int64() && dst_dt.is_float()) {
-        // int64 beyond 2^53 is inexact in double: round the integer itself to the target's
-        // significant bits, so the value reaches the target exactly and rounds once.
-        int bits = dst_dt == dtype::Float32() ? 24 : dst_dt == dtype::Float16() ? 11 : 8;
-        auto s = static_cast<const int64_t*>(src);
+    if ((src_dt == dtype::Int64() || src_dt == dtype::Uint64()) && dst_dt.is_float()) {
+        // 64-bit integers beyond 2^53 are inexact in double: round the integer itself to the
+        // target's significant bits, so the value reaches the target exactly and rounds once.
+        int bits = dst_dt == dtype::Float64()   ? 53
+                   : dst_dt == dtype::Float32() ? 24
+                   : dst_dt == dtype::Float16() ? 11
+                                                : 8;
         for (size_t i = 0; i < n; ++i) {
-            int64_t v = s[i];
-            uint64_t mag = v < 0 ? uint64_t(0) - uint64_t(v) : uint64_t(v);
+            __int128 w = load_integer(src_dt, src, i);
+            bool negative = w < 0;
+            uint64_t mag = negative ? uint64_t(-w) : uint64_t(w);
             int len = 64 - __builtin_clzll(mag | 1);
             if (len > bits) {
                 int drop = len - bits;
@@ -292,10 +394,11 @@ void convert_elements(DType src_dt, const void* src, DType dst_dt, void* dst, si
                 uint64_t rest = mag & ((uint64_t(1) << drop) - 1), half = uint64_t(1) << (drop - 1);
                 mag >>= drop;
                 if (rest > half || (rest == half && lsb)) ++mag;
+                // mag may have carried to 2^bits: still exact in double.
                 store_from_double(dst_dt, dst, i,
-                                  std::ldexp(v < 0 ? -double(mag) : double(mag), drop));
+                                  std::ldexp(negative ? -double(mag) : double(mag), drop));
             } else {
-                store_from_double(dst_dt, dst, i, double(v));
+                store_from_double(dst_dt, dst, i, negative ? -double(mag) : double(mag));
             }
         }
         return;

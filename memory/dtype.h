@@ -10,6 +10,10 @@
 // takes (convolution, pooling, normalization, softmax, attention, batch norm). No CUDA
 // kernel takes float64: compiling a graph with a float64 var on a CUDA comp node fails.
 //
+// int16, uint16 and uint32 are storage types for arithmetic: a graph computes them in int32 or
+// int64 and converts back (the ONNX importer does so, wrapping as ONNX does). uint64 has
+// elementwise kernels of its own (no wider type holds it).
+//
 // DTypeEnum values are stored in model files and exposed through the embedding API: new
 // dtypes are appended, existing values never move.
 #pragma once
@@ -31,6 +35,10 @@ enum class DTypeEnum : uint8_t {
     INT64,
     BOOL,
     FLOAT64, //!< IEEE binary64, computed in double
+    INT16,
+    UINT16,
+    UINT32,
+    UINT64,
 };
 
 //! A tensor element type (a small value type; cheap to copy, thread-safe).
@@ -95,6 +103,18 @@ constexpr DType Bool() {
 constexpr DType Float64() {
     return DTypeEnum::FLOAT64;
 }
+constexpr DType Int16() {
+    return DTypeEnum::INT16;
+}
+constexpr DType Uint16() {
+    return DTypeEnum::UINT16;
+}
+constexpr DType Uint32() {
+    return DTypeEnum::UINT32;
+}
+constexpr DType Uint64() {
+    return DTypeEnum::UINT64;
+}
 } // namespace dtype
 
 //! IEEE binary16 bits to float.
@@ -117,9 +137,10 @@ double load_as_double(DType dt, const void* base, size_t i);
 //! (float16/bfloat16 rounding, integer truncation toward zero, bool as v != 0).
 void store_from_double(DType dt, void* base, size_t i, double v);
 //! Converts `n` contiguous elements from `src_dt` to `dst_dt`, rounding once: exact where the
-//! target holds the value (every float32/float16/bfloat16/int32 value in float64), else to
-//! nearest even for floats (int64 and float64 to narrower floats included) and toward zero with
-//! saturation for integers (NaN becomes 0).
+//! target holds the value (every float32/float16/bfloat16/int32 value in float64, every integer
+//! in an integer type that holds it), else to nearest even for floats (int64, uint64 and float64
+//! to narrower floats included) and toward zero with saturation for integers (NaN becomes 0;
+//! an integer out of the target's range becomes its nearest bound).
 void convert_elements(DType src_dt, const void* src, DType dst_dt, void* dst, size_t n);
 
 } // namespace braid

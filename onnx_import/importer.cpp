@@ -105,6 +105,14 @@ DType dtype_of(int32_t t, const std::string& where) {
         return dtype::Int64();
     case onnx::TensorProto::BOOL:
         return dtype::Bool();
+    case onnx::TensorProto::INT16:
+        return dtype::Int16();
+    case onnx::TensorProto::UINT16:
+        return dtype::Uint16();
+    case onnx::TensorProto::UINT32:
+        return dtype::Uint32();
+    case onnx::TensorProto::UINT64:
+        return dtype::Uint64();
     default:
         break;
     }
@@ -113,7 +121,7 @@ DType dtype_of(int32_t t, const std::string& where) {
                            : "invalid";
     throw UnsupportedOnnxError(
         fmt::format("{}: dtype {} ({}) is not supported (float32, float64, float16, bfloat16, "
-                    "int8, uint8, int32, int64, bool)",
+                    "int8, uint8, int16, uint16, int32, uint32, int64, uint64, bool)",
                     where, name, t));
 }
 
@@ -198,6 +206,10 @@ Tensor tensor_of(const onnx::TensorProto& t, const std::string& dir, const std::
         case onnx::TensorProto::DOUBLE:
             expect(size_t(t.double_data_size()), "double_data");
             break;
+        case onnx::TensorProto::UINT32:
+        case onnx::TensorProto::UINT64:
+            expect(size_t(t.uint64_data_size()), "uint64_data");
+            break;
         default:
             expect(size_t(t.int32_data_size()), "int32_data");
         }
@@ -221,8 +233,17 @@ Tensor tensor_of(const onnx::TensorProto& t, const std::string& dir, const std::
     case onnx::TensorProto::INT32:
         if (n) std::memcpy(dst, t.int32_data().data(), bytes);
         break;
+    case onnx::TensorProto::UINT64:
+        if (n) std::memcpy(dst, t.uint64_data().data(), bytes);
+        break;
+    case onnx::TensorProto::UINT32:
+        for (size_t i = 0; i < n; ++i) {
+            uint32_t v = uint32_t(t.uint64_data(int(i)));
+            std::memcpy(dst + i * 4, &v, 4);
+        }
+        break;
     default: {
-        // int8, uint8, bool, float16, bfloat16: one value per int32_data entry.
+        // int8, uint8, int16, uint16, bool, float16, bfloat16: one value per int32_data entry.
         size_t esize = dt.size();
         for (size_t i = 0; i < n; ++i) {
             int32_t v = t.int32_data(int(i));

@@ -66,10 +66,13 @@ SymbolVar flip(SymbolVar x, int axis);
 //! x with `before` and `after` elements added along `axis` (filled with `value`), or removed
 //! where they are negative.
 SymbolVar pad_axis(SymbolVar x, int axis, int64_t before, int64_t after, double value);
-//! An int32 value as the 8-bit int `dt`, wrapping modulo 256 as ONNX's (numpy's) integer
-//! arithmetic does (braid's TypeCvt saturates).
+//! The dtype the converters compute integers of dtype `dt` in: int32 for 8- and 16-bit ones,
+//! int64 for uint32, `dt` itself for the others (braid's kernels take int32, int64 and uint64).
+DType compute_dtype(DType dt);
+//! v converted to compute_dtype(v.dtype()).
+SymbolVar widen(SymbolVar v);
+//! A value computed in compute_dtype(dt) as `dt`, wrapping modulo 2^bits as ONNX's (numpy's)
+//! integer arithmetic does (braid's TypeCvt saturates).
 SymbolVar narrow(SymbolVar v, DType dt);
-//! Whether `dt` is an 8-bit int, whose arithmetic the converters compute in int32 and narrow().
-bool is_small_int(DType dt);
 
 } // namespace braid::onnx_import

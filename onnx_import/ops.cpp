@@ -95,9 +95,12 @@ SymbolVar pad_axis(SymbolVar x, int axis, int64_t before, int64_t after, double 
                          {AxisIndex::slice(axis, long(before), long(before + int64_t(dim)))});
 }
 
-SymbolVar narrow(SymbolVar v, DType dt) {
-    double lo = dt == dtype::Int8() ? -128 : 0;
-    return TypeCvt::make(mod(v - lo, scalar_like(v, 256)) + lo, dt);
+DType compute_dtype(DType dt) {
+    if (dt == dtype::Int8() || dt == dtype::Uint8() || dt == dtype::Int16() ||
+        dt == dtype::Uint16())
+        return dtype::Int32();
+    if (dt == dtype::Uint32()) return dtype::Int64();
+    return dt;
 }
 
 void check_size(const NodeCtx& c, double elements, const std::string& what) {
@@ -116,18 +119,23 @@ std::vector<int> axes_of(const NodeCtx& c, size_t rank, size_t input) {
     return axes;
 }
 
-bool is_small_int(DType dt) {
-    return dt == dtype::Int8() || dt == dtype::Uint8();
+SymbolVar widen(SymbolVar v) {
+    DType wide = compute_dtype(v.dtype());
+    return wide == v.dtype() ? v : TypeCvt::make(v, wide);
+}
+
+SymbolVar narrow(SymbolVar v, DType dt) {
+    if (v.dtype() == dt) return v;
+    double span = std::ldexp(1.0, int(8 * dt.size()));
+    double lo = dt == dtype::Int8() || dt == dtype::Int16() ? -span / 2 : 0;
+    return TypeCvt::make(mod(v - lo, scalar_like(v, span)) + lo, dt);
 }
 
 namespace {
 
-//! a (op) b, for 8-bit ints computed in int32 and cast back (wrapping as ONNX does).
+//! a (op) b, computed in compute_dtype() and cast back (wrapping as ONNX does).
 SymbolVar arith(SymbolVar (*fn)(SymbolVar, SymbolVar), SymbolVar a, SymbolVar b) {
-    DType dt = a.dtype();
-    if (!is_small_int(dt)) return fn(a, b);
-    auto wide = [](SymbolVar v) { return TypeCvt::make(v, dtype::Int32()); };
-    return narrow(fn(wide(a), wide(b)), dt);
+    return narrow(fn(widen(a), widen(b)), a.dtype());
 }
 
 //! Integer division truncates toward zero (C, and ONNX's reference); braid's floor_div rounds
@@ -362,9 +370,7 @@ SymbolVarArray mod_op(const NodeCtx& c) {
         SymbolVar fix = logical_and(not_equal(r, zero), logical_xor(less(r, zero), less(a, zero)));
         return where(fix, r - b, r);
     };
-    if (!is_small_int(a.dtype())) return one(fmod(a, b));
-    auto wide = [](SymbolVar v) { return TypeCvt::make(v, dtype::Int32()); };
-    return one(narrow(fmod(wide(a), wide(b)), a.dtype()));
+    return one(narrow(fmod(widen(a), widen(b)), a.dtype()));
 }
 
 SymbolVarArray cast_like(const NodeCtx& c) {

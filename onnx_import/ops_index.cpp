@@ -276,12 +276,19 @@ SymbolVarArray max_unpool(const NodeCtx& c) {
 
 SymbolVarArray bit_shift(const NodeCtx& c) {
     SymbolVar x = c.in(0), y = c.in(1);
-    if (x.dtype() != dtype::Uint8()) c.unsupported(fmt::format("dtype {}", x.dtype().name()));
-    SymbolVar a = TypeCvt::make(x, dtype::Int32()), s = TypeCvt::make(y, dtype::Int32());
-    SymbolVar scale = pow(scalar_like(s, 2), s);
+    DType dt = x.dtype();
+    if (dt != dtype::Uint8() && dt != dtype::Uint16() && dt != dtype::Uint32() &&
+        dt != dtype::Uint64())
+        c.invalid(fmt::format("dtype {} (BitShift takes unsigned integers)", dt.name()));
+    // A shift by s is a product or a floor division by 2^s, in a type wide enough for the
+    // product's low bits (uint64 wraps by itself); shifts of the bit width or more give 0.
+    SymbolVar a = widen(x), s = widen(y);
+    SymbolVar too_far = less_equal(scalar_like(s, double(8 * dt.size())), s);
+    SymbolVar scale = pow(scalar_like(s, 2), where(too_far, scalar_like(s, 0), s));
     std::string dir = c.attr_string("direction", "");
     if (dir != "LEFT" && dir != "RIGHT") c.invalid("direction \"" + dir + "\"");
-    return one(narrow(dir == "LEFT" ? a * scale : floor_div(a, scale), dtype::Uint8()));
+    SymbolVar shifted = dir == "LEFT" ? a * scale : floor_div(a, scale);
+    return one(narrow(where(too_far, scalar_like(shifted, 0), shifted), dt));
 }
 
 SymbolVarArray non_zero(const NodeCtx& c) {

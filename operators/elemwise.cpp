@@ -314,7 +314,8 @@ void Elemwise::init_output_dtypes() {
             BRAID_THROW(DTypeError, "{}: inputs have different dtypes: \"{}\" is {}, \"{}\" is {}",
                         describe(), input(0)->name(), dt.name(), in->name(), in->dtype().name());
     bool ok = (dt.is_float() && (traits.flags & FLOAT_IN)) ||
-              ((dt == dtype::Int32() || dt == dtype::Int64()) && (traits.flags & INT_IN)) ||
+              ((dt == dtype::Int32() || dt == dtype::Int64() || dt == dtype::Uint64()) &&
+               (traits.flags & INT_IN)) ||
               (dt == dtype::Bool() && (traits.flags & BOOL_IN));
     if (!ok) {
         std::string expected;
@@ -322,7 +323,7 @@ void Elemwise::init_output_dtypes() {
             expected += (expected.empty() ? "" : ", ") + std::string(s);
         };
         if (traits.flags & FLOAT_IN) append("float32, float16, bfloat16, float64");
-        if (traits.flags & INT_IN) append("int32, int64");
+        if (traits.flags & INT_IN) append("int32, int64, uint64");
         if (traits.flags & BOOL_IN) append("bool");
         BRAID_THROW(DTypeError, "{}: input \"{}\" has dtype {}; this mode takes {}", describe(),
                     input(0)->name(), dt.name(), expected);

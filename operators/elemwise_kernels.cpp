@@ -53,14 +53,21 @@ struct NegOp {
 };
 struct AbsOp {
     template <typename T> static T apply(T x) {
-        if constexpr (std::is_integral_v<T>)
+        if constexpr (std::is_unsigned_v<T>)
+            return x;
+        else if constexpr (std::is_integral_v<T>)
             return x < 0 ? NegOp::apply(x) : x;
         else
             return std::fabs(x);
     }
 };
 struct SignOp {
-    template <typename T> static T apply(T x) { return x > T(0) ? T(1) : x < T(0) ? T(-1) : x; }
+    template <typename T> static T apply(T x) {
+        if constexpr (std::is_unsigned_v<T>)
+            return x > T(0) ? T(1) : x;
+        else
+            return x > T(0) ? T(1) : x < T(0) ? T(-1) : x;
+    }
 };
 struct ReluOp {
     template <typename T> static T apply(T x) { return x > T(0) ? x : T(0); }
@@ -122,9 +129,13 @@ struct FloorDivOp {
     static double apply(double a, double b) { return std::floor(a / b); }
     template <typename T> static T apply(T a, T b) {
         if (b == 0) throw_div_zero();
-        if (b == -1) return NegOp::apply(a); // the lowest value / -1 overflows the division
-        T q = a / b;
-        return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+        if constexpr (std::is_unsigned_v<T>) {
+            return a / b;
+        } else {
+            if (b == -1) return NegOp::apply(a); // the lowest value / -1 overflows the division
+            T q = a / b;
+            return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+        }
     }
 };
 struct ModOp {
@@ -138,16 +149,21 @@ struct ModOp {
     }
     template <typename T> static T apply(T a, T b) {
         if (b == 0) throw_div_zero();
-        if (b == -1) return 0;
-        T r = a % b;
-        return r != 0 && ((r < 0) != (b < 0)) ? r + b : r;
+        if constexpr (std::is_unsigned_v<T>) {
+            return a % b;
+        } else {
+            if (b == -1) return 0;
+            T r = a % b;
+            return r != 0 && ((r < 0) != (b < 0)) ? r + b : r;
+        }
     }
 };
 struct PowOp {
     static float apply(float a, float b) { return std::pow(a, b); }
     static double apply(double a, double b) { return std::pow(a, b); }
     template <typename T> static T apply(T a, T b) {
-        if (b < 0) throw ValueError("an integer base cannot take a negative integer exponent");
+        if constexpr (std::is_signed_v<T>)
+            if (b < 0) throw ValueError("an integer base cannot take a negative integer exponent");
         U<T> r = 1, base = U<T>(a);
         for (T e = b; e; e >>= 1) {
             if (e & 1) r *= base;
@@ -472,6 +488,8 @@ ElemKernel find_elem_kernel(ElemMode mode, DTypeEnum compute) {
         return numeric_kernel<int32_t>(mode);
     case DTypeEnum::INT64:
         return numeric_kernel<int64_t>(mode);
+    case DTypeEnum::UINT64:
+        return numeric_kernel<uint64_t>(mode);
     case DTypeEnum::BOOL:
         return bool_kernel(mode);
     default:

@@ -166,7 +166,7 @@ const fbs::Model* check_model(const ModelBytes& bytes, bool verify_integrity) {
 }
 
 DType dtype_from_file(uint8_t value, const std::string& what) {
-    if (value > uint8_t(DTypeEnum::FLOAT64))
+    if (value > uint8_t(DTypeEnum::UINT64))
         BRAID_THROW(SerializationError, "{}: invalid dtype code {}", what, value);
     return DType(DTypeEnum(value));
 }

@@ -30,7 +30,9 @@ constexpr DescrEntry DESCRS[] = {
     {"=u1", DTypeEnum::UINT8},   {"<i4", DTypeEnum::INT32},   {"=i4", DTypeEnum::INT32},
     {"<i8", DTypeEnum::INT64},   {"=i8", DTypeEnum::INT64},   {"|b1", DTypeEnum::BOOL},
     {"<b1", DTypeEnum::BOOL},    {"=b1", DTypeEnum::BOOL},    {"<f8", DTypeEnum::FLOAT64},
-    {"=f8", DTypeEnum::FLOAT64},
+    {"=f8", DTypeEnum::FLOAT64}, {"<i2", DTypeEnum::INT16},   {"=i2", DTypeEnum::INT16},
+    {"<u2", DTypeEnum::UINT16},  {"=u2", DTypeEnum::UINT16},  {"<u4", DTypeEnum::UINT32},
+    {"=u4", DTypeEnum::UINT32},  {"<u8", DTypeEnum::UINT64},  {"=u8", DTypeEnum::UINT64},
 };
 
 //! A tiny parser of the header's Python dict literal: {'descr': '<f4', 'fortran_order':
@@ -147,6 +149,14 @@ std::string npy_descr(DType dtype) {
         return "";
     case DTypeEnum::FLOAT64:
         return "<f8";
+    case DTypeEnum::INT16:
+        return "<i2";
+    case DTypeEnum::UINT16:
+        return "<u2";
+    case DTypeEnum::UINT32:
+        return "<u4";
+    case DTypeEnum::UINT64:
+        return "<u8";
     }
     return "";
 }

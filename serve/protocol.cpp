@@ -21,7 +21,9 @@ constexpr DatatypeName DATATYPES[] = {
     {embed::DType::BFLOAT16, "BF16"}, {embed::DType::INT32, "INT32"},
     {embed::DType::INT64, "INT64"},   {embed::DType::INT8, "INT8"},
     {embed::DType::UINT8, "UINT8"},   {embed::DType::BOOL, "BOOL"},
-    {embed::DType::FLOAT64, "FP64"},
+    {embed::DType::FLOAT64, "FP64"},  {embed::DType::INT16, "INT16"},
+    {embed::DType::UINT16, "UINT16"}, {embed::DType::UINT32, "UINT32"},
+    {embed::DType::UINT64, "UINT64"},
 };
 
 //! The context of a request for its error messages.
@@ -84,6 +86,17 @@ bool parse_int(const Json& v, int64_t lo, int64_t hi, int64_t& out) {
     auto r = std::from_chars(v.number.data(), v.number.data() + v.number.size(), out);
     return r.ec == std::errc() && r.ptr == v.number.data() + v.number.size() && lo <= out &&
            out <= hi;
+}
+
+//! A JSON integer from 0 to 2^64 - 1 (or a bool, as 0 or 1).
+bool parse_uint64(const Json& v, uint64_t& out) {
+    if (v.is_bool()) {
+        out = v.boolean ? 1 : 0;
+        return true;
+    }
+    if (!v.is_number()) return false;
+    auto r = std::from_chars(v.number.data(), v.number.data() + v.number.size(), out);
+    return r.ec == std::errc() && r.ptr == v.number.data() + v.number.size();
 }
 
 std::string leaf_text(const Json& v) {
@@ -167,6 +180,21 @@ void decode_json_data(const Where& where, const Json& root, const Json& data, Ho
     case embed::DType::UINT8:
         ints(static_cast<uint8_t*>(p), 0, 255);
         break;
+    case embed::DType::INT16:
+        ints(static_cast<int16_t*>(p), std::numeric_limits<int16_t>::min(),
+             std::numeric_limits<int16_t>::max());
+        break;
+    case embed::DType::UINT16:
+        ints(static_cast<uint16_t*>(p), 0, std::numeric_limits<uint16_t>::max());
+        break;
+    case embed::DType::UINT32:
+        ints(static_cast<uint32_t*>(p), 0, std::numeric_limits<uint32_t>::max());
+        break;
+    case embed::DType::UINT64: {
+        auto* out = static_cast<uint64_t*>(p);
+        each([&](size_t i) { return parse_uint64(*leaf, out[i]); });
+        break;
+    }
     case embed::DType::BOOL:
         ints(static_cast<uint8_t*>(p), 0, 1);
         break;
@@ -466,6 +494,24 @@ int64_t encode_infer_response(std::string& body, const ModelSignature& model,
             each([&](size_t i) {
                 append_json_number(body, int64_t(static_cast<const uint8_t*>(p)[i]));
             });
+            break;
+        case embed::DType::INT16:
+            each([&](size_t i) {
+                append_json_number(body, int64_t(static_cast<const int16_t*>(p)[i]));
+            });
+            break;
+        case embed::DType::UINT16:
+            each([&](size_t i) {
+                append_json_number(body, int64_t(static_cast<const uint16_t*>(p)[i]));
+            });
+            break;
+        case embed::DType::UINT32:
+            each([&](size_t i) {
+                append_json_number(body, int64_t(static_cast<const uint32_t*>(p)[i]));
+            });
+            break;
+        case embed::DType::UINT64:
+            each([&](size_t i) { append_json_number(body, static_cast<const uint64_t*>(p)[i]); });
             break;
         case embed::DType::BOOL:
             each([&](size_t i) { body += static_cast<const uint8_t*>(p)[i] ? "true" : "false"; });

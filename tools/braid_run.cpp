@@ -41,6 +41,7 @@ std::vector<double> first_values(const Tensor& t) {
 }
 
 std::string value_text(double v, DType dt) {
+    if (dt == dtype::Uint64()) return fmt::format("{}", uint64_t(v));
     if (!dt.is_float()) return fmt::format("{}", int64_t(v));
     return fmt::format("{:.6g}", v);
 }

@@ -14,8 +14,9 @@ static_assert(int(DTypeEnum::FLOAT32) == 0 && int(DTypeEnum::FLOAT16) == 1 &&
                   int(DTypeEnum::INT64) == 6 && int(DTypeEnum::BOOL) == 7 &&
                   int(DTypeEnum::FLOAT64) == 8,
               "operators/cuda/device_types.cuh numbers dtypes like DTypeEnum");
-// FLOAT64 (8) has no device code: resolve_kernel (graph/kernel_registry.cpp) refuses every
-// CUDA kernel for an operator with a float64 var, so no float64 buffer reaches a .cu kernel.
+// FLOAT64 (8) and the dtypes after it (int16, uint16, uint32, uint64) have no device code:
+// resolve_kernel (graph/kernel_registry.cpp) refuses every CUDA kernel for an operator with such
+// a var, so no such buffer reaches a .cu kernel.
 
 const Tensor& PinnedStaging::stage(const Tensor& host) {
     size_t bytes = host.nr_bytes();

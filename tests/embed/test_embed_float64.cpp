@@ -98,10 +98,10 @@ TEST(EmbedFloat64, CApiReportsBindsAndReturnsFloat64) {
     std::memcpy(n, data, sizeof n);
     EXPECT_EQ(n[0], float(x[0]));
 
-    // Value 9 is no dtype.
-    braid_status* bad = braid_context_set_input(ctx, "x", (braid_dtype)9, xs, 1, x);
+    // Value 13, after uint64, is no dtype.
+    braid_status* bad = braid_context_set_input(ctx, "x", (braid_dtype)13, xs, 1, x);
     EXPECT_EQ(braid_status_code(bad), BRAID_INVALID_ARGUMENT);
-    EXPECT_THAT(braid_status_message(bad), HasSubstr("dtype value 9"));
+    EXPECT_THAT(braid_status_message(bad), HasSubstr("dtype value 13"));
     braid_status_free(bad);
     EXPECT_EQ(braid_context_destroy(ctx), nullptr);
     EXPECT_EQ(braid_model_release(model), nullptr);

@@ -252,6 +252,35 @@ TEST(ElemwiseOpr, IntegerModesMatchReference) {
     EXPECT_EQ(values_of(out[1])[1], -2147483648.0);
 }
 
+TEST(ElemwiseOpr, Uint64ModesAreUnsignedAcrossTheWholeRange) {
+    // Values above 2^63 would be negative as int64: order, division and modulo must not be.
+    const uint64_t big = (uint64_t(1) << 63) + 10, small = 7;
+    auto g = ComputingGraph::make();
+    Tensor a(TensorShape{2}, dtype::Uint64()), b(TensorShape{2}, dtype::Uint64());
+    a.ptr<uint64_t>()[0] = big, a.ptr<uint64_t>()[1] = small;
+    b.ptr<uint64_t>()[0] = small, b.ptr<uint64_t>()[1] = big;
+    auto x = opr::Input::make(*g, "a", dtype::Uint64(), {2}),
+         y = opr::Input::make(*g, "b", dtype::Uint64(), {2});
+    SymbolVarArray outs{opr::maximum(x, y),   opr::minimum(x, y),      opr::floor_div(x, y),
+                        opr::mod(x, y),       opr::less(x, y),         opr::abs(x),
+                        opr::sub(y, x) + 1.0, opr::pow(y, x - x + 2.0)};
+    auto exec = g->compile(std::vector<OutputSpec>(outs.begin(), outs.end()));
+    exec->feed("a", a).feed("b", b).run();
+    auto u = [&](size_t k, size_t i) { return exec->output(k).ptr<uint64_t>()[i]; };
+    EXPECT_EQ(u(0, 0), big);
+    EXPECT_EQ(u(0, 1), big);
+    EXPECT_EQ(u(1, 0), small);
+    EXPECT_EQ(u(2, 0), big / small);
+    EXPECT_EQ(u(2, 1), 0u);
+    EXPECT_EQ(u(3, 0), big % small);
+    EXPECT_EQ(u(3, 1), small);
+    EXPECT_EQ(exec->output(4).ptr<uint8_t>()[0], 0);
+    EXPECT_EQ(exec->output(4).ptr<uint8_t>()[1], 1);
+    EXPECT_EQ(u(5, 0), big);
+    EXPECT_EQ(u(6, 0), small - big + 1); // wraps modulo 2^64
+    EXPECT_EQ(u(7, 1), big * big);       // likewise
+}
+
 TEST(ElemwiseOpr, ComparisonsProduceBool) {
     std::vector<ModeRef> modes = {
         {ElemMode::LT, [](const double* v) { return double(v[0] < v[1]); }},
@@ -381,6 +410,9 @@ TEST(ElemwiseOpr, DtypeErrorsNameTheModeTheDtypeAndWhatIsExpected) {
     expect_error<DTypeError>([&] { opr::logical_and(f, f); },
                              {"Elemwise(LOGICAL_AND)", "float32", "bool"});
     expect_error<DTypeError>([&] { opr::add(b, b); }, {"Elemwise(ADD)", "bool", "int32"});
+    auto h = opr::Input::make(*g, "h", dtype::Int16(), {2});
+    expect_error<DTypeError>([&] { opr::add(h, h); },
+                             {"Elemwise(ADD)", "int16", "int32, int64, uint64"});
     expect_error<DTypeError>([&] { opr::where(f, f, f); },
                              {"Elemwise(WHERE)", "condition", "must be bool", "float32"});
     expect_error<DTypeError>([&] { opr::where(b, f, i); },

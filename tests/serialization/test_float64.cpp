@@ -67,20 +67,20 @@ TEST(Float64Model, FileWithFloat64IsDescribedAndTheNextCodeIsRejected) {
     auto desc = describe_model(dir.file("f64.braid"));
     ASSERT_EQ(desc.inputs.size(), 1u);
     EXPECT_EQ(desc.inputs[0].dtype, dtype::Float64());
-    // Code 8 is float64; code 9 is no dtype.
+    // Code 8 is float64; code 13 (after uint64) is no dtype.
     auto bytes = read_file(dir.file("f64.braid"));
     auto* vars = mutable_model(bytes)->mutable_vars();
     bool edited = false;
     for (flatbuffers::uoffset_t i = 0; i < vars->size() && !edited; ++i)
         if (vars->Get(i)->dtype() == fbs::DType(DTypeEnum::FLOAT64))
-            edited = vars->GetMutableObject(i)->mutate_dtype(fbs::DType(9));
+            edited = vars->GetMutableObject(i)->mutate_dtype(fbs::DType(13));
     ASSERT_TRUE(edited);
     reseal(bytes);
     try {
         load(bytes);
-        FAIL() << "a var of dtype code 9 loaded";
+        FAIL() << "a var of dtype code 13 loaded";
     } catch (const SerializationError& e) {
-        EXPECT_THAT(e.what(), HasSubstr("invalid dtype code 9"));
+        EXPECT_THAT(e.what(), HasSubstr("invalid dtype code 13"));
     }
 }
 

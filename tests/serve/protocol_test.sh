@@ -87,7 +87,7 @@ expect_status 400 POST /v2/models/mlp/infer \
     -d '{"inputs":[{"name":"x","shape":[1,784],"datatype":"INT64","data":[1]}]}' &&
     expect_body_has 'input \"x\" has datatype FP32, the request gave INT64'
 expect_status 400 POST /v2/models/mlp/infer \
-    -d '{"inputs":[{"name":"x","shape":[1,784],"datatype":"UINT16","data":[1]}]}' &&
+    -d '{"inputs":[{"name":"x","shape":[1,784],"datatype":"BYTES","data":[1]}]}' &&
     expect_body_has 'not supported'
 expect_status 400 POST /v2/models/mlp/infer \
     -d '{"inputs":[{"name":"x","shape":[1,783],"datatype":"FP32","data":[1]}]}' &&

@@ -46,7 +46,11 @@ typedef enum braid_dtype {
     BRAID_INT8 = 5,
     BRAID_UINT8 = 6,
     BRAID_BOOL = 7,
-    BRAID_FLOAT64 = 8 /* IEEE binary64 (double) */
+    BRAID_FLOAT64 = 8, /* IEEE binary64 (double) */
+    BRAID_INT16 = 9,
+    BRAID_UINT16 = 10,
+    BRAID_UINT32 = 11,
+    BRAID_UINT64 = 12
 } braid_dtype;
 
 /* Options of one run; zero-initialize, then set what you need. */

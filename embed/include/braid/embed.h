@@ -68,7 +68,11 @@ enum class DType : int {
     INT8 = 5,
     UINT8 = 6,
     BOOL = 7,
-    FLOAT64 = 8 //!< IEEE binary64 (double)
+    FLOAT64 = 8, //!< IEEE binary64 (double)
+    INT16 = 9,
+    UINT16 = 10,
+    UINT32 = 11,
+    UINT64 = 12
 };
 
 //! Bytes per element.
