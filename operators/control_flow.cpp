@@ -3,9 +3,12 @@
 #include "base/run_control.h"
 #include "graph/executable.h"
 #include "graph/grad.h"
+#include "graph/graph_copy.h"
 #include "graph/input_node.h"
 #include "graph/operator_registry.h"
 #include "operators/elemwise.h"
+#include "operators/grad_util.h"
+#include "operators/indexing.h"
 #include "operators/io.h"
 #include "operators/reduce.h"
 
@@ -619,11 +622,188 @@ SymbolVarArray loop_example(SymbolVar x) {
                 });
 }
 
+//! The gradient branch of a forward branch `br` of an If with `nr_captured` captured values:
+//! a copy of the branch, then the gradient of sum(output_j * grad_j) for the outputs with a
+//! gradient, w.r.t. every captured value. Its inputs: the captured values, then those output
+//! gradients (`graded`: which outputs have one).
+Subgraph gradient_branch(const Subgraph& br, ComputingGraph& like, const SymbolVarArray& inputs,
+                         size_t nr_captured, const std::vector<size_t>& graded) {
+    if (br.error) return failed_branch(br.error, inputs.size());
+    return make_branch(like, inputs, [&](ComputingGraph& g, const SymbolVarArray& in) {
+        std::map<VarNode*, SymbolVar> replace;
+        for (size_t i = 0; i < nr_captured; ++i)
+            if (br.inputs[i]) replace[br.inputs[i]] = in[i];
+        SymbolVarArray outs =
+            copy_graph(SymbolVarArray(br.outputs.begin(), br.outputs.end()), g, replace);
+        SymbolVar loss;
+        for (size_t k = 0; k < graded.size(); ++k) {
+            SymbolVar term = reduce_sum(outs[graded[k]] * in[nr_captured + k]);
+            loss = loss.valid() ? loss + term : term;
+        }
+        GradOptions opt;
+        opt.zero_for_unreachable = true;
+        return grad(loss, SymbolVarArray(in.begin(), in.begin() + ptrdiff_t(nr_captured)), opt);
+    });
+}
+
+const SymbolVarArray& If::backward(const VarNodeArray& out_grads) {
+    auto it = m_backward.find(out_grads);
+    if (it != m_backward.end()) return it->second;
+    SymbolVarArray inputs;
+    for (size_t i = 1; i < this->inputs().size(); ++i) inputs.push_back(input(i));
+    size_t nr_captured = inputs.size();
+    std::vector<size_t> graded;
+    for (size_t j = 0; j < out_grads.size(); ++j)
+        if (out_grads[j]) {
+            graded.push_back(j);
+            inputs.push_back(SymbolVar(out_grads[j]));
+        }
+    ComputingGraph& g = *graph();
+    Subgraph then_grad = gradient_branch(m_branches[0], g, inputs, nr_captured, graded);
+    Subgraph else_grad = gradient_branch(m_branches[1], g, inputs, nr_captured, graded);
+    return m_backward[out_grads] =
+               If::make(input(0), inputs, std::move(then_grad), std::move(else_grad),
+                        OperatorConfig(name() + ":grad", comp_node()));
+}
+
+VarNode* if_grad(OperatorNode& opr, size_t wrt, const VarNodeArray& out_grads) {
+    if (wrt == 0) return nullptr; // the condition
+    if (!opr.input(wrt)->dtype().is_float()) return nullptr;
+    return static_cast<If&>(opr).backward(out_grads)[wrt - 1].node();
+}
+
+//! Row `t` (an int64 scalar) of `stacked` [n, ...], of shape `row`.
+SymbolVar row_of(SymbolVar stacked, SymbolVar t, const TensorShape& row) {
+    long n = long(stacked.shape()[0]), width = long(row.total_nr_elems());
+    SymbolVar r = embedding(stacked.reshape({n, width}), t.astype(dtype::Int32()));
+    std::vector<size_t> dims = row.dims();
+    return r.reshape(std::vector<long>(dims.begin(), dims.end()));
+}
+
+const SymbolVarArray& Loop::backward(const VarNodeArray& out_grads) {
+    auto it = m_backward.find(out_grads);
+    if (it != m_backward.end()) return it->second;
+    size_t first = size_t(m_has_trip) + size_t(m_has_cond), nc = m_nr_carried,
+           ns = outputs().size() - nc;
+    // A static trip count and no early exit, as static_trip_count() requires.
+    const Tensor* trip = m_has_trip ? input(0)->static_value() : nullptr;
+    bool stays = !m_has_cond || (input(1)->static_value() &&
+                                 holds(*this, *input(1)->static_value(), "the condition"));
+    VarNode* body_cond = m_body.outputs[0];
+    bool passes = body_cond == m_body.inputs[1] ||
+                  (body_cond->static_value() &&
+                   holds(*this, *body_cond->static_value(), "the body's condition"));
+    if (!trip || !stays || !passes)
+        BRAID_THROW(GraphError,
+                    "{}: a gradient through a Loop needs a static trip count and no condition "
+                    "that can end the loop early",
+                    describe());
+    for (size_t i = 0; i < outputs().size(); ++i)
+        if (!output(i)->shape_known())
+            BRAID_THROW(GraphError,
+                        "{}: a gradient through a Loop needs static shapes (output {} "
+                        "has none)",
+                        describe(), i);
+    SymbolVar max_trip = input(0);
+    int64_t n = int64_t(trip->at(0));
+    SymbolVarArray carried, captured;
+    for (size_t i = 0; i < nc; ++i) carried.push_back(input(first + i));
+    for (size_t j = first + nc; j < inputs().size(); ++j) captured.push_back(input(j));
+    const Subgraph& body = m_body;
+    // The forward body copied into `g` on these vars: {condition, carried..., scans...}.
+    auto copy_body = [&body](ComputingGraph& g, SymbolVar iteration, SymbolVar cond,
+                             const SymbolVarArray& c, const SymbolVarArray& cap) {
+        std::map<VarNode*, SymbolVar> replace;
+        SymbolVarArray fed{iteration, cond};
+        fed.insert(fed.end(), c.begin(), c.end());
+        fed.insert(fed.end(), cap.begin(), cap.end());
+        for (size_t k = 0; k < fed.size(); ++k)
+            if (body.inputs[k]) replace[body.inputs[k]] = fed[k];
+        return copy_graph(SymbolVarArray(body.outputs.begin(), body.outputs.end()), g, replace);
+    };
+
+    // 1. The loop again, recording each iteration's carried values (before the step).
+    SymbolVarArray recorded = loop(
+        max_trip, SymbolVar(), carried, captured,
+        [&](ComputingGraph& g, SymbolVar iteration, SymbolVar cond, const SymbolVarArray& c,
+            const SymbolVarArray& cap) {
+            SymbolVarArray outs = copy_body(g, iteration, cond, c, cap);
+            outs.insert(outs.end(), c.begin(), c.end());
+            return outs;
+        },
+        OperatorConfig(name() + ":record", comp_node()));
+    SymbolVarArray states(recorded.begin() + ptrdiff_t(nc + ns), recorded.end());
+
+    // 2. The body's gradient from the last iteration to the first. Carried: the gradients of
+    // the float carried values, then the sums of the float captured values' gradients.
+    std::vector<size_t> grad_carried, grad_captured, graded_scans;
+    for (size_t i = 0; i < nc; ++i)
+        if (carried[i].dtype().is_float()) grad_carried.push_back(i);
+    for (size_t j = 0; j < captured.size(); ++j)
+        if (captured[j].dtype().is_float()) grad_captured.push_back(j);
+    SymbolVarArray acc, extra = states;
+    for (size_t i : grad_carried)
+        acc.push_back(out_grads[i] ? SymbolVar(out_grads[i]) : zeros_of(SymbolVar(output(i))));
+    for (size_t j : grad_captured) acc.push_back(zeros_of(captured[j]));
+    for (size_t k = 0; k < ns; ++k)
+        if (out_grads[nc + k]) {
+            graded_scans.push_back(k);
+            extra.push_back(out_grads[nc + k]);
+        }
+    extra.insert(extra.end(), captured.begin(), captured.end());
+    SymbolVarArray backward = loop(
+        max_trip, SymbolVar(), acc, extra,
+        [&](ComputingGraph& g, SymbolVar iteration, SymbolVar cond, const SymbolVarArray& a,
+            const SymbolVarArray& x) {
+            SymbolVar t = scalar_like(iteration, double(n - 1)) - iteration;
+            SymbolVarArray c, cap(x.end() - ptrdiff_t(captured.size()), x.end());
+            for (size_t i = 0; i < nc; ++i) c.push_back(row_of(x[i], t, carried[i].shape()));
+            SymbolVar always = ImmutableTensor::make_scalar(g, 1, dtype::Bool());
+            SymbolVarArray outs = copy_body(g, t, always, c, cap);
+            SymbolVar loss;
+            auto add = [&](SymbolVar term) { loss = loss.valid() ? loss + term : term; };
+            for (size_t k = 0; k < grad_carried.size(); ++k)
+                add(reduce_sum(outs[1 + grad_carried[k]] * a[k]));
+            for (size_t k = 0; k < graded_scans.size(); ++k) {
+                SymbolVar g_scan = x[nc + k];
+                add(reduce_sum(outs[1 + nc + graded_scans[k]] *
+                               row_of(g_scan, t, outs[1 + nc + graded_scans[k]].shape())));
+            }
+            SymbolVarArray wrt;
+            for (size_t i : grad_carried) wrt.push_back(c[i]);
+            for (size_t j : grad_captured) wrt.push_back(cap[j]);
+            GradOptions opt;
+            opt.zero_for_unreachable = true;
+            SymbolVarArray grads = grad(loss, wrt, opt);
+            SymbolVarArray next{cond};
+            for (size_t k = 0; k < grad_carried.size(); ++k) next.push_back(grads[k]);
+            for (size_t k = 0; k < grad_captured.size(); ++k) {
+                size_t at = grad_carried.size() + k;
+                next.push_back(a[at] + grads[at]);
+            }
+            return next;
+        },
+        OperatorConfig(name() + ":grad", comp_node()));
+    SymbolVarArray res(inputs().size() - first);
+    for (size_t k = 0; k < grad_carried.size(); ++k) res[grad_carried[k]] = backward[k];
+    for (size_t k = 0; k < grad_captured.size(); ++k)
+        res[nc + grad_captured[k]] = backward[grad_carried.size() + k];
+    return m_backward[out_grads] = res;
+}
+
+VarNode* loop_grad(OperatorNode& opr, size_t wrt, const VarNodeArray& out_grads) {
+    auto& op = static_cast<Loop&>(opr);
+    size_t first = size_t(op.has_max_trip()) + size_t(op.has_cond());
+    if (wrt < first) return nullptr; // the trip count and the condition
+    SymbolVar g = op.backward(out_grads)[wrt - first];
+    return g.valid() ? g.node() : nullptr;
+}
+
 void register_control_flow_operators() {
     auto& reg = OperatorRegistry::instance();
     reg.add("If", "control_flow", dump_if, load_if, if_example);
-    register_non_differentiable("If", "an If has no gradient rule yet");
-    register_non_differentiable("Loop", "a Loop has no gradient rule yet");
+    register_grad_rule("If", if_grad);
+    register_grad_rule("Loop", loop_grad);
     reg.add("Loop", "control_flow", dump_loop, load_loop, loop_example);
 }
 

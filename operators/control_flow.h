@@ -20,11 +20,15 @@
 // static, else dynamic (inferred when the If runs, from the taken branch). A shape error in a
 // branch is raised at build time only when that branch is known to be taken; otherwise when it
 // runs. Output dtypes must agree between the branches. Errors inside a subgraph name its
-// operator (and its ONNX node) and the operator around it. No gradient rule yet:
-// differentiating through either is a GraphError naming it (a gradient needs its own copy of
-// the subgraph: extra Inputs in the forward graph would share its fed shapes). CPU only (a CUDA
-// comp node fails to compile, naming the operator). Serialized with their subgraphs inside the
-// model file.
+// operator (and its ONNX node) and the operator around it.
+//
+// If's gradient is the taken branch's: another If on the same condition whose branches are
+// copies of the forward ones (graph/graph_copy.h: the forward branch graphs keep their own fed
+// shapes) followed by their gradients, fed the captured values and the output gradients; a
+// captured value a branch does not read gets zeros. A Loop's gradient (see loop()) needs a
+// static trip count and no early exit (otherwise a GraphError naming it). CPU only (a CUDA comp
+// node fails to compile, naming the operator). Serialized with their subgraphs inside the model
+// file.
 #pragma once
 
 #include "graph/computing_graph.h"
@@ -33,6 +37,7 @@
 #include <array>
 #include <exception>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -109,6 +114,10 @@ public:
     //! Branch 0 is taken when the condition is nonzero (then), branch 1 otherwise (else).
     const Subgraph& branch(size_t i) const { return m_branches.at(i); }
 
+    //! The gradients of the captured inputs for these output gradients (nullptr for an
+    //! output the loss does not depend on): one If, built once per set of output gradients.
+    const SymbolVarArray& backward(const VarNodeArray& out_grads);
+
 private:
     //! The branch's output shapes for the captured shapes in `ctx`; false when one is unknown.
     bool infer_branch(size_t b, const InferCtx& ctx, TensorShape* out) const;
@@ -117,6 +126,7 @@ private:
 
     std::array<Subgraph, 2> m_branches;
     std::array<std::shared_ptr<detail::ExecutablePool>, 2> m_pools;
+    std::map<VarNodeArray, SymbolVarArray> m_backward;
 };
 
 //! cond ? then_fn(captured) : else_fn(captured), as an If whose branches `then_fn` and
@@ -167,6 +177,12 @@ public:
     bool has_cond() const { return m_has_cond; }
     size_t nr_carried() const { return m_nr_carried; }
 
+    //! The gradients of the carried and captured inputs (in input order, after the trip count
+    //! and condition) for these output gradients: two Loops built once per set of output
+    //! gradients (see loop()). GraphError unless the trip count is static and nothing can end
+    //! the loop early.
+    const SymbolVarArray& backward(const VarNodeArray& out_grads);
+
 private:
     //! The trip count when it is known statically and nothing can end the loop early.
     std::optional<int64_t> static_trip_count(const InferCtx& ctx) const;
@@ -175,6 +191,7 @@ private:
     size_t m_nr_carried, m_nr_captured;
     Subgraph m_body;
     std::shared_ptr<detail::ExecutablePool> m_pool;
+    std::map<VarNodeArray, SymbolVarArray> m_backward;
 };
 
 //! Builds a loop body's outputs {condition, carried..., scans...} in `body` from its Inputs.
@@ -182,6 +199,12 @@ using LoopBodyBuilder =
     std::function<SymbolVarArray(ComputingGraph& body, SymbolVar iteration, SymbolVar cond,
                                  const SymbolVarArray& carried, const SymbolVarArray& captured)>;
 //! A Loop whose body `build` makes; invalid `max_trip` or `cond`: not given.
+//!
+//! Differentiable when the trip count is static and nothing can end the loop early: the
+//! gradient runs the loop again recording each iteration's carried values (a copy of the body
+//! with them as extra scan outputs), then a second Loop runs the body's gradient from the last
+//! iteration to the first (a copy of the body per step, fed the recorded values), carrying the
+//! carried values' gradients and summing the captured values'.
 SymbolVarArray loop(SymbolVar max_trip, SymbolVar cond, const SymbolVarArray& carried,
                     const SymbolVarArray& captured, const LoopBodyBuilder& build,
                     const OperatorConfig& config = {});

@@ -26,8 +26,9 @@ TEST(IntegerDTypes, HaveNamesSizesAndAppendedEnumValues) {
         size_t size;
         int code;
     };
-    for (auto c : {Case{dtype::Int16(), "int16", 2, 9}, Case{dtype::Uint16(), "uint16", 2, 10},
-                   Case{dtype::Uint32(), "uint32", 4, 11}, Case{dtype::Uint64(), "uint64", 8, 12}}) {
+    for (auto c :
+         {Case{dtype::Int16(), "int16", 2, 9}, Case{dtype::Uint16(), "uint16", 2, 10},
+          Case{dtype::Uint32(), "uint32", 4, 11}, Case{dtype::Uint64(), "uint64", 8, 12}}) {
         EXPECT_STREQ(c.dt.name(), c.name);
         EXPECT_EQ(c.dt.size(), c.size) << c.name;
         EXPECT_EQ(DType::from_name(c.name), c.dt);
@@ -55,9 +56,9 @@ TEST(IntegerDTypes, ConvertExactlyBetweenIntegersAndSaturateAtTheBounds) {
               std::numeric_limits<uint32_t>::max());
     // To and from floats: uint64 rounds once to the nearest float; floats truncate and clamp.
     EXPECT_EQ(convert<float>(big, dtype::Uint64(), dtype::Float32()), 0x1p63f);
-    EXPECT_EQ(convert<double>(std::numeric_limits<uint64_t>::max(), dtype::Uint64(),
-                              dtype::Float64()),
-              0x1p64);
+    EXPECT_EQ(
+        convert<double>(std::numeric_limits<uint64_t>::max(), dtype::Uint64(), dtype::Float64()),
+        0x1p64);
     EXPECT_EQ(convert<uint16_t>(-3.7f, dtype::Float32(), dtype::Uint16()), 0u);
     EXPECT_EQ(convert<int16_t>(-3.7f, dtype::Float32(), dtype::Int16()), -3);
     EXPECT_EQ(convert<uint32_t>(1e10, dtype::Float64(), dtype::Uint32()),

@@ -1,6 +1,7 @@
 // If: the branch taken follows the condition's value at run time, outputs are static where the
 // branches agree and dynamic where they do not, a statically known condition decides the shapes,
-// several executables run one If concurrently, and errors name the If and the branch.
+// several executables run one If concurrently, errors name the If and the branch, and the
+// gradient through an If is the taken branch's.
 #include "braid.h"
 
 #include <gtest/gtest.h>
@@ -352,13 +353,137 @@ TEST(LoopOpr, RoundTripsThroughAModelFileWithItsBody) {
     EXPECT_EQ(exec->output(0).ptr<float>()[5], 20.f);
 }
 
-TEST(IfOpr, DifferentiatingThroughControlFlowIsAnErrorNamingIt) {
+//! d loss / d inputs by central differences, in float64.
+std::vector<std::vector<double>> numeric_grads(Executable& loss, std::vector<Tensor> inputs,
+                                               const std::vector<std::string>& names,
+                                               const Tensor* pred = nullptr) {
+    auto eval = [&] {
+        if (pred) loss.feed("p", *pred);
+        for (size_t i = 0; i < inputs.size(); ++i) loss.feed(names[i], inputs[i]);
+        loss.run();
+        return *loss.output(0).ptr<double>();
+    };
+    std::vector<std::vector<double>> res;
+    for (auto& t : inputs) {
+        res.emplace_back();
+        for (size_t k = 0; k < t.shape().total_nr_elems(); ++k) {
+            double v = t.ptr<double>()[k], h = 1e-6;
+            t.ptr<double>()[k] = v + h;
+            double up = eval();
+            t.ptr<double>()[k] = v - h;
+            double down = eval();
+            t.ptr<double>()[k] = v;
+            res.back().push_back((up - down) / (2 * h));
+        }
+    }
+    return res;
+}
+
+TEST(IfOpr, TheGradientIsTheTakenBranchsAndMatchesFiniteDifferences) {
+    register_all_operators();
+    auto g = ComputingGraph::make();
+    auto x = opr::Input::make(*g, "x", dtype::Float64(), {2, 3});
+    auto w = opr::Input::make(*g, "w", dtype::Float64(), {3});
+    auto p = opr::Input::make(*g, "p", dtype::Bool(), {});
+    // then: x * w and sin(w); else: x - w * w and x, which does not read w in its second output.
+    auto ys = opr::cond(
+        p, {x, w},
+        [](ComputingGraph&, const SymbolVarArray& in) {
+            return SymbolVarArray{in[0] * in[1], opr::sin(in[1]) + in[0] * 0.0};
+        },
+        [](ComputingGraph&, const SymbolVarArray& in) {
+            return SymbolVarArray{in[0] - in[1] * in[1], in[0]};
+        });
+    auto loss = opr::reduce_sum(opr::square(ys[0])) + opr::reduce_sum(ys[1] * 3.0);
+    auto grads = grad(loss, {x, w});
+    Tensor xv(TensorShape{2, 3}, dtype::Float64()), wv(TensorShape{3}, dtype::Float64());
+    for (size_t i = 0; i < 6; ++i) xv.ptr<double>()[i] = 0.3 * double(i) - 0.7;
+    for (size_t i = 0; i < 3; ++i) wv.ptr<double>()[i] = 0.5 + 0.25 * double(i);
+    auto exec = g->compile({grads[0], grads[1]});
+    auto fwd = g->compile({loss});
+    for (bool taken : {true, false}) {
+        exec->feed("x", xv).feed("w", wv).feed("p", flag(taken)).run();
+        Tensor pred = flag(taken);
+        auto want = numeric_grads(*fwd, {xv, wv}, {"x", "w"}, &pred);
+        for (size_t i = 0; i < 2; ++i)
+            for (size_t k = 0; k < want[i].size(); ++k)
+                EXPECT_NEAR(exec->output(i).ptr<double>()[k], want[i][k], 1e-5)
+                    << (taken ? "then" : "else") << " input " << i << " element " << k;
+    }
+}
+
+TEST(IfOpr, ACapturedValueTheTakenBranchDoesNotReadGetsAZeroGradient) {
+    register_all_operators();
+    auto g = ComputingGraph::make();
+    auto x = opr::Input::make(*g, "x", dtype::Float32(), {4});
+    auto w = opr::Input::make(*g, "w", dtype::Float32(), {4});
+    auto p = opr::Input::make(*g, "p", dtype::Bool(), {});
+    auto y = opr::cond(
+        p, {x, w},
+        [](ComputingGraph&, const SymbolVarArray& in) { return SymbolVarArray{in[0] * 2.0}; },
+        [](ComputingGraph&, const SymbolVarArray& in) { return SymbolVarArray{in[1] * 5.0}; })[0];
+    auto grads = grad(opr::reduce_sum(y), {x, w});
+    auto exec = g->compile({grads[0], grads[1]});
+    exec->feed("x", iota({4})).feed("w", iota({4})).feed("p", flag(true)).run();
+    EXPECT_EQ(exec->output(0).ptr<float>()[3], 2.f);
+    EXPECT_EQ(exec->output(1).ptr<float>()[3], 0.f);
+    exec->feed("p", flag(false)).run();
+    EXPECT_EQ(exec->output(0).ptr<float>()[3], 0.f);
+    EXPECT_EQ(exec->output(1).ptr<float>()[3], 5.f);
+}
+
+TEST(LoopOpr, TheGradientOfAStaticTripCountMatchesFiniteDifferences) {
+    // h' = sin(h * w + x[i]) for 4 iterations, each h' also scanned (times 2); the loss reads
+    // the last h and the scans. Gradients w.r.t. the initial h, w and x (read by row).
+    register_all_operators();
+    auto g = ComputingGraph::make();
+    auto h = opr::Input::make(*g, "h", dtype::Float64(), {3});
+    auto w = opr::Input::make(*g, "w", dtype::Float64(), {3});
+    auto x = opr::Input::make(*g, "x", dtype::Float64(), {4, 3});
+    auto trips = opr::ImmutableTensor::make_scalar(*g, 4, dtype::Int64());
+    auto outs = opr::loop(trips, SymbolVar(), {h}, {w, x},
+                          [](ComputingGraph&, SymbolVar i, SymbolVar cond,
+                             const SymbolVarArray& carried, const SymbolVarArray& captured) {
+                              auto row = opr::embedding(captured[1], i.astype(dtype::Int32()));
+                              auto next = opr::sin(carried[0] * captured[0] + row);
+                              return SymbolVarArray{cond, next, next * 2.0};
+                          });
+    Tensor weights(TensorShape{4, 3}, dtype::Float64());
+    for (size_t k = 0; k < 12; ++k) weights.ptr<double>()[k] = 0.1 * double(k) - 0.4;
+    auto loss = opr::reduce_sum(opr::square(outs[0])) +
+                opr::reduce_sum(outs[1] * opr::ImmutableTensor::make(*g, weights));
+    auto grads = grad(loss, {h, w, x});
+    Tensor hv(TensorShape{3}, dtype::Float64()), wv(TensorShape{3}, dtype::Float64()),
+        xv(TensorShape{4, 3}, dtype::Float64());
+    for (size_t k = 0; k < 3; ++k) hv.ptr<double>()[k] = 0.2 * double(k) - 0.3;
+    for (size_t k = 0; k < 3; ++k) wv.ptr<double>()[k] = 0.9 - 0.3 * double(k);
+    for (size_t k = 0; k < 12; ++k) xv.ptr<double>()[k] = 0.05 * double(k) - 0.2;
+    auto exec = g->compile({grads[0], grads[1], grads[2]});
+    exec->feed("h", hv).feed("w", wv).feed("x", xv).run();
+    auto fwd = g->compile({loss});
+    auto want = numeric_grads(*fwd, {hv, wv, xv}, {"h", "w", "x"});
+    for (size_t i = 0; i < 3; ++i)
+        for (size_t k = 0; k < want[i].size(); ++k)
+            EXPECT_NEAR(exec->output(i).ptr<double>()[k], want[i][k], 1e-6)
+                << "input " << i << " element " << k;
+}
+
+TEST(LoopOpr, AGradientThroughALoopThatCanEndEarlyIsAnErrorNamingIt) {
     register_all_operators();
     auto g = ComputingGraph::make();
     auto x = opr::Input::make(*g, "x", dtype::Float32(), {4, 6});
-    auto p = opr::Input::make(*g, "p", dtype::Bool(), {});
-    auto y = twice_or_less_one(p, x)[0];
+    auto trips = opr::ImmutableTensor::make_scalar(*g, 2, dtype::Int64());
+    // The body's condition depends on the data: the trip count is not static.
+    auto y = opr::loop(trips, SymbolVar(), {x}, {},
+                       [](ComputingGraph&, SymbolVar, SymbolVar, const SymbolVarArray& carried,
+                          const SymbolVarArray&) {
+                           auto keep_going = opr::less(opr::reduce_sum(carried[0]),
+                                                       opr::scalar_like(carried[0], 100));
+                           return SymbolVarArray{keep_going, carried[0] * 2.0};
+                       })[0];
     std::string msg = error_of([&] { grad(opr::reduce_sum(y), x); });
-    EXPECT_NE(msg.find("If"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("no gradient rule yet"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("Loop"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("static trip count and no condition that can end the loop early"),
+              std::string::npos)
+        << msg;
 }

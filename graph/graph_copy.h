@@ -1,0 +1,28 @@
+// Copying a part of a graph into another graph: the operators that compute some vars are
+// rebuilt in the target graph, each from its params through its descriptor's dump and load
+// functions (graph/operator_registry.h), as a model file would rebuild them, but in memory
+// (tensors are shared, not copied). Inputs of the source are replaced by given vars of the
+// target, or copied as Inputs of the target. Subgraphs (an If's branches, a Loop's body) are
+// copied with their operator. The copy is a graph of its own: its shapes are inferred there, so
+// it may be fed other shapes than the source.
+//
+// Used where an operator needs its own instance of a subgraph, such as the gradient of an If.
+#pragma once
+
+#include "graph/computing_graph.h"
+#include "graph/symbol_var.h"
+
+#include <map>
+
+namespace braid {
+
+/*!
+ * Rebuilds in `target` the operators that compute `outputs` (vars of one source graph) and
+ * returns the copies of `outputs`. An Input var of the source found in `replace` becomes the
+ * var it maps to (a var of `target` of the same dtype); any other Input is copied. Throws
+ * GraphError naming an operator whose type cannot be dumped or loaded.
+ */
+SymbolVarArray copy_graph(const SymbolVarArray& outputs, ComputingGraph& target,
+                          const std::map<VarNode*, SymbolVar>& replace = {});
+
+} // namespace braid
