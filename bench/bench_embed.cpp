@@ -15,10 +15,9 @@
 //                  from braid_cancel_token_cancel to braid_context_run returning, against the
 //                  time of one matmul (the longest kernel).
 //
-// Heap allocations are counted by replacing glibc's malloc family in this program (forwarding
-// to __libc_*): libstdc++'s operator new, std::make_shared and braid's aligned_alloc for tensors
-// all allocate through it, on every thread.
+// Heap allocations are counted by bench/alloc_count.h.
 #include "base/thread_pool.h"
+#include "bench/alloc_count.h"
 #include "bench/bench_cli.h"
 #include "braid.h"
 #include "braid/braid_c.h"
@@ -38,53 +37,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-// ---------------------------------------------------------------- allocation counting (glibc)
-namespace {
-std::atomic<uint64_t> g_allocs{0};
-void count_alloc() {
-    g_allocs.fetch_add(1, std::memory_order_relaxed);
-}
-} // namespace
-
-extern "C" {
-void* __libc_malloc(size_t size);
-void* __libc_calloc(size_t n, size_t size);
-void* __libc_realloc(void* p, size_t size);
-void* __libc_memalign(size_t alignment, size_t size);
-void __libc_free(void* p);
-void* memalign(size_t alignment, size_t size) noexcept;
-
-void* malloc(size_t size) noexcept {
-    count_alloc();
-    return __libc_malloc(size);
-}
-void* calloc(size_t n, size_t size) noexcept {
-    count_alloc();
-    return __libc_calloc(n, size);
-}
-void* realloc(void* p, size_t size) noexcept {
-    count_alloc();
-    return __libc_realloc(p, size);
-}
-void* memalign(size_t alignment, size_t size) noexcept {
-    count_alloc();
-    return __libc_memalign(alignment, size);
-}
-void* aligned_alloc(size_t alignment, size_t size) noexcept {
-    return memalign(alignment, size);
-}
-int posix_memalign(void** out, size_t alignment, size_t size) noexcept {
-    if (alignment % sizeof(void*) || (alignment & (alignment - 1))) return EINVAL;
-    void* p = memalign(alignment, size);
-    if (!p) return ENOMEM;
-    *out = p;
-    return 0;
-}
-void free(void* p) noexcept {
-    __libc_free(p);
-}
-}
 
 using namespace braid;
 using Clock = std::chrono::steady_clock;

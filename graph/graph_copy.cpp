@@ -92,7 +92,8 @@ private:
 //! The copy of each var copied so far.
 using CopiedVars = std::unordered_map<VarNode*, SymbolVar>;
 
-void copy_operator(OperatorNode& opr, ComputingGraph& target, CopiedVars& copied) {
+void copy_operator(OperatorNode& opr, ComputingGraph& target, CopiedVars& copied,
+                   bool keep_comp_node) {
     const OperatorDescriptor* desc = OperatorRegistry::instance().find(opr.type_name());
     if (!desc || !desc->dump_params || !desc->load)
         BRAID_THROW(GraphError,
@@ -105,7 +106,7 @@ void copy_operator(OperatorNode& opr, ComputingGraph& target, CopiedVars& copied
     MemoryParamWriter writer(fields);
     desc->dump_params(opr, writer);
     MemoryParamReader reader(fields, desc->version, opr.describe());
-    OperatorConfig config(opr.name(), opr.comp_node());
+    OperatorConfig config(opr.name(), keep_comp_node ? opr.comp_node() : CompNode());
     static const CollectiveBinding collective;
     static const std::map<std::string, std::string> bindings;
     static const std::map<std::string, TensorShape> input_shapes;
@@ -120,7 +121,7 @@ void copy_operator(OperatorNode& opr, ComputingGraph& target, CopiedVars& copied
 } // namespace
 
 SymbolVarArray copy_graph(const SymbolVarArray& outputs, ComputingGraph& target,
-                          const std::map<VarNode*, SymbolVar>& replace) {
+                          const std::map<VarNode*, SymbolVar>& replace, bool keep_comp_nodes) {
     CopiedVars copied(replace.begin(), replace.end());
     // Depth first from the outputs; each operator after its inputs' operators.
     std::vector<std::pair<OperatorNode*, size_t>> stack;
@@ -142,7 +143,7 @@ SymbolVarArray copy_graph(const SymbolVarArray& outputs, ComputingGraph& target,
             }
             OperatorNode* done = opr;
             stack.pop_back();
-            copy_operator(*done, target, copied);
+            copy_operator(*done, target, copied, keep_comp_nodes);
         }
     }
     SymbolVarArray res;

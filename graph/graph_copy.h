@@ -22,7 +22,10 @@ namespace braid {
  * var it maps to (a var of `target` of the same dtype); any other Input is copied. Throws
  * GraphError naming an operator whose type cannot be dumped or loaded.
  */
+//! With `keep_comp_nodes` false, the copies take the comp node of their first input (or the
+//! target's default), as operators built without one do.
 SymbolVarArray copy_graph(const SymbolVarArray& outputs, ComputingGraph& target,
-                          const std::map<VarNode*, SymbolVar>& replace = {});
+                          const std::map<VarNode*, SymbolVar>& replace = {},
+                          bool keep_comp_nodes = true);
 
 } // namespace braid

@@ -178,6 +178,27 @@ SymbolVarArray If::make(SymbolVar cond, const SymbolVarArray& captured, Subgraph
         then_branch.outputs.size() != else_branch.outputs.size())
         BRAID_THROW(GraphError, "If \"{}\": the then branch has {} outputs, the else branch {}",
                     config.name, then_branch.outputs.size(), else_branch.outputs.size());
+    // A condition known now: the taken branch's operators join the enclosing graph (on the
+    // captured values' comp node), so no If runs.
+    if (const Tensor* known = cond.node()->static_value();
+        known && known->shape().total_nr_elems() == 1) {
+        double v = 0;
+        Tensor c = known->contiguous();
+        convert_elements(c.dtype(), c.raw_ptr(), dtype::Float64(), &v, 1);
+        const Subgraph& taken = *branches[v != 0 ? 0 : 1];
+        if (!taken.error) {
+            std::map<VarNode*, SymbolVar> replace;
+            for (size_t i = 0; i < captured.size(); ++i)
+                if (taken.inputs[i]) replace[taken.inputs[i]] = captured[i];
+            try {
+                return copy_graph(SymbolVarArray(taken.outputs.begin(), taken.outputs.end()),
+                                  cond.graph(), replace, false);
+            } catch (const GraphError&) {
+                // An operator type the registry cannot rebuild (register_all_operators() not
+                // called): an If it is; what was copied is left unused.
+            }
+        }
+    }
     VarNodeArray in;
     for (auto& v : captured) in.push_back(v.node());
     auto* opr = cond.graph().insert_opr(std::make_unique<If>(
@@ -423,19 +444,22 @@ void Loop::execute(ExecCtx& ctx) {
     std::vector<const Tensor*> inputs(m_body.inputs.size());
     for (size_t j = 0; j < m_nr_captured; ++j) inputs[2 + nc + j] = &ctx.input(first + nc + j);
     const RunControl* rc = current_run_control();
+    // Made once: an iteration allocates nothing of its own (scan values aside). A body output
+    // that views the iteration number or the condition is read (the condition) or copied
+    // (aliased carried values, scans) before the next iteration writes them.
+    Tensor iteration(TensorShape{}, dtype::Int64()), cond(TensorShape{}, dtype::Bool());
+    std::vector<Tensor> next(nc);
+    inputs[0] = &iteration;
+    inputs[1] = &cond;
     for (int64_t i = 0; i < max_trip && go; ++i) {
         if (rc) rc->check();
         auto& exec = execs[i % 2];
         if (!exec) exec = m_pool->take(m_body);
-        Tensor iteration(TensorShape{}, dtype::Int64()), cond(TensorShape{}, dtype::Bool());
         *iteration.ptr<int64_t>() = i;
         *cond.ptr<bool>() = go;
-        inputs[0] = &iteration;
-        inputs[1] = &cond;
         for (size_t k = 0; k < nc; ++k) inputs[2 + k] = &carried[k];
         run_subgraph(*exec, m_body, inputs);
         go = holds(*this, exec->output(0), "the body's condition");
-        std::vector<Tensor> next(nc);
         for (size_t k = 0; k < nc; ++k) {
             const Tensor& r = exec->output(1 + k);
             // An output that views what this run was fed would be overwritten under the
@@ -444,7 +468,7 @@ void Loop::execute(ExecCtx& ctx) {
             for (auto* in : inputs) aliased = aliased || overlaps(r, *in);
             next[k] = aliased ? r.contiguous().copy() : r;
         }
-        carried = std::move(next);
+        carried.swap(next);
         for (size_t k = 0; k < ns; ++k)
             scans[k].push_back(exec->output(1 + nc + k).contiguous().copy());
     }

@@ -15,12 +15,15 @@
 // branch runs. Subgraphs run on "cpu:default", inline in the thread that runs the operator, under
 // the run's cancellation and deadline.
 //
-// If's output shapes: the taken branch's when the condition is known statically; otherwise
-// both branches are inferred for the captured shapes, and when they agree the outputs are
-// static, else dynamic (inferred when the If runs, from the taken branch). A shape error in a
-// branch is raised at build time only when that branch is known to be taken; otherwise when it
-// runs. Output dtypes must agree between the branches. Errors inside a subgraph name its
-// operator (and its ONNX node) and the operator around it.
+// An If whose condition is known when it is built (a constant) is no If: the taken branch's
+// operators are copied into the enclosing graph (graph/graph_copy.h; once
+// register_all_operators() has run), so it costs what the branch written by hand would. Otherwise
+// its output shapes: the taken branch's when the condition becomes known statically; otherwise both
+// branches are inferred for the captured shapes, and when they agree the outputs are static, else
+// dynamic (inferred when the If runs, from the taken branch). A shape error in a branch is raised
+// at build time only when that branch is known to be taken; otherwise when it runs. Output dtypes
+// must agree between the branches. Errors inside a subgraph name its operator (and its ONNX node)
+// and the operator around it.
 //
 // If's gradient is the taken branch's: another If on the same condition whose branches are
 // copies of the forward ones (graph/graph_copy.h: the forward branch graphs keep their own fed

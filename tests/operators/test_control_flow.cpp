@@ -104,6 +104,17 @@ TEST(IfOpr, AStaticConditionDecidesTheOutputShapes) {
     EXPECT_EQ(y.shape(), (TensorShape{24}));
 }
 
+TEST(IfOpr, AConstantConditionMakesNoIfButTheTakenBranchsOperators) {
+    register_all_operators();
+    auto g = ComputingGraph::make();
+    auto x = opr::Input::make(*g, "x", dtype::Float32(), {4, 6});
+    auto y = twice_or_less_one(opr::ImmutableTensor::make(*g, flag(true)), x)[0];
+    for (auto& opr : g->operators()) EXPECT_STRNE(opr->type_name(), "If");
+    auto exec = g->compile({y});
+    exec->feed("x", iota({4, 6})).run();
+    EXPECT_EQ(exec->output(0).ptr<float>()[5], 10.f);
+}
+
 TEST(IfOpr, SeveralExecutablesRunOneIfConcurrently) {
     auto g = ComputingGraph::make();
     auto x = opr::Input::make(*g, "x", dtype::Float32(), {64, 64});
