@@ -8,6 +8,7 @@
 
 #include "base/log.h"
 #include "onnx_import/op_util.h"
+#include "operators/concat_split.h"
 #include "operators/control_flow.h"
 #include "operators/elemwise.h"
 #include "operators/io.h"
@@ -287,45 +288,25 @@ SymbolVarArray loop_op(const NodeCtx& c) {
                            OperatorConfig(c.node().name()));
 }
 
-//! Scan (opset 9 on) as a Loop over the scan axis: the body takes slice `i` (or `len - 1 - i`
-//! for a reverse direction) of each scan input, and the stacked scan outputs are reversed and
-//! moved to their axes after it.
-SymbolVarArray scan_op(const NodeCtx& c) {
-    if (c.opset() < 9) c.unsupported("Scan before opset 9 (a batch axis and sequence_lens)");
-    auto* a = c.attr("body");
-    if (!a || !a->has_g()) c.invalid("attribute \"body\" (a graph) is missing");
-    const onnx::GraphProto& body = a->g();
-    int64_t m = c.attr_int("num_scan_inputs", -1);
-    if (m < 1 || size_t(m) > c.nr_inputs())
-        c.invalid(fmt::format("num_scan_inputs {} with {} inputs", m, c.nr_inputs()));
-    size_t n = c.nr_inputs() - size_t(m), nm = size_t(m);
-    if (body.input_size() != int(n + nm) || body.output_size() < int(n))
-        c.invalid(fmt::format("the body has {} inputs and {} outputs; {} states and {} scan "
-                              "inputs need {} inputs",
-                              body.input_size(), body.output_size(), n, nm, n + nm));
-    size_t k_out = size_t(body.output_size()) - n;
-    auto ints_or = [&](const char* name, size_t count) {
-        auto v = c.attr_ints(name);
-        if (v.empty()) v.assign(count, 0);
-        if (v.size() != count)
-            c.invalid(fmt::format("{} has {} entries; expected {}", name, v.size(), count));
-        return v;
-    };
-    auto in_axes = ints_or("scan_input_axes", nm), in_dirs = ints_or("scan_input_directions", nm);
-    auto out_axes = ints_or("scan_output_axes", k_out),
-         out_dirs = ints_or("scan_output_directions", k_out);
-    SymbolVarArray states, scans;
+//! A Scan's body as a Loop over the scan axis: the body takes slice `i` (or `len - 1 - i` for a
+//! reverse direction) of each scan input, and the stacked scan outputs are reversed and moved to
+//! their axes after it. `in_axes` are normalized here.
+SymbolVarArray scan_loop(const NodeCtx& c, const onnx::GraphProto& body,
+                         const SymbolVarArray& states, const SymbolVarArray& scans,
+                         std::vector<int64_t> in_axes, const std::vector<int64_t>& in_dirs,
+                         const std::vector<int64_t>& out_axes,
+                         const std::vector<int64_t>& out_dirs) {
+    size_t n = states.size(), nm = scans.size(), k_out = out_axes.size();
     std::vector<opr::SubgraphInput> inputs{{"iteration", dtype::Int64(), TensorShape{}},
                                            {"cond", dtype::Bool(), TensorShape{}}};
     for (size_t i = 0; i < n; ++i) {
-        states.push_back(c.in(i));
-        if (!states.back().node()->shape_known())
+        if (!states[i].node()->shape_known())
             c.unsupported(fmt::format("state {} has a dynamic shape", i));
-        inputs.push_back({body.input(int(i)).name(), states.back().dtype(), states.back().shape()});
+        inputs.push_back({body.input(int(i)).name(), states[i].dtype(), states[i].shape()});
     }
     int64_t len = -1;
     for (size_t j = 0; j < nm; ++j) {
-        SymbolVar x = c.in(n + j);
+        const SymbolVar& x = scans[j];
         if (!x.node()->shape_known())
             c.unsupported(fmt::format("scan input {} has a dynamic shape", j));
         int64_t rank = int64_t(x.shape().ndim());
@@ -337,7 +318,6 @@ SymbolVarArray scan_op(const NodeCtx& c) {
             c.invalid(fmt::format(
                 "scan input {} has {} entries along its axis; scan input 0 has {}", j, l, len));
         len = l;
-        scans.push_back(x);
         inputs.push_back({fmt::format("scan_input{}", j), x.dtype(), x.shape()});
     }
     Outer outer = outer_values(c, {&body});
@@ -379,6 +359,81 @@ SymbolVarArray scan_op(const NodeCtx& c) {
             perm.insert(perm.begin() + axis, 0);
             v = opr::transpose(v, perm);
         }
+    }
+    return outs;
+}
+
+//! Scan: opset 9 on, scan inputs and outputs along given axes; opset 8, a batch axis 0 before
+//! the sequence axis 1 on every state and scan value, and sequence_lens (input 0), which must
+//! be the whole sequence. Opset 8 runs one Loop per batch entry (the batch size is known at
+//! import), its results stacked along the batch axis.
+SymbolVarArray scan_op(const NodeCtx& c) {
+    auto* a = c.attr("body");
+    if (!a || !a->has_g()) c.invalid("attribute \"body\" (a graph) is missing");
+    const onnx::GraphProto& body = a->g();
+    size_t first = c.opset() < 9 ? 1 : 0; // sequence_lens
+    int64_t m = c.attr_int("num_scan_inputs", -1);
+    if (m < 1 || size_t(m) + first > c.nr_inputs())
+        c.invalid(fmt::format("num_scan_inputs {} with {} inputs", m, c.nr_inputs()));
+    size_t n = c.nr_inputs() - first - size_t(m), nm = size_t(m);
+    if (body.input_size() != int(n + nm) || body.output_size() < int(n))
+        c.invalid(fmt::format("the body has {} inputs and {} outputs; {} states and {} scan "
+                              "inputs need {} inputs",
+                              body.input_size(), body.output_size(), n, nm, n + nm));
+    size_t k_out = size_t(body.output_size()) - n;
+    auto ints_or = [&](const char* name, size_t count) {
+        auto v = c.attr_ints(name);
+        if (v.empty()) v.assign(count, 0);
+        if (v.size() != count)
+            c.invalid(fmt::format("{} has {} entries; expected {}", name, v.size(), count));
+        return v;
+    };
+    SymbolVarArray states, scans;
+    for (size_t i = 0; i < n; ++i) states.push_back(c.in(first + i));
+    for (size_t j = 0; j < nm; ++j) scans.push_back(c.in(first + n + j));
+    if (c.opset() >= 9)
+        return scan_loop(c, body, states, scans, ints_or("scan_input_axes", nm),
+                         ints_or("scan_input_directions", nm), ints_or("scan_output_axes", k_out),
+                         ints_or("scan_output_directions", k_out));
+    // Opset 8: every value has the batch axis 0.
+    int64_t batch = -1, seq = -1;
+    for (auto& v : states)
+        if (v.node()->shape_known() && v.shape().ndim() >= 1) batch = int64_t(v.shape()[0]);
+    for (auto& v : scans) {
+        if (!v.node()->shape_known() || v.shape().ndim() < 2)
+            c.invalid(
+                fmt::format("scan input {} needs static [batch, sequence, ...] dims", v.name()));
+        if ((batch >= 0 && int64_t(v.shape()[0]) != batch) ||
+            (seq >= 0 && int64_t(v.shape()[1]) != seq))
+            c.invalid(fmt::format("scan input {} has shape {}; the batch and sequence sizes "
+                                  "differ between inputs",
+                                  v.name(), v.shape().to_string()));
+        batch = int64_t(v.shape()[0]), seq = int64_t(v.shape()[1]);
+    }
+    if (c.has_input(0))
+        for (int64_t l : c.ints_input(0))
+            if (l != seq)
+                c.unsupported(
+                    fmt::format("sequence_lens {} shorter than the sequence ({})", l, seq));
+    if (batch < 1) c.unsupported("an empty batch");
+    auto dirs = ints_or("directions", nm);
+    std::vector<SymbolVarArray> per_entry;
+    for (int64_t b = 0; b < batch; ++b) {
+        auto entry = [&](const SymbolVar& v) {
+            return opr::subtensor(v, {opr::AxisIndex::index(0, long(b))});
+        };
+        SymbolVarArray sb, xb;
+        for (auto& v : states) sb.push_back(entry(v));
+        for (auto& v : scans) xb.push_back(entry(v));
+        per_entry.push_back(scan_loop(c, body, sb, xb, std::vector<int64_t>(nm, 0), dirs,
+                                      std::vector<int64_t>(k_out, 0),
+                                      std::vector<int64_t>(k_out, 0)));
+    }
+    SymbolVarArray outs;
+    for (size_t k = 0; k < n + k_out; ++k) {
+        SymbolVarArray parts;
+        for (auto& e : per_entry) parts.push_back(opr::expand_dims(e[k], {0}));
+        outs.push_back(opr::concat(parts, 0));
     }
     return outs;
 }

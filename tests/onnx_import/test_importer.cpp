@@ -1163,3 +1163,49 @@ TEST(OnnxImport, AnOperatorSetNewerThanBraidImportsIsRefusedSayingWhichItKnows) 
               std::string::npos)
         << msg;
 }
+
+TEST(OnnxImport, Opset8ScanRunsEachBatchEntryAndHonoursItsDirection) {
+    // Running sums of each batch entry's rows, read backwards (directions = [1]); the state and
+    // the scan values carry the batch axis 0.
+    ModelBuilder m;
+    m.set_opset(8);
+    m.input("state", onnx::TensorProto::FLOAT, {2, 2});
+    m.input("x", onnx::TensorProto::FLOAT, {2, 3, 2});
+    auto* scan = m.node("Scan", {"", "state", "x"}, {"final", "sums"});
+    ModelBuilder::attr(scan, "num_scan_inputs", int64_t(1));
+    ModelBuilder::attr(scan, "directions", std::vector<int64_t>{1});
+    auto* body_attr = scan->add_attribute();
+    body_attr->set_name("body");
+    body_attr->set_type(onnx::AttributeProto::GRAPH);
+    auto* body = body_attr->mutable_g();
+    body->set_name("body");
+    ModelBuilder::set_type(body->add_input(), "s", onnx::TensorProto::FLOAT, {2});
+    ModelBuilder::set_type(body->add_input(), "row", onnx::TensorProto::FLOAT, {2});
+    auto* add = body->add_node();
+    add->set_op_type("Add");
+    add->add_input("s");
+    add->add_input("row");
+    add->add_output("sum");
+    auto* copy = body->add_node();
+    copy->set_op_type("Identity");
+    copy->add_input("sum");
+    copy->add_output("sum_out");
+    ModelBuilder::set_type(body->add_output(), "sum", onnx::TensorProto::FLOAT, {2});
+    ModelBuilder::set_type(body->add_output(), "sum_out", onnx::TensorProto::FLOAT, {2});
+    m.output("final", onnx::TensorProto::FLOAT, 2);
+    m.output("sums", onnx::TensorProto::FLOAT, 3);
+    auto exec = onnx_import::import_bytes(m.bytes()).compile();
+    exec->feed("state", iota({2, 2}, 100.f)).feed("x", iota({2, 3, 2})).run();
+    Tensor final_state = exec->output(0).contiguous(), sums = exec->output(1).contiguous();
+    ASSERT_EQ(sums.shape(), (TensorShape{2, 3, 2}));
+    for (size_t b = 0; b < 2; ++b)
+        for (size_t c = 0; c < 2; ++c) {
+            float acc = 100.f + float(b * 2 + c);
+            for (size_t step = 0; step < 3; ++step) {
+                size_t row = 2 - step; // backwards
+                acc += float(b * 6 + row * 2 + c);
+                EXPECT_EQ(sums.ptr<float>()[b * 6 + step * 2 + c], acc) << b << "," << step;
+            }
+            EXPECT_EQ(final_state.ptr<float>()[b * 2 + c], acc);
+        }
+}
