@@ -1,10 +1,11 @@
 // Copying a part of a graph into another graph: the operators that compute some vars are
 // rebuilt in the target graph, each from its params through its descriptor's dump and load
 // functions (graph/operator_registry.h), as a model file would rebuild them, but in memory
-// (tensors are shared, not copied). Inputs of the source are replaced by given vars of the
-// target, or copied as Inputs of the target. Subgraphs (an If's branches, a Loop's body) are
-// copied with their operator. The copy is a graph of its own: its shapes are inferred there, so
-// it may be fed other shapes than the source.
+// (tensors are shared, not copied: a SharedParam's copy reads and updates the same values, as
+// the gradient of a branch that reads a parameter must). Inputs of the source are replaced by given
+// vars of the target, or copied as Inputs of the target. Subgraphs (an If's branches, a Loop's
+// body) are copied with their operator. The copy is a graph of its own: its shapes are inferred
+// there, so it may be fed other shapes than the source.
 //
 // Used where an operator needs its own instance of a subgraph, such as the gradient of an If.
 #pragma once
