@@ -99,6 +99,7 @@ bench: build
 	./$(BUILD_DIR)/bench/bench_dispatch --json
 	./$(BUILD_DIR)/bench/bench_dispatch --json --comp-node cpu:default
 	./$(BUILD_DIR)/bench/bench_memplan --json
+	./$(BUILD_DIR)/bench/bench_control_flow --json
 	@if [ -x ./$(BUILD_DIR)/bench/bench_cuda ]; then ./$(BUILD_DIR)/bench/bench_cuda; fi
 
 # braid against ONNX Runtime on the same ONNX files (installs onnxruntime-node with npm into
