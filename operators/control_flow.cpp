@@ -352,21 +352,28 @@ void Loop::init_output_dtypes() {
         output(k)->set_dtype(m_body.outputs[1 + k]->dtype());
 }
 
-std::optional<int64_t> Loop::static_trip_count(const InferCtx& ctx) const {
-    if (!m_has_trip || !ctx.value(0)) return std::nullopt;
-    if (m_has_cond) {
-        const Tensor* c = ctx.value(1);
-        if (!c || !holds(*this, *c, "the condition")) return std::nullopt;
-    }
-    VarNode* body_cond = m_body.outputs[0];
-    bool passes = body_cond == m_body.inputs[1];
+namespace {
+//! The trip count of `loop` given its trip count and condition values (null: unknown) when it
+//! is known and nothing can end the loop early.
+std::optional<int64_t> fixed_trip_count(const Loop& loop, const Tensor* trip, const Tensor* cond) {
+    if (!loop.has_max_trip() || !trip) return std::nullopt;
+    if (loop.has_cond() && (!cond || !holds(loop, *cond, "the condition"))) return std::nullopt;
+    const Subgraph& body = loop.body();
+    VarNode* body_cond = body.outputs[0];
+    bool passes = body_cond == body.inputs[1];
     if (const Tensor* v = body_cond->static_value())
-        passes = holds(*this, *v, "the body's condition");
+        passes = holds(loop, *v, "the body's condition");
     if (!passes) return std::nullopt;
-    Tensor t = ctx.value(0)->contiguous();
+    Tensor t = trip->contiguous();
     double n = 0;
     convert_elements(t.dtype(), t.raw_ptr(), dtype::Float64(), &n, 1);
     return std::max<int64_t>(0, int64_t(n));
+}
+} // namespace
+
+std::optional<int64_t> Loop::static_trip_count(const InferCtx& ctx) const {
+    return fixed_trip_count(*this, m_has_trip ? ctx.value(0) : nullptr,
+                            m_has_trip && m_has_cond ? ctx.value(1) : nullptr);
 }
 
 bool Loop::infer_output_shapes(const InferCtx& ctx, TensorShape* out) const {
@@ -709,15 +716,10 @@ const SymbolVarArray& Loop::backward(const VarNodeArray& out_grads) {
     if (it != m_backward.end()) return it->second;
     size_t first = size_t(m_has_trip) + size_t(m_has_cond), nc = m_nr_carried,
            ns = outputs().size() - nc;
-    // A static trip count and no early exit, as static_trip_count() requires.
-    const Tensor* trip = m_has_trip ? input(0)->static_value() : nullptr;
-    bool stays = !m_has_cond || (input(1)->static_value() &&
-                                 holds(*this, *input(1)->static_value(), "the condition"));
-    VarNode* body_cond = m_body.outputs[0];
-    bool passes = body_cond == m_body.inputs[1] ||
-                  (body_cond->static_value() &&
-                   holds(*this, *body_cond->static_value(), "the body's condition"));
-    if (!trip || !stays || !passes)
+    std::optional<int64_t> trips =
+        fixed_trip_count(*this, m_has_trip ? input(0)->static_value() : nullptr,
+                         m_has_cond ? input(1)->static_value() : nullptr);
+    if (!trips)
         BRAID_THROW(GraphError,
                     "{}: a gradient through a Loop needs a static trip count and no condition "
                     "that can end the loop early",
@@ -729,7 +731,7 @@ const SymbolVarArray& Loop::backward(const VarNodeArray& out_grads) {
                         "has none)",
                         describe(), i);
     SymbolVar max_trip = input(0);
-    int64_t n = int64_t(trip->at(0));
+    int64_t n = *trips;
     SymbolVarArray carried, captured;
     for (size_t i = 0; i < nc; ++i) carried.push_back(input(first + i));
     for (size_t j = first + nc; j < inputs().size(); ++j) captured.push_back(input(j));
