@@ -130,27 +130,44 @@ template <typename H> H* publish(H* obj, Registry::Kind kind) {
     return static_cast<H*>(const_cast<void*>(registry().add(kind, std::move(owned))));
 }
 
+//! `dims` into the caller's `shape` (room for `capacity`; may be null) and `ndim`.
+void write_dims(const std::vector<int64_t>& dims, int64_t* shape, size_t capacity, size_t* ndim,
+                const char* fn, const std::string& name) {
+    if (ndim) *ndim = dims.size();
+    if (!shape) return;
+    if (capacity < dims.size())
+        throw Error(Code::INVALID_ARGUMENT, fmt::format("{}: \"{}\" has {} dims; shape_capacity "
+                                                        "is {}",
+                                                        fn, name, dims.size(), capacity));
+    std::copy(dims.begin(), dims.end(), shape);
+}
+
+const TensorInfo& info_at(const braid_model* model, size_t index, bool input, const char* fn) {
+    auto m = live(model, Registry::MODEL, fn);
+    auto& list = input ? m->model->inputs() : m->model->outputs();
+    if (index >= list.size())
+        throw Error(Code::INVALID_ARGUMENT,
+                    fmt::format("{}: index {} is out of range: the model has {} {}", fn, index,
+                                list.size(), input ? "inputs" : "outputs"));
+    return list[index]; // the model lives on: the handle's registry holds it
+}
+
 braid_status* io_info(const braid_model* model, size_t index, bool input, const char** name,
                       braid_dtype* dtype, int64_t* shape, size_t shape_capacity, size_t* ndim,
                       const char* fn) {
     return call([&] {
-        auto m = live(model, Registry::MODEL, fn);
-        auto& list = input ? m->model->inputs() : m->model->outputs();
-        if (index >= list.size())
-            throw Error(Code::INVALID_ARGUMENT,
-                        fmt::format("{}: index {} is out of range: the model has {} {}", fn, index,
-                                    list.size(), input ? "inputs" : "outputs"));
-        const TensorInfo& t = list[index];
+        const TensorInfo& t = info_at(model, index, input, fn);
         if (name) *name = t.name.c_str();
         if (dtype) *dtype = braid_dtype(t.dtype);
-        if (ndim) *ndim = t.shape.size();
-        if (shape) {
-            if (shape_capacity < t.shape.size())
-                throw Error(Code::INVALID_ARGUMENT,
-                            fmt::format("{}: \"{}\" has {} dims; shape_capacity is {}", fn, t.name,
-                                        t.shape.size(), shape_capacity));
-            for (size_t i = 0; i < t.shape.size(); ++i) shape[i] = t.shape[i];
-        }
+        write_dims(t.shape, shape, shape_capacity, ndim, fn, t.name);
+    });
+}
+
+braid_status* io_kind(const braid_model* model, size_t index, bool input, braid_value_kind* out,
+                      const char* fn) {
+    return call([&] {
+        require(out, "out", fn);
+        *out = braid_value_kind(info_at(model, index, input, fn).kind);
     });
 }
 
@@ -260,6 +277,16 @@ braid_status* braid_model_output_info(const braid_model* model, size_t index, co
                    "braid_model_output_info");
 }
 
+braid_status* braid_model_input_kind(const braid_model* model, size_t index,
+                                     braid_value_kind* out) {
+    return io_kind(model, index, true, out, "braid_model_input_kind");
+}
+
+braid_status* braid_model_output_kind(const braid_model* model, size_t index,
+                                      braid_value_kind* out) {
+    return io_kind(model, index, false, out, "braid_model_output_kind");
+}
+
 braid_status* braid_model_weight_bytes(const braid_model* model, size_t* out) {
     return call([&] {
         require(out, "out", "braid_model_weight_bytes");
@@ -304,6 +331,44 @@ braid_status* braid_context_set_input(braid_context* ctx, const char* name, brai
     });
 }
 
+braid_status* braid_context_set_sequence_input(braid_context* ctx, const char* name, size_t count,
+                                               const braid_dtype* dtypes,
+                                               const int64_t* const* shapes, const size_t* ndims,
+                                               const void* const* data) {
+    const char* fn = "braid_context_set_sequence_input";
+    return call([&] {
+        auto c = live(ctx, Registry::CONTEXT, fn);
+        require(name, "name", fn);
+        if (count) {
+            require(dtypes, "dtypes", fn);
+            require(shapes, "shapes", fn);
+            require(ndims, "ndims", fn);
+            require(data, "data", fn);
+        }
+        std::vector<TensorView> elements(count);
+        for (size_t i = 0; i < count; ++i) {
+            int raw; // read as an int, then checked (as braid_context_set_input does)
+            std::memcpy(&raw, &dtypes[i], sizeof raw);
+            if (!shapes[i] && ndims[i])
+                throw Error(
+                    Code::INVALID_ARGUMENT,
+                    fmt::format("{}: input \"{}\", element {}: shape is null", fn, name, i));
+            elements[i].data = data[i];
+            elements[i].dtype = DType(raw);
+            elements[i].shape.assign(shapes[i], shapes[i] + ndims[i]);
+        }
+        c->ctx->set_sequence_input(name, elements);
+    });
+}
+
+braid_status* braid_context_set_input_none(braid_context* ctx, const char* name) {
+    return call([&] {
+        auto c = live(ctx, Registry::CONTEXT, "braid_context_set_input_none");
+        require(name, "name", "braid_context_set_input_none");
+        c->ctx->set_input_none(name);
+    });
+}
+
 braid_status* braid_context_bind_output(braid_context* ctx, const char* name, void* data,
                                         size_t bytes) {
     return call([&] {
@@ -318,16 +383,8 @@ braid_status* braid_context_output_shape(braid_context* ctx, const char* name, i
     return call([&] {
         auto c = live(ctx, Registry::CONTEXT, "braid_context_output_shape");
         require(name, "name", "braid_context_output_shape");
-        auto dims = c->ctx->output_shape(name);
-        if (ndim) *ndim = dims.size();
-        if (shape) {
-            if (shape_capacity < dims.size())
-                throw Error(Code::INVALID_ARGUMENT,
-                            fmt::format("braid_context_output_shape: \"{}\" has {} dims; "
-                                        "shape_capacity is {}",
-                                        name, dims.size(), shape_capacity));
-            for (size_t i = 0; i < dims.size(); ++i) shape[i] = dims[i];
-        }
+        write_dims(c->ctx->output_shape(name), shape, shape_capacity, ndim,
+                   "braid_context_output_shape", name);
     });
 }
 
@@ -358,9 +415,49 @@ braid_status* braid_context_output(braid_context* ctx, const char* name, const v
         require(data, "data", "braid_context_output");
         auto& impl = c->ctx->impl();
         std::lock_guard lk(impl.run_mutex);
-        const auto& t = impl.output_tensor(impl.output_index(name));
+        const auto& t = impl.model_output_tensor(impl.output_index(name));
         *data = t.raw_ptr();
         if (bytes) *bytes = t.nr_bytes();
+    });
+}
+
+braid_status* braid_context_has_output(braid_context* ctx, const char* name, int* out) {
+    return call([&] {
+        auto c = live(ctx, Registry::CONTEXT, "braid_context_has_output");
+        require(name, "name", "braid_context_has_output");
+        require(out, "out", "braid_context_has_output");
+        *out = c->ctx->has_output(name) ? 1 : 0;
+    });
+}
+
+braid_status* braid_context_sequence_length(braid_context* ctx, const char* name, size_t* out) {
+    return call([&] {
+        auto c = live(ctx, Registry::CONTEXT, "braid_context_sequence_length");
+        require(name, "name", "braid_context_sequence_length");
+        require(out, "out", "braid_context_sequence_length");
+        *out = c->ctx->sequence_output(name).size();
+    });
+}
+
+braid_status* braid_context_sequence_element(braid_context* ctx, const char* name, size_t index,
+                                             const void** data, size_t* bytes, braid_dtype* dtype,
+                                             int64_t* shape, size_t shape_capacity, size_t* ndim) {
+    const char* fn = "braid_context_sequence_element";
+    return call([&] {
+        auto c = live(ctx, Registry::CONTEXT, fn);
+        require(name, "name", fn);
+        require(data, "data", fn);
+        auto elements = c->ctx->sequence_output(name);
+        if (index >= elements.size())
+            throw Error(Code::INVALID_ARGUMENT,
+                        fmt::format("{}: output \"{}\": element {} is out of range: the sequence "
+                                    "has {}",
+                                    fn, name, index, elements.size()));
+        const TensorView& e = elements[index];
+        *data = e.data;
+        if (bytes) *bytes = e.bytes;
+        if (dtype) *dtype = braid_dtype(e.dtype);
+        write_dims(e.shape, shape, shape_capacity, ndim, fn, name);
     });
 }
 

@@ -69,11 +69,13 @@ Executable& Context::Impl::executable() {
 }
 
 void Context::Impl::require_bound(std::string_view what) const {
-    for (size_t i = 0; i < fed.size(); ++i)
-        if (fed[i].empty())
-            throw Error(Code::FAILED_PRECONDITION,
-                        fmt::format("{}input \"{}\" is not bound; call set_input() first", what,
-                                    model->impl().input_io[i].name));
+    for (size_t i = 0; i < fed.size(); ++i) {
+        if (fed[i].bound()) continue;
+        const ModelIO& io = model->impl().input_io[i];
+        throw Error(Code::FAILED_PRECONDITION,
+                    fmt::format("{}input \"{}\" is not bound; call {}() first", what, io.name,
+                                holds_sequence(io.kind) ? "set_sequence_input" : "set_input"));
+    }
 }
 
 const LoadedModel& Context::Impl::graph_model() const {
@@ -92,12 +94,21 @@ void Context::Impl::run(const RunOptions& options) {
     for (size_t i = 0; i < fed.size(); ++i) {
         if (!dirty[i]) continue;
         // By name: a variant's graph has no input for a shape input (a constant there), and an
-        // input no output depends on is not an input of the executable.
-        for (auto& io : loaded.inputs)
-            if (io.name == ios[i].name && e.takes(io.var)) e.feed(io.var, fed[i]);
+        // input no output depends on is not an input of the executable. A sequence's elements
+        // are inputs of their own; an optional without a value has none.
+        auto feed = [&](const std::string& name, const Tensor& value) {
+            for (auto& io : loaded.inputs)
+                if (io.name == name && e.takes(io.var)) e.feed(io.var, value);
+        };
+        if (fed[i].sequence)
+            for (size_t k = 0; k < fed[i].elements.size(); ++k)
+                feed(onnx_import::element_name(ios[i].name, k), fed[i].elements[k]);
+        else if (!fed[i].none)
+            feed(ios[i].name, fed[i].tensor);
         dirty[i] = false;
     }
     ran = false;
+    dense.clear();
     control.reset();
     control.watch(options.cancel ? &options.cancel->flag() : nullptr);
     control.set_deadline(options.deadline);
@@ -109,12 +120,18 @@ void Context::Impl::run(const RunOptions& options) {
     }
     for (size_t i = 0; i < out_data.size(); ++i) {
         if (!out_data[i]) continue;
-        const Tensor& t = e.output(loaded.outputs[i].var);
+        auto where = graph_outputs_of(loaded, model->impl().output_io[i]);
+        if (!where)
+            throw Error(Code::FAILED_PRECONDITION,
+                        fmt::format("output \"{}\": a buffer is bound, but the optional output "
+                                    "has no value in this run",
+                                    model->impl().output_io[i].name));
+        const Tensor& t = e.output(loaded.outputs.at(where->at(0)).var);
         if (t.nr_bytes() != out_bytes[i])
             throw Error(Code::INVALID_ARGUMENT,
                         fmt::format("output \"{}\": the bound buffer has {} bytes; the output is "
                                     "{} {} ({} bytes)",
-                                    loaded.outputs[i].name, out_bytes[i], t.dtype().name(),
+                                    model->impl().output_io[i].name, out_bytes[i], t.dtype().name(),
                                     t.shape().to_string(), t.nr_bytes()));
         std::memcpy(out_data[i], t.contiguous().raw_ptr(), out_bytes[i]);
     }
@@ -146,38 +163,83 @@ void Context::set_input(const std::string& name, const void* data, DType dtype,
 void Context::Impl::bind_input(size_t i, const void* data, DType dtype, const int64_t* dims,
                                size_t ndim) {
     const ModelIO& io = model->impl().input_io[i];
+    if (holds_sequence(io.kind))
+        throw Error(Code::INVALID_ARGUMENT,
+                    fmt::format("input \"{}\" is a {}; bind it with set_sequence_input()", io.name,
+                                value_kind_name(io.kind)));
+    fed[i] = InputValue{.tensor = wrap_input(i, -1, data, dtype, dims, ndim)};
+    if (dirty.size() == fed.size()) dirty[i] = true;
+}
+
+Tensor Context::Impl::wrap_input(size_t i, long element, const void* data, DType dtype,
+                                 const int64_t* dims, size_t ndim) {
+    const ModelIO& io = model->impl().input_io[i];
+    std::string what = element < 0 ? fmt::format("input \"{}\"", io.name)
+                                   : fmt::format("input \"{}\", element {}", io.name, element);
     braid::DType dt = from_embed(dtype);
     if (dt != io.dtype)
-        throw Error(Code::INVALID_ARGUMENT,
-                    fmt::format("input \"{}\": dtype {} given; the model expects {}", io.name,
-                                dt.name(), io.dtype.name()));
+        throw Error(Code::INVALID_ARGUMENT, fmt::format("{}: dtype {} given; the model expects {}",
+                                                        what, dt.name(), io.dtype.name()));
     if (ndim > TensorShape::MAX_NDIM)
-        throw Error(Code::INVALID_ARGUMENT, fmt::format("input \"{}\": {} dims given; at most {}",
-                                                        io.name, ndim, TensorShape::MAX_NDIM));
+        throw Error(Code::INVALID_ARGUMENT, fmt::format("{}: {} dims given; at most {}", what, ndim,
+                                                        TensorShape::MAX_NDIM));
+    if (!dims && ndim) throw Error(Code::INVALID_ARGUMENT, what + ": shape is null");
     TensorShape s;
     s.set_ndim(ndim);
     for (size_t d = 0; d < ndim; ++d) {
         if (dims[d] < 0)
-            throw Error(
-                Code::INVALID_ARGUMENT,
-                fmt::format("input \"{}\": dim {} is {}; dims are >= 0", io.name, d, dims[d]));
+            throw Error(Code::INVALID_ARGUMENT,
+                        fmt::format("{}: dim {} is {}; dims are >= 0", what, d, dims[d]));
         s[d] = size_t(dims[d]);
     }
     if (!io.accepts(s))
-        throw Error(Code::INVALID_ARGUMENT,
-                    fmt::format("input \"{}\": shape {} given; the model expects {}", io.name,
-                                s.to_string(), io.shape_string()));
+        throw Error(Code::INVALID_ARGUMENT, fmt::format("{}: shape {} given; the model expects {}",
+                                                        what, s.to_string(), io.shape_string()));
     TensorLayout layout(s, dt);
     auto bytes = s.packed_bytes(dt);
     if (!bytes)
         throw Error(Code::INVALID_ARGUMENT,
-                    fmt::format("input \"{}\": shape {} is too large", io.name, s.to_string()));
+                    fmt::format("{}: shape {} is too large", what, s.to_string()));
     if (!data && *bytes) // an empty tensor (a dim of 0) may come without memory
-        throw Error(Code::INVALID_ARGUMENT, fmt::format("input \"{}\": data is null", io.name));
+        throw Error(Code::INVALID_ARGUMENT, what + ": data is null");
     void* p = const_cast<void*>(data);
-    fed[i] = Tensor(Storage::wrap(p, *bytes, Device::cpu(), std::shared_ptr<void>(anchor, p)), 0,
-                    layout);
-    if (dirty.size() == fed.size()) dirty[i] = true;
+    return Tensor(Storage::wrap(p, *bytes, Device::cpu(), std::shared_ptr<void>(anchor, p)), 0,
+                  layout);
+}
+
+void Context::set_sequence_input(const std::string& name, const std::vector<TensorView>& elements) {
+    translate([&] {
+        auto& m = *m_impl;
+        std::lock_guard lk(m.run_mutex);
+        size_t i = m.input_index(name);
+        const ModelIO& io = m.model->impl().input_io[i];
+        if (!holds_sequence(io.kind))
+            throw Error(Code::INVALID_ARGUMENT,
+                        fmt::format("input \"{}\" is a {}, not a sequence; bind it with "
+                                    "set_input()",
+                                    name, value_kind_name(io.kind)));
+        InputValue v{.sequence = true};
+        for (size_t k = 0; k < elements.size(); ++k)
+            v.elements.push_back(m.wrap_input(i, long(k), elements[k].data, elements[k].dtype,
+                                              elements[k].shape.data(), elements[k].shape.size()));
+        m.fed[i] = std::move(v);
+        if (m.dirty.size() == m.fed.size()) m.dirty[i] = true;
+    });
+}
+
+void Context::set_input_none(const std::string& name) {
+    translate([&] {
+        auto& m = *m_impl;
+        std::lock_guard lk(m.run_mutex);
+        size_t i = m.input_index(name);
+        const ModelIO& io = m.model->impl().input_io[i];
+        if (!is_optional(io.kind))
+            throw Error(Code::INVALID_ARGUMENT,
+                        fmt::format("input \"{}\" is a {}, not an optional: it needs a value", name,
+                                    value_kind_name(io.kind)));
+        m.fed[i] = InputValue{.none = true};
+        if (m.dirty.size() == m.fed.size()) m.dirty[i] = true;
+    });
 }
 
 void* Context::input_buffer(const std::string& name, const std::vector<int64_t>& shape) {
@@ -192,7 +254,7 @@ void* Context::input_buffer(const std::string& name, const std::vector<int64_t>&
         Tensor own(s, io.dtype);
         // The same checks as caller memory, then the binding keeps braid's tensor.
         m.bind_input(i, own.raw_ptr(), to_embed(io.dtype), shape.data(), shape.size());
-        m.fed[i] = own;
+        m.fed[i].tensor = own;
         return own.raw_ptr();
     });
 }
@@ -202,6 +264,11 @@ void Context::bind_output(const std::string& name, void* data, size_t bytes) {
         auto& m = *m_impl;
         std::lock_guard lk(m.run_mutex);
         size_t i = m.output_index(name);
+        braid::ValueKind kind = m.model->impl().output_io[i].kind;
+        if (holds_sequence(kind))
+            throw Error(Code::INVALID_ARGUMENT,
+                        fmt::format("output \"{}\" is a {}; read it with sequence_output()", name,
+                                    value_kind_name(kind)));
         if (!data && bytes)
             throw Error(Code::INVALID_ARGUMENT,
                         fmt::format("output \"{}\": data is null for {} bytes", name, bytes));
@@ -220,13 +287,24 @@ std::vector<int64_t> Context::Impl::output_shape(size_t idx) {
         // The variant of the bound inputs was imported at their shapes and values.
         require_bound(fmt::format("output \"{}\": ", model->impl().output_io[idx].name));
         auto v = model->impl().variants->get(fed);
+        const ModelIO& io = model->impl().output_io[idx];
+        auto where = graph_outputs_of(*v, io);
+        if (holds_sequence(io.kind))
+            throw Error(Code::INVALID_ARGUMENT,
+                        fmt::format("output \"{}\" is a {}: its elements have shapes of their "
+                                    "own; run the model and read sequence_output()",
+                                    io.name, value_kind_name(io.kind)));
+        if (!where)
+            throw Error(
+                Code::FAILED_PRECONDITION,
+                fmt::format("output \"{}\": the optional has no value for these inputs", io.name));
         std::lock_guard g(v->graph->inference_mutex());
-        VarNode* out = v->outputs[idx].var.node();
+        VarNode* out = v->outputs.at(where->at(0)).var.node();
         if (!out->shape_known())
             throw Error(Code::FAILED_PRECONDITION,
                         fmt::format("output \"{}\": the shape depends on values known only when "
                                     "the model runs",
-                                    v->outputs[idx].name));
+                                    io.name));
         return dims_of(out->shape());
     }
     auto& loaded = model->impl().loaded;
@@ -237,7 +315,7 @@ std::vector<int64_t> Context::Impl::output_shape(size_t idx) {
     std::vector<InputNode*> nodes;
     for (auto& io : loaded.inputs) nodes.push_back(static_cast<InputNode*>(io.var.node()->owner()));
     for (size_t i = 0; i < fed.size(); ++i)
-        if (fed[i].empty() && has_symbolic_dim(loaded.inputs[i]))
+        if (fed[i].tensor.empty() && has_symbolic_dim(loaded.inputs[i]))
             throw Error(Code::FAILED_PRECONDITION,
                         fmt::format("output \"{}\": input \"{}\" is not bound and its shape {} "
                                     "has dims fixed at run time; call set_input() first",
@@ -247,8 +325,8 @@ std::vector<int64_t> Context::Impl::output_shape(size_t idx) {
     FedShapeRollback rollback(nodes);
     try {
         for (size_t i = 0; i < fed.size(); ++i) {
-            if (!fed[i].empty())
-                nodes[i]->set_fed_shape(fed[i].shape());
+            if (!fed[i].tensor.empty())
+                nodes[i]->set_fed_shape(fed[i].tensor.shape());
             else
                 nodes[i]->set_fed_shape(loaded.inputs[i].default_shape);
         }
@@ -304,20 +382,97 @@ const Tensor& Context::Impl::output_tensor(size_t idx) const {
     if (!ran || !exec)
         throw Error(Code::FAILED_PRECONDITION,
                     fmt::format("output \"{}\": no successful run on this context yet",
-                                model->impl().outputs[idx].name));
-    return exec->output(graph_model().outputs[idx].var);
+                                graph_model().outputs.at(idx).name));
+    const Tensor& t = exec->output(graph_model().outputs.at(idx).var);
+    if (t.layout().is_contiguous()) return t;
+    dense.resize(graph_model().outputs.size());
+    if (dense[idx].empty()) dense[idx] = t.contiguous();
+    return dense[idx];
 }
+
+std::optional<std::vector<const Tensor*>> Context::Impl::model_output(size_t idx) const {
+    const ModelIO& io = model->impl().output_io[idx];
+    if (!ran || !exec)
+        throw Error(Code::FAILED_PRECONDITION,
+                    fmt::format("output \"{}\": no successful run on this context yet", io.name));
+    auto where = graph_outputs_of(graph_model(), io);
+    if (!where) return std::nullopt;
+    std::vector<const Tensor*> res;
+    for (size_t k : *where) res.push_back(&output_tensor(k));
+    return res;
+}
+
+const Tensor& Context::Impl::model_output_tensor(size_t idx) const {
+    const ModelIO& io = model->impl().output_io[idx];
+    if (holds_sequence(io.kind))
+        throw Error(Code::INVALID_ARGUMENT,
+                    fmt::format("output \"{}\" is a {}; read it with sequence_output()", io.name,
+                                value_kind_name(io.kind)));
+    auto out = model_output(idx);
+    if (!out)
+        throw Error(Code::FAILED_PRECONDITION,
+                    fmt::format("output \"{}\": the optional has no value in the last run; "
+                                "has_output() tells",
+                                io.name));
+    return *out->at(0);
+}
+
+std::optional<std::vector<size_t>> graph_outputs_of(const LoadedModel& graph, const ModelIO& io) {
+    if (graph.none_outputs.count(io.name)) return std::nullopt;
+    if (auto it = graph.sequence_outputs.find(io.name); it != graph.sequence_outputs.end())
+        return it->second;
+    for (size_t k = 0; k < graph.outputs.size(); ++k)
+        if (graph.outputs[k].name == io.name) return std::vector<size_t>{k};
+    throw Error(Code::INTERNAL,
+                fmt::format("output \"{}\": not an output of the model's graph", io.name));
+}
+
+namespace {
+
+TensorView view_of(const Tensor& t) {
+    TensorView v;
+    v.data = t.raw_ptr();
+    v.dtype = to_embed(t.dtype());
+    v.shape = dims_of(t.shape());
+    v.bytes = t.nr_bytes();
+    return v;
+}
+
+} // namespace
 
 TensorView Context::output(const std::string& name) const {
     return translate([&] {
         std::lock_guard lk(m_impl->run_mutex);
-        const Tensor& t = m_impl->output_tensor(m_impl->output_index(name));
-        TensorView v;
-        v.data = t.raw_ptr();
-        v.dtype = to_embed(t.dtype());
-        v.shape = dims_of(t.shape());
-        v.bytes = t.nr_bytes();
-        return v;
+        return view_of(m_impl->model_output_tensor(m_impl->output_index(name)));
+    });
+}
+
+std::vector<TensorView> Context::sequence_output(const std::string& name) const {
+    return translate([&] {
+        std::lock_guard lk(m_impl->run_mutex);
+        size_t idx = m_impl->output_index(name);
+        const ModelIO& io = m_impl->model->impl().output_io[idx];
+        if (!holds_sequence(io.kind))
+            throw Error(Code::INVALID_ARGUMENT,
+                        fmt::format("output \"{}\" is a {}, not a sequence; read it with "
+                                    "output()",
+                                    name, value_kind_name(io.kind)));
+        auto out = m_impl->model_output(idx);
+        if (!out)
+            throw Error(Code::FAILED_PRECONDITION,
+                        fmt::format("output \"{}\": the optional has no value in the last run; "
+                                    "has_output() tells",
+                                    name));
+        std::vector<TensorView> views;
+        for (const Tensor* t : *out) views.push_back(view_of(*t));
+        return views;
+    });
+}
+
+bool Context::has_output(const std::string& name) const {
+    return translate([&] {
+        std::lock_guard lk(m_impl->run_mutex);
+        return m_impl->model_output(m_impl->output_index(name)).has_value();
     });
 }
 
@@ -334,6 +489,7 @@ void Context::trim() {
     std::lock_guard lk(m_impl->run_mutex);
     m_impl->exec.reset();
     m_impl->variant.reset();
+    m_impl->dense.clear();
     m_impl->ran = false;
 }
 

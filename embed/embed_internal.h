@@ -12,6 +12,7 @@
 #include <condition_variable>
 #include <list>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string_view>
 
@@ -20,13 +21,23 @@ namespace braid::embed {
 //! Whether `io` has a dim fixed only when the model runs (-1).
 bool has_symbolic_dim(const ModelIO& io);
 
+//! What one model input is bound to: a tensor, the elements of a sequence, or no value.
+struct InputValue {
+    Tensor tensor;
+    std::vector<Tensor> elements;
+    bool sequence = false; //!< bound to `elements` (none: an empty sequence)
+    bool none = false;     //!< an optional input bound to no value
+    bool bound() const { return sequence || none || !tensor.empty(); }
+};
+
 /*!
  * An ONNX model imported once per distinct set of the run-time facts its import depends on: the
  * fed shape of every input with a symbolic dim (so that nothing is decided on a placeholder
- * size), and the value of every *shape input* (a graph input an op reads as a shape, axes, sizes
- * or scales argument; onnx_import::ShapeInputError). Each variant is a static graph for those
- * facts, built from the file with the weights it shares with every other variant. Variants are
- * kept, most recently used first, up to MAX_VARIANTS.
+ * size), the value of every *shape input* (a graph input an op reads as a shape, axes, sizes or
+ * scales argument; onnx_import::ShapeInputError), the length and element shapes of every
+ * sequence input, and whether each optional input holds a value. Each variant is a static graph
+ * for those facts, built from the file with the weights it shares with every other variant.
+ * Variants are kept, most recently used first, up to MAX_VARIANTS.
  */
 class OnnxVariants {
 public:
@@ -35,9 +46,9 @@ public:
     //! `shape_inputs`: the inputs known to be read as shapes already (by the import at load).
     OnnxVariants(std::string path, onnx_import::ImportOptions base, std::vector<ModelIO> inputs,
                  const std::vector<std::string>& shape_inputs);
-    //! The variant for the tensors fed to the model's inputs (in the order of `inputs`, all
+    //! The variant for the values fed to the model's inputs (in the order of `inputs`, all
     //! bound), imported on first use.
-    std::shared_ptr<const LoadedModel> get(const std::vector<Tensor>& fed);
+    std::shared_ptr<const LoadedModel> get(const std::vector<InputValue>& fed);
     //! Adds an import made at load time, for the shapes it was made with.
     void add(std::shared_ptr<const LoadedModel> variant);
     //! The inputs an import asked values for so far.
@@ -47,8 +58,10 @@ public:
     size_t size() const;
 
 private:
-    //! The cache key of inputs of `shapes` with the values `fed` (null: no shape input values).
-    std::string key(const std::vector<TensorShape>& shapes, const std::vector<Tensor>* fed) const;
+    //! The cache key of inputs of `shapes` (tensor inputs) with the values `fed` (null: tensor
+    //! inputs only, and no shape input values).
+    std::string key(const std::vector<TensorShape>& shapes,
+                    const std::vector<InputValue>* fed) const;
 
     std::string m_path;
     onnx_import::ImportOptions m_base;
@@ -79,7 +92,7 @@ struct Context::Impl {
     //! The graph `exec` runs: the model's, or the ONNX variant for the bound inputs.
     std::shared_ptr<const LoadedModel> variant;
     std::unique_ptr<Executable> exec;
-    std::vector<Tensor> fed;     //!< per model input: the bound tensor (caller or own memory)
+    std::vector<InputValue> fed; //!< per model input: what is bound (caller or own memory)
     std::vector<void*> out_data; //!< per model output: caller memory each run copies into
     std::vector<size_t> out_bytes;
     std::shared_ptr<int> anchor = std::make_shared<int>(0); //!< owner of wrapped caller memory
@@ -108,6 +121,9 @@ struct Context::Impl {
     }
 
     std::vector<bool> dirty; //!< per model input: bound anew since the last feed
+    //! Per graph output: a dense copy of an output the run left strided (a view such as a
+    //! slice), made when first read after the run; callers read outputs as dense row-major.
+    mutable std::vector<Tensor> dense;
 
     size_t input_index(std::string_view name) const;
     size_t output_index(std::string_view name) const;
@@ -120,9 +136,18 @@ struct Context::Impl {
     const LoadedModel& graph_model() const;
     //! Checks and binds caller memory to input `i` (zero copy).
     void bind_input(size_t i, const void* data, DType dtype, const int64_t* dims, size_t ndim);
+    //! Checks caller memory as a tensor of input `i` (element `element` of a sequence input
+    //! when not negative), zero copy.
+    Tensor wrap_input(size_t i, long element, const void* data, DType dtype, const int64_t* dims,
+                      size_t ndim);
     std::vector<int64_t> output_shape(size_t idx);
-    //! Output `idx` of the last successful run.
+    //! Output `idx` of the graph (graph_model().outputs) of the last successful run, dense.
     const Tensor& output_tensor(size_t idx) const;
+    //! Model output `idx` of the last successful run: a sequence's elements, a tensor (or an
+    //! optional's value) alone, or none (an optional without a value).
+    std::optional<std::vector<const Tensor*>> model_output(size_t idx) const;
+    //! Model output `idx` as one tensor (a tensor, or an optional holding one).
+    const Tensor& model_output_tensor(size_t idx) const;
     //! One run on this thread, under run_mutex.
     void run(const RunOptions& options);
     //! Counts an asynchronous run as pending (the Context's destructor waits for it).
@@ -161,6 +186,13 @@ template <typename Fn> auto translate(Fn&& fn) -> decltype(fn()) {
         throw current_error();
     }
 }
+
+/*!
+ * Where model output `io` is among `graph`'s outputs: the indices of a sequence's elements, of
+ * a tensor (or an optional's value) alone, or none for an optional without a value (ONNX
+ * sequence and optional outputs: onnx_import::ImportOptions::sequence_outputs).
+ */
+std::optional<std::vector<size_t>> graph_outputs_of(const LoadedModel& graph, const ModelIO& io);
 
 DType to_embed(braid::DType dtype);
 braid::DType from_embed(DType dtype);

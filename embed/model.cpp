@@ -85,6 +85,8 @@ TensorInfo info_of(const ModelIO& io) {
     t.name = io.name;
     t.dtype = to_embed(io.dtype);
     t.shape.assign(io.shape.begin(), io.shape.end());
+    t.kind = ValueKind(int(io.kind));
+    t.any_shape = io.any_shape;
     return t;
 }
 
@@ -106,35 +108,54 @@ std::shared_ptr<Model> make_model(LoadedModel loaded, std::shared_ptr<ModelImage
     return std::make_shared<Model>(std::move(impl));
 }
 
+//! Whether any of `ios` is a sequence or an optional.
+bool any_structured(const std::vector<ModelIO>& ios) {
+    return std::any_of(ios.begin(), ios.end(),
+                       [](const ModelIO& io) { return io.kind != braid::ValueKind::TENSOR; });
+}
+
 //! An ONNX model run through OnnxVariants when its graph depends on what is fed: it is imported
 //! now at the given shapes (placeholder size 1 for other symbolic dims); an import that needs a
-//! shape input's value, or that fails on a placeholder size, leaves the graph to the first run.
+//! shape input's value, or that fails on a placeholder size, leaves the graph to the first run,
+//! as does a sequence or optional input (imported per length and presence). Sequence and
+//! optional outputs keep the file's declaration; the context gathers their graph outputs.
 std::shared_ptr<Model> open_onnx_variants(const std::string& path,
                                           onnx_import::ImportOptions options) {
     options.initializers = std::make_shared<std::map<std::string, Tensor>>();
+    options.sequence_outputs = true;
+    onnx_import::DeclaredIO file;
     std::optional<LoadedModel> now;
     std::optional<onnx_import::DeclaredIO> declared;
     std::vector<std::string> shape_inputs;
     try {
-        now = onnx_import::import_file(path, options);
+        now = onnx_import::import_file(path, options, &file);
     } catch (const onnx_import::ShapeInputError& e) {
         shape_inputs = e.inputs();
     } catch (const onnx_import::NodeError&) {
-        declared = onnx_import::declared_io(path, options);
+        declared = file;
         bool placeholder = false;
         for (auto& io : declared->inputs)
             placeholder =
                 placeholder || (has_symbolic_dim(io) && !options.input_shapes.count(io.name));
         if (!placeholder) throw; // the shapes are the model's own: the model is wrong
+    } catch (const onnx_import::UnsupportedOnnxError&) {
+        if (!any_structured(file.inputs)) throw; // else imported when it runs (below)
     }
-    if (now && std::none_of(now->inputs.begin(), now->inputs.end(), has_symbolic_dim))
+    if (any_structured(file.inputs)) { // imported per sequence length and optional presence
+        now.reset();
+        declared = file;
+    }
+    bool structured_outputs = any_structured(file.outputs);
+    if (now && !structured_outputs &&
+        std::none_of(now->inputs.begin(), now->inputs.end(), has_symbolic_dim))
         return make_model(std::move(*now), nullptr); // one static graph
     if (now) { // the graph's own inputs and outputs, with the shapes it was imported at
         declared.emplace(onnx_import::DeclaredIO{now->inputs, now->outputs});
         for (auto& io : declared->inputs) io.var = {};
         for (auto& io : declared->outputs) io.var = {};
+        if (structured_outputs) declared->outputs = file.outputs;
     } else if (!declared) {
-        declared = onnx_import::declared_io(path, options);
+        declared = file;
     }
     auto variants = std::make_unique<OnnxVariants>(path, options, declared->inputs, shape_inputs);
     if (now) variants->add(std::make_shared<LoadedModel>(*now));

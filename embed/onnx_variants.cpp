@@ -20,18 +20,30 @@ OnnxVariants::OnnxVariants(std::string path, onnx_import::ImportOptions base,
       m_shape_inputs(shape_inputs.begin(), shape_inputs.end()) {
     if (!m_base.initializers)
         m_base.initializers = std::make_shared<std::map<std::string, Tensor>>();
+    m_base.sequence_outputs = true; // gathered back by the context (graph_outputs_of)
 }
 
 std::string OnnxVariants::key(const std::vector<TensorShape>& shapes,
-                              const std::vector<Tensor>* fed) const {
-    // Per input that the import depends on: its shape, and for a shape input its value.
+                              const std::vector<InputValue>* fed) const {
+    // Per input that the import depends on: its shape, for a shape input its value, for a
+    // sequence its elements' shapes, for an optional whether it holds a value.
     std::string k;
     for (size_t i = 0; i < m_inputs.size(); ++i) {
         bool value = fed && m_shape_inputs.count(m_inputs[i].name) > 0;
-        if (!value && !has_symbolic_dim(m_inputs[i])) continue;
-        k += fmt::format("{}:{}", i, shapes[i].to_string());
-        if (value) {
-            Tensor t = (*fed)[i].contiguous();
+        bool structured = m_inputs[i].kind != braid::ValueKind::TENSOR;
+        if (!value && !structured && !has_symbolic_dim(m_inputs[i])) continue;
+        k += fmt::format("{}:", i);
+        const InputValue* in = fed ? &(*fed)[i] : nullptr;
+        if (in && in->none) {
+            k += "none";
+        } else if (in && in->sequence) {
+            k += fmt::format("seq{}", in->elements.size());
+            for (auto& e : in->elements) k += e.shape().to_string();
+        } else {
+            k += shapes[i].to_string();
+        }
+        if (value && !in->tensor.empty()) {
+            Tensor t = in->tensor.contiguous();
             k += '=';
             k.append(reinterpret_cast<const char*>(t.raw_ptr()), t.nr_bytes());
         }
@@ -40,10 +52,10 @@ std::string OnnxVariants::key(const std::vector<TensorShape>& shapes,
     return k;
 }
 
-std::shared_ptr<const LoadedModel> OnnxVariants::get(const std::vector<Tensor>& fed) {
+std::shared_ptr<const LoadedModel> OnnxVariants::get(const std::vector<InputValue>& fed) {
     std::lock_guard lk(m_mutex);
     std::vector<TensorShape> shapes;
-    for (auto& t : fed) shapes.push_back(t.shape());
+    for (auto& in : fed) shapes.push_back(in.tensor.shape());
     std::string k = key(shapes, &fed);
     for (auto it = m_variants.begin(); it != m_variants.end(); ++it)
         if (it->first == k) {
@@ -52,9 +64,17 @@ std::shared_ptr<const LoadedModel> OnnxVariants::get(const std::vector<Tensor>& 
         }
     onnx_import::ImportOptions opt = m_base;
     for (size_t i = 0; i < m_inputs.size(); ++i) {
-        opt.input_shapes[m_inputs[i].name] = fed[i].shape();
-        if (m_shape_inputs.count(m_inputs[i].name))
-            opt.input_values[m_inputs[i].name] = fed[i].copy(); // the caller's memory may change
+        const std::string& name = m_inputs[i].name;
+        if (fed[i].none) {
+            opt.none_inputs.insert(name);
+        } else if (fed[i].sequence) {
+            auto& shapes = opt.sequence_inputs[name];
+            for (auto& e : fed[i].elements) shapes.push_back(e.shape());
+        } else {
+            opt.input_shapes[name] = fed[i].tensor.shape();
+            if (m_shape_inputs.count(name))
+                opt.input_values[name] = fed[i].tensor.copy(); // the caller's memory may change
+        }
     }
     std::shared_ptr<const LoadedModel> variant;
     while (!variant) {
@@ -67,7 +87,9 @@ std::shared_ptr<const LoadedModel> OnnxVariants::get(const std::vector<Tensor>& 
                 auto in = std::find_if(m_inputs.begin(), m_inputs.end(),
                                        [&](const ModelIO& io) { return io.name == name; });
                 if (in == m_inputs.end() || opt.input_values.count(name)) throw;
-                opt.input_values[name] = fed[size_t(in - m_inputs.begin())].copy();
+                const InputValue& v = fed[size_t(in - m_inputs.begin())];
+                if (v.tensor.empty()) throw; // a sequence or no value: no value to read
+                opt.input_values[name] = v.tensor.copy();
                 m_shape_inputs.insert(name);
                 more = true;
             }
@@ -84,7 +106,8 @@ void OnnxVariants::add(std::shared_ptr<const LoadedModel> variant) {
     for (auto& io : m_inputs) {
         auto in = std::find_if(variant->inputs.begin(), variant->inputs.end(),
                                [&](const ModelIO& v) { return v.name == io.name; });
-        if (in == variant->inputs.end()) return; // an input made a constant: no such variant
+        // An input made a constant, or a sequence or optional input: no such variant.
+        if (in == variant->inputs.end() || io.kind != braid::ValueKind::TENSOR) return;
         shapes.push_back(in->default_shape);
     }
     std::lock_guard lk(m_mutex);

@@ -16,7 +16,22 @@ const ModelIO& find_io(const std::vector<ModelIO>& ios, const std::string& name,
 
 } // namespace
 
+const char* value_kind_name(ValueKind kind) {
+    switch (kind) {
+    case ValueKind::TENSOR:
+        return "tensor";
+    case ValueKind::SEQUENCE:
+        return "sequence";
+    case ValueKind::OPTIONAL:
+        return "optional";
+    case ValueKind::OPTIONAL_SEQUENCE:
+        return "optional sequence";
+    }
+    return "?";
+}
+
 bool ModelIO::accepts(const TensorShape& actual) const {
+    if (any_shape) return true;
     if (actual.ndim() != shape.size()) return false;
     for (size_t i = 0; i < shape.size(); ++i)
         if (shape[i] >= 0 && size_t(shape[i]) != actual[i]) return false;
@@ -24,6 +39,7 @@ bool ModelIO::accepts(const TensorShape& actual) const {
 }
 
 std::string ModelIO::shape_string() const {
+    if (any_shape) return "any";
     std::string s = "{";
     for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
     return s + "}";

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -42,20 +43,40 @@ struct LoadOptions {
     bool verify_integrity = true;
 };
 
+//! What a model input or output holds. braid's own models hold tensors; ONNX models may also
+//! take and give sequences of tensors and optional values (docs/onnx.md).
+enum class ValueKind { TENSOR, SEQUENCE, OPTIONAL, OPTIONAL_SEQUENCE };
+
+//! "tensor", "sequence", "optional" or "optional sequence".
+const char* value_kind_name(ValueKind kind);
+//! Whether a value of `kind` is a sequence (maybe optional).
+inline bool holds_sequence(ValueKind kind) {
+    return kind == ValueKind::SEQUENCE || kind == ValueKind::OPTIONAL_SEQUENCE;
+}
+//! Whether a value of `kind` may be absent.
+inline bool is_optional(ValueKind kind) {
+    return kind == ValueKind::OPTIONAL || kind == ValueKind::OPTIONAL_SEQUENCE;
+}
+
 //! A named model input or output.
 struct ModelIO {
     std::string name;
     DType dtype;
     //! The recorded shape; -1 marks a dim fixed at run time.
     std::vector<long> shape;
+    //! A sequence's dtype and shape are those of its elements; an optional's, of its value.
+    ValueKind kind = ValueKind::TENSOR;
+    //! No shape is recorded (an ONNX sequence element or optional value without one): any
+    //! shape fits.
+    bool any_shape = false;
     //! Inputs: the concrete shape the model was built with. Outputs: the recorded shape.
     TensorShape default_shape;
     //! The var in the loaded graph (invalid in a ModelDescription).
     SymbolVar var;
 
-    //! Whether `actual` fits `shape` (same rank, equal fixed dims).
+    //! Whether `actual` fits `shape` (same rank, equal fixed dims; anything when any_shape).
     bool accepts(const TensorShape& actual) const;
-    //! "{-1,784}".
+    //! "{-1,784}" ("any" when any_shape).
     std::string shape_string() const;
 };
 
@@ -78,6 +99,11 @@ struct LoadedModel {
     std::shared_ptr<ComputingGraph> graph;
     std::vector<ModelIO> inputs;
     std::vector<ModelIO> outputs;
+    //! ONNX models imported with onnx_import::ImportOptions::sequence_outputs: per sequence
+    //! output of the model, by name, the indices in `outputs` of its elements; and the optional
+    //! outputs without a value (no entry in `outputs`).
+    std::map<std::string, std::vector<size_t>> sequence_outputs;
+    std::set<std::string> none_outputs;
     ModelInfo info;
 
     //! The input named `name`; throws GraphError listing the inputs when there is none.

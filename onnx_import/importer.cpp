@@ -282,10 +282,67 @@ void NodeCtx::set_sequence_output(size_t i, std::vector<SymbolVar> elements) con
     m_imp.sequences[m_node.output(int(i))] = std::move(elements);
 }
 
+bool NodeCtx::is_sequence(size_t i) const {
+    return has_input(i) && m_imp.sequences.count(m_node.input(int(i))) > 0;
+}
+
+bool NodeCtx::is_none(size_t i) const {
+    return has_input(i) && m_imp.nones.count(m_node.input(int(i))) > 0;
+}
+
+void NodeCtx::set_none_output(size_t i) const {
+    m_imp.nones.insert(m_node.output(int(i)));
+}
+
+void NodeCtx::forward(size_t in, size_t out) const {
+    if (!has_input(in)) invalid(fmt::format("input {} is missing", in));
+    std::string from = m_node.input(int(in));
+    if (!m_imp.value(from).defined()) value_of(from); // the error naming it
+    m_imp.alias(from, m_node.output(int(out)));
+}
+
+Importer::Value Importer::value(const std::string& name) const {
+    Value v;
+    if (auto it = values.find(name); it != values.end()) v.var = it->second;
+    if (auto it = constants.find(name); it != constants.end()) v.constant = it->second;
+    if (auto it = sequences.find(name); it != sequences.end()) v.elements = it->second;
+    v.none = nones.count(name) > 0;
+    return v;
+}
+
+void Importer::set_value(const std::string& name, const Value& v) {
+    values.erase(name);
+    constants.erase(name);
+    sequences.erase(name);
+    nones.erase(name);
+    if (v.var) values[name] = *v.var;
+    if (v.constant) constants[name] = *v.constant;
+    if (v.elements) sequences[name] = *v.elements;
+    if (v.none) nones.insert(name);
+}
+
+std::unique_ptr<Importer> Importer::nested() const {
+    auto sub = std::make_unique<Importer>();
+    sub->graph = graph;
+    sub->source = source;
+    sub->dir = dir;
+    sub->opset = opset;
+    sub->model = model;
+    sub->values = values;
+    sub->constants = constants;
+    sub->sequences = sequences;
+    sub->nones = nones;
+    return sub;
+}
+
 SymbolVar NodeCtx::value_of(const std::string& name) const {
     auto it = m_imp.values.find(name);
     if (it != m_imp.values.end()) return it->second;
     if (m_imp.constants.count(name)) return m_imp.constant_var(name);
+    if (m_imp.sequences.count(name))
+        invalid(fmt::format("input \"{}\" is a sequence; this input takes a tensor", name));
+    if (m_imp.nones.count(name))
+        invalid(fmt::format("input \"{}\" is an optional without a value", name));
     invalid(fmt::format("input \"{}\" is neither a graph input, an initializer nor the output "
                         "of an earlier node",
                         name));
@@ -493,7 +550,10 @@ SymbolVar Importer::output_var(const std::string& name, const std::string& what)
     if (it != values.end()) return it->second;
     if (constants.count(name)) return constant_var(name);
     if (sequences.count(name))
-        throw UnsupportedOnnxError(what + ": a sequence output (only tensor outputs)");
+        throw UnsupportedOnnxError(what + ": a sequence, where a tensor is expected");
+    if (nones.count(name))
+        throw UnsupportedOnnxError(what + ": an optional without a value, where a tensor is "
+                                          "expected");
     BRAID_THROW(SerializationError, "{}: no node computes it", what);
 }
 
@@ -521,12 +581,16 @@ void check_dataflow(const onnx::GraphProto& g, const std::string& source) {
                         out.name());
 }
 
-//! Whether a node carries a graph (If, Loop, Scan): the version converter is not applied to
-//! such models (it does not convert the nodes inside a branch).
-bool has_subgraphs(const onnx::GraphProto& g) {
+//! Whether the version converter would lose part of `g`, which is then imported at its own
+//! opset: a node carrying a graph (If, Loop, Scan: the converter does not convert the nodes
+//! inside), or a sequence or optional input or output (the converter drops their types).
+bool converter_loses_parts(const onnx::GraphProto& g) {
     for (auto& n : g.node())
         for (auto& a : n.attribute())
             if (a.has_g() || a.graphs_size() > 0) return true;
+    for (auto* list : {&g.input(), &g.output()})
+        for (auto& v : *list)
+            if (v.type().has_sequence_type() || v.type().has_optional_type()) return true;
     return false;
 }
 
@@ -660,15 +724,26 @@ onnx::ModelProto converted_in_child(onnx::ModelProto& model, const std::string& 
     return converted;
 }
 
-//! A graph input or output as the file declares it: dtype and dims (-1 for a symbolic or
-//! unknown dim, 1 in the default shape).
+//! A graph input or output as the file declares it: kind, dtype and dims (-1 for a symbolic or
+//! unknown dim, 1 in the default shape). A sequence's or optional's element without a shape
+//! fits any shape (any_shape); a tensor without one is a scalar.
 ModelIO declared(const onnx::ValueInfoProto& v, const std::string& source, const char* kind) {
     std::string what = fmt::format("{}: {} \"{}\"", source, kind, v.name());
-    if (!v.type().has_tensor_type())
-        throw UnsupportedOnnxError(what + ": only tensor " + kind + "s are supported");
-    auto& tt = v.type().tensor_type();
     ModelIO io;
     io.name = v.name();
+    const onnx::TypeProto* type = &v.type();
+    bool optional = type->has_optional_type();
+    if (optional) type = &type->optional_type().elem_type();
+    bool sequence = type->has_sequence_type();
+    if (sequence) type = &type->sequence_type().elem_type();
+    if (!type->has_tensor_type())
+        throw UnsupportedOnnxError(fmt::format(
+            "{}: only tensors, sequences of tensors and optional tensors or sequences are "
+            "supported",
+            what));
+    io.kind = optional ? (sequence ? ValueKind::OPTIONAL_SEQUENCE : ValueKind::OPTIONAL)
+                       : (sequence ? ValueKind::SEQUENCE : ValueKind::TENSOR);
+    auto& tt = type->tensor_type();
     io.dtype = dtype_of(tt.elem_type(), what);
     std::vector<size_t> dims;
     if (tt.has_shape())
@@ -677,8 +752,39 @@ ModelIO declared(const onnx::ValueInfoProto& v, const std::string& source, const
             io.shape.push_back(n);
             dims.push_back(n < 0 ? 1 : size_t(n));
         }
+    io.any_shape = io.kind != ValueKind::TENSOR && !tt.has_shape();
     io.default_shape = TensorShape(dims);
     return io;
+}
+
+//! Sequence input `io` as one graph input per element, at the element shapes the options give.
+void add_sequence_input(Importer& imp, LoadedModel& res, const ModelIO& io,
+                        const ImportOptions& options, const std::string& source) {
+    auto given = options.sequence_inputs.find(io.name);
+    if (given == options.sequence_inputs.end())
+        throw UnsupportedOnnxError(fmt::format(
+            "{}: input \"{}\" is a sequence, whose length is fixed when the model runs (the "
+            "embedding API, braid-run and braid-serve import such a model per length); one "
+            "graph takes tensor inputs only",
+            source, io.name));
+    std::vector<SymbolVar> elements;
+    for (size_t i = 0; i < given->second.size(); ++i) {
+        const TensorShape& shape = given->second[i];
+        if (!io.accepts(shape))
+            BRAID_THROW(ShapeError,
+                        "{}: input \"{}\", element {}: shape {} does not fit the "
+                        "model's {}",
+                        source, io.name, i, shape.to_string(), io.shape_string());
+        ModelIO e;
+        e.name = element_name(io.name, i);
+        e.dtype = io.dtype;
+        for (size_t d : shape.dims()) e.shape.push_back(long(d));
+        e.default_shape = shape;
+        e.var = opr::Input::make(*res.graph, e.name, e.dtype, shape);
+        elements.push_back(e.var);
+        res.inputs.push_back(e);
+    }
+    imp.sequences[io.name] = std::move(elements);
 }
 
 //! `file`: the model's path when it came from a file ("" for bytes), so that the checker finds
@@ -730,7 +836,7 @@ LoadedModel import_model(onnx::ModelProto& model, const ImportOptions& options,
     // refused below, naming it.
     check_dataflow(model.graph(), source);
     int64_t opset = model_opset;
-    if (opset < TARGET_OPSET && !has_subgraphs(model.graph()) &&
+    if (opset < TARGET_OPSET && !converter_loses_parts(model.graph()) &&
         converter_reads_only_known_shapes(model.graph(), opset)) {
         try {
             model = options.isolate_version_converter
@@ -783,6 +889,17 @@ LoadedModel import_model(onnx::ModelProto& model, const ImportOptions& options,
     for (auto& in : g.input()) {
         if (imp.constants.count(in.name())) continue; // an initializer listed as an input
         ModelIO io = declared(in, source, "input");
+        bool optional = is_optional(io.kind);
+        if (optional && options.none_inputs.count(io.name)) {
+            imp.nones.insert(io.name);
+            continue;
+        }
+        if (holds_sequence(io.kind)) {
+            add_sequence_input(imp, res, io, options, source);
+            continue;
+        }
+        io.kind = ValueKind::TENSOR;
+        io.any_shape = false; // an optional's value: the graph's input has the shape given
         auto given = options.input_shapes.find(io.name);
         if (given != options.input_shapes.end()) {
             if (!io.accepts(given->second))
@@ -800,11 +917,9 @@ LoadedModel import_model(onnx::ModelProto& model, const ImportOptions& options,
     imp.model = &model;
     imp.convert_nodes(g);
 
-    for (auto& out : g.output()) {
-        SymbolVar v =
-            imp.output_var(out.name(), fmt::format("{}: output \"{}\"", source, out.name()));
+    auto add_output = [&](const std::string& name, SymbolVar v) {
         ModelIO io;
-        io.name = out.name();
+        io.name = name;
         io.dtype = v.dtype();
         if (v.node()->shape_known()) {
             io.default_shape = v.shape();
@@ -812,8 +927,30 @@ LoadedModel import_model(onnx::ModelProto& model, const ImportOptions& options,
         }
         io.var = v;
         res.outputs.push_back(io);
+    };
+    for (auto& out : g.output()) {
+        std::string what = fmt::format("{}: output \"{}\"", source, out.name());
+        auto seq = imp.sequences.find(out.name());
+        if ((seq != imp.sequences.end() || imp.nones.count(out.name())) &&
+            !options.sequence_outputs)
+            throw UnsupportedOnnxError(
+                what + ": a sequence or an optional; the embedding API, braid-run and "
+                       "braid-serve give such outputs, one graph has tensor outputs only");
+        if (imp.nones.count(out.name())) { // an optional without a value: no output
+            res.none_outputs.insert(out.name());
+            continue;
+        }
+        if (seq != imp.sequences.end()) {
+            auto& indices = res.sequence_outputs[out.name()];
+            for (size_t i = 0; i < seq->second.size(); ++i) {
+                indices.push_back(res.outputs.size());
+                add_output(element_name(out.name(), i), seq->second[i]);
+            }
+            continue;
+        }
+        add_output(out.name(), imp.output_var(out.name(), what));
     }
-    if (res.outputs.empty())
+    if (res.outputs.empty() && g.output_size() == 0)
         BRAID_THROW(SerializationError, "{}: the model has no outputs", source);
     res.info.producer = model.producer_name();
     res.info.nr_operators = res.graph->operators().size();
@@ -849,8 +986,10 @@ onnx::ModelProto parse_file(const std::string& path) {
 
 } // namespace
 
-DeclaredIO declared_io(const std::string& path, const ImportOptions& options) {
-    onnx::ModelProto model = parse_file(path);
+namespace {
+
+DeclaredIO declared_of(const onnx::ModelProto& model, const ImportOptions& options,
+                       const std::string& path) {
     std::set<std::string> inits;
     for (auto& t : model.graph().initializer()) inits.insert(t.name());
     DeclaredIO io;
@@ -864,11 +1003,23 @@ DeclaredIO declared_io(const std::string& path, const ImportOptions& options) {
     return io;
 }
 
-LoadedModel import_file(const std::string& path, const ImportOptions& options) {
+} // namespace
+
+DeclaredIO declared_io(const std::string& path, const ImportOptions& options) {
+    return declared_of(parse_file(path), options, path);
+}
+
+LoadedModel import_file(const std::string& path, const ImportOptions& options,
+                        DeclaredIO* declared) {
     onnx::ModelProto model = parse_file(path);
+    if (declared) *declared = declared_of(model, options, path);
     auto slash = path.rfind('/');
     return import_model(model, options, path,
                         slash == std::string::npos ? "." : path.substr(0, slash), path);
+}
+
+std::string element_name(const std::string& name, size_t i) {
+    return fmt::format("{}[{}]", name, i);
 }
 
 bool is_onnx_path(const std::string& path) {

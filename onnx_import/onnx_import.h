@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <span>
 #include <string>
 
@@ -64,6 +65,16 @@ struct ImportOptions {
     //! Values bound to inputs at import (shape inputs, see ShapeInputError); a bound input
     //! becomes a constant of the graph and is not listed among the model's inputs.
     std::map<std::string, Tensor> input_values;
+    //! Sequence inputs (ONNX `sequence(tensor)`), by name: the shapes of their elements. A
+    //! sequence input of k elements becomes the k graph inputs element_name(name, 0..k-1); one
+    //! not named here is an error naming it (its length is fixed when the model runs).
+    std::map<std::string, std::vector<TensorShape>> sequence_inputs;
+    //! Optional inputs bound to no value; an optional input not named here is given its value.
+    std::set<std::string> none_inputs;
+    //! A sequence output of the graph becomes one output per element, element_name(name, i),
+    //! and an optional output without a value none (the embedding API gathers them back).
+    //! Otherwise the model's outputs must be tensors.
+    bool sequence_outputs = false;
     //! Run ONNX's version converter in a child process (a crash on a hostile file is then an
     //! error of that file). The ONNX fuzzer turns it off, to find such crashes (and to fork
     //! less), so that the importer's own checks steer around them.
@@ -74,16 +85,22 @@ struct ImportOptions {
     std::shared_ptr<std::map<std::string, Tensor>> initializers;
 };
 
+//! The graph input or output that stands for element `i` of the sequence `name`: "name[i]".
+std::string element_name(const std::string& name, size_t i);
+
 //! What an ONNX file declares without importing its nodes: its inputs (not initializers, not
-//! bound in `input_values`) and outputs, each with its dtype and dims (-1 for a symbolic or
-//! unknown dim; none when the file gives no shape). The vars are invalid.
+//! bound in `input_values`) and outputs, each with its kind, dtype and dims (-1 for a symbolic
+//! or unknown dim; any_shape when the file gives no shape). The vars are invalid.
 struct DeclaredIO {
     std::vector<ModelIO> inputs, outputs;
 };
 DeclaredIO declared_io(const std::string& path, const ImportOptions& options = {});
 
-//! Imports the ONNX model file at `path` (external data files are read from its folder).
-LoadedModel import_file(const std::string& path, const ImportOptions& options = {});
+//! Imports the ONNX model file at `path` (external data files are read from its folder). With
+//! `declared`, what the file declares (declared_io) is written there first, from the same
+//! parse, also when the import then fails.
+LoadedModel import_file(const std::string& path, const ImportOptions& options = {},
+                        DeclaredIO* declared = nullptr);
 //! Imports an ONNX model from memory; `source` names it in messages.
 LoadedModel import_bytes(std::span<const uint8_t> bytes, const ImportOptions& options = {},
                          const std::string& source = "<buffer>");

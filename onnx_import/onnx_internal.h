@@ -12,6 +12,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 
 namespace braid::onnx_import {
 
@@ -49,11 +50,20 @@ public:
     SymbolVar in(size_t i) const;
     //! The var of the graph value named `name` (an input, initializer or earlier output).
     SymbolVar value_of(const std::string& name) const;
-    //! Input i as a sequence of tensors, which import knows element by element (sequences
-    //! built inside the model; a sequence input of the graph is not supported).
+    //! Input i as a sequence of tensors, which import knows element by element (built inside
+    //! the model, or a graph input of a length fixed when the model runs).
     const std::vector<SymbolVar>& sequence(size_t i) const;
     //! Records output i as a sequence.
     void set_sequence_output(size_t i, std::vector<SymbolVar> elements) const;
+    //! Whether input i is a sequence.
+    bool is_sequence(size_t i) const;
+    //! Whether input i is an optional without a value (known at import: an optional input of
+    //! the graph bound to none, or the output of an Optional node without an input).
+    bool is_none(size_t i) const;
+    //! Records output i as an optional without a value.
+    void set_none_output(size_t i) const;
+    //! Output `out` is input `in`, whatever it holds (a tensor, a sequence, no value).
+    void forward(size_t in, size_t out) const;
     //! The value of input i when it is known at import time (an initializer or a constant).
     const Tensor* constant(size_t i) const;
     //! The same; when the value depends on graph inputs, their names are added to `inputs`.
@@ -109,6 +119,24 @@ public:
     std::map<std::string, Tensor> constants;
     //! Sequence values, element by element.
     std::map<std::string, std::vector<SymbolVar>> sequences;
+    //! Optional values without a value.
+    std::set<std::string> nones;
+    //! Whatever one name holds: a var, a value known at import, a sequence, or no value.
+    struct Value {
+        std::optional<SymbolVar> var;
+        std::optional<Tensor> constant;
+        std::optional<std::vector<SymbolVar>> elements;
+        bool none = false;
+        bool defined() const { return var || constant || elements || none; }
+    };
+    Value value(const std::string& name) const;
+    void set_value(const std::string& name, const Value& v);
+    //! The value `from` under the name `to` as well.
+    void alias(const std::string& from, const std::string& to) { set_value(to, value(from)); }
+    //! An importer of a nested scope in the same graph (a subgraph inlined, once or per
+    //! element or iteration): it sees every value of this one, and what it defines stays its
+    //! own.
+    std::unique_ptr<Importer> nested() const;
     //! Makes (or finds) the constant var of a known value.
     SymbolVar constant_var(const std::string& name);
     //! The value of `var` when it can be known at import: inferred statically by braid, or

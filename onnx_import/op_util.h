@@ -4,6 +4,10 @@
 
 #include "onnx_internal.h"
 
+#include "base/error.h"
+
+#include <fmt/format.h>
+
 #include <map>
 #include <string>
 #include <vector>
@@ -11,6 +15,21 @@
 namespace braid::onnx_import {
 
 using ConverterTable = std::map<std::string, Converter>;
+
+//! Runs `convert`, naming node `c` and its subgraph `label` ("then_branch", "body, element 2")
+//! in any error, of the same class.
+template <typename F> auto in_subgraph(const NodeCtx& c, const std::string& label, F&& convert) {
+    std::string context = fmt::format("{}, {}", c.where(), label);
+    try {
+        return convert();
+    } catch (const ShapeInputError& e) {
+        throw ShapeInputError(context + ": " + e.what(), e.inputs());
+    } catch (const UnsupportedOnnxError& e) {
+        throw UnsupportedOnnxError(context + ": " + e.what());
+    } catch (const std::exception&) {
+        std::rethrow_exception(with_error_context(std::current_exception(), context, ""));
+    }
+}
 //! Adds the converters of neural-network ops (convolution, pooling, normalization, losses,
 //! resizing: ops_nn.cpp) to `table`.
 void add_nn_converters(ConverterTable& table);
@@ -24,9 +43,9 @@ void add_quant_converters(ConverterTable& table);
 void add_training_and_signal_converters(ConverterTable& table);
 //! Adds the scatters, GatherND, TopK, ReverseSequence, MaxUnpool and BitShift (ops_index.cpp).
 void add_index_converters(ConverterTable& table);
-//! Adds the sequence ops, for sequences built inside the model (ops_sequence.cpp).
+//! Adds the sequence and optional ops (ops_sequence.cpp).
 void add_sequence_converters(ConverterTable& table);
-//! If (ops_control.cpp).
+//! If, Loop and Scan (ops_control.cpp).
 void add_control_converters(ConverterTable& table);
 //! Adds Einsum (ops_einsum.cpp).
 void add_einsum_converter(ConverterTable& table);

@@ -318,6 +318,10 @@ SymbolVarArray reciprocal(const NodeCtx& c) {
 }
 
 SymbolVarArray identity(const NodeCtx& c) {
+    if (c.is_sequence(0) || c.is_none(0)) { // a sequence or an optional passes as it is
+        c.forward(0, 0);
+        return {};
+    }
     return one(c.in(0));
 }
 

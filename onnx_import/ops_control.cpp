@@ -57,33 +57,37 @@ const onnx::GraphProto& branch_graph(const NodeCtx& c, const char* name) {
     return a->g();
 }
 
-//! Runs `convert`, naming the If node and its branch in any error (of the same class).
-template <typename F> auto in_branch(const NodeCtx& c, const char* branch, F&& convert) {
-    std::string context = fmt::format("{}, {}", c.where(), branch);
-    try {
-        return convert();
-    } catch (const ShapeInputError& e) {
-        throw ShapeInputError(context + ": " + e.what(), e.inputs());
-    } catch (const UnsupportedOnnxError& e) {
-        throw UnsupportedOnnxError(context + ": " + e.what());
-    } catch (const std::exception&) {
-        std::rethrow_exception(with_error_context(std::current_exception(), context, ""));
-    }
+//! Whether a value is true (its first element is not zero).
+bool truth(const Tensor& t) {
+    double v = 0;
+    Tensor c = t.contiguous();
+    convert_elements(c.dtype(), c.raw_ptr(), dtype::Float64(), &v, 1);
+    return v != 0;
 }
 
-//! The taken branch of an If whose condition is known: its nodes join the enclosing graph.
+//! Whether a graph declares a sequence or an optional among its outputs.
+bool declares_sequence_or_optional(const onnx::GraphProto& g) {
+    for (auto& out : g.output())
+        if (out.type().has_sequence_type() || out.type().has_optional_type()) return true;
+    return false;
+}
+
+//! The taken branch of an If whose condition is known: its nodes join the enclosing graph, and
+//! its outputs (tensors, sequences or optionals) become the If's.
 SymbolVarArray inline_branch(const NodeCtx& c, const onnx::GraphProto& g, const char* branch) {
     Importer& imp = c.importer();
-    return in_branch(c, branch, [&] {
+    return in_subgraph(c, branch, [&] {
         for (auto& t : g.initializer())
             imp.constants[t.name()] =
                 tensor_of(t, imp.dir, imp.source + ": initializer", &imp.external);
         imp.convert_nodes(g);
-        SymbolVarArray outs;
-        for (auto& out : g.output())
-            outs.push_back(imp.output_var(
-                out.name(), fmt::format("{}: {} output \"{}\"", c.where(), branch, out.name())));
-        return outs;
+        for (int k = 0; k < g.output_size() && k < c.node().output_size(); ++k) {
+            const std::string& name = g.output(k).name();
+            if (!imp.value(name).defined())
+                imp.output_var(name, fmt::format("{}: {} output \"{}\"", c.where(), branch, name));
+            if (!c.node().output(k).empty()) imp.alias(name, c.node().output(k));
+        }
+        return SymbolVarArray{};
     });
 }
 
@@ -96,7 +100,7 @@ opr::Subgraph import_subgraph(
     const std::function<void(Importer&, const SymbolVarArray&)>& bind,
     const std::function<SymbolVarArray(const SymbolVarArray&, SymbolVarArray)>& finish = {}) {
     Importer& imp = c.importer();
-    return in_branch(c, label, [&] {
+    return in_subgraph(c, label, [&] {
         return opr::make_subgraph(
             *imp.graph, inputs, [&](ComputingGraph& sg, const SymbolVarArray& vars) {
                 Importer sub;
@@ -192,15 +196,18 @@ SymbolVarArray if_op(const NodeCtx& c) {
     if (then_g.output_size() != else_g.output_size())
         c.invalid(fmt::format("then_branch has {} outputs, else_branch {}", then_g.output_size(),
                               else_g.output_size()));
-    if (const Tensor* cond = c.constant(0)) {
+    // Sequences and optionals are known at import, so an If giving them takes its branch at
+    // import: its condition is then read like a shape input (ShapeInputError).
+    const Tensor* cond =
+        declares_sequence_or_optional(then_g) || declares_sequence_or_optional(else_g)
+            ? &c.constant_input(0)
+            : c.constant(0);
+    if (cond) {
         if (cond->shape().total_nr_elems() != 1)
             c.invalid(fmt::format("the condition has shape {}; expected one element",
                                   cond->shape().to_string()));
-        double v = 0;
-        Tensor t = cond->contiguous();
-        convert_elements(t.dtype(), t.raw_ptr(), dtype::Float64(), &v, 1);
-        return v != 0 ? inline_branch(c, then_g, "then_branch")
-                      : inline_branch(c, else_g, "else_branch");
+        return truth(*cond) ? inline_branch(c, then_g, "then_branch")
+                            : inline_branch(c, else_g, "else_branch");
     }
     Importer& imp = c.importer();
     Outer outer = outer_values(c, {&then_g, &else_g});
@@ -237,19 +244,119 @@ SymbolVarArray if_op(const NodeCtx& c) {
                          OperatorConfig(c.node().name()));
 }
 
-//! Refuses a loop whose carried values change shape across iterations: the body is imported
-//! at the initial shapes, and values folded from them at import would be wrong later.
-void check_carried_shapes(const NodeCtx& c, const opr::Subgraph& body, size_t nr_carried) {
+//! Why a loop's carried values cannot keep one body (empty when they can): one changes shape
+//! across iterations, and the body is imported at the initial shapes (values folded from them
+//! at import would be wrong later).
+std::string carried_shape_change(const opr::Subgraph& body, size_t nr_carried) {
     for (size_t i = 0; i < nr_carried; ++i) {
         VarNode* in = body.inputs[2 + i];
         VarNode* out = body.outputs[1 + i];
         if (!out->shape_known() || out->shape() != in->shape())
-            c.unsupported(fmt::format(
-                "loop-carried value {} (\"{}\") changes shape in the body ({} -> {}); braid "
-                "imports a body at the shapes it starts with",
-                i, in->name(), in->shape().to_string(),
-                out->shape_known() ? out->shape().to_string() : "dynamic"));
+            return fmt::format("loop-carried value {} (\"{}\") changes shape in the body ({} -> "
+                               "{})",
+                               i, in->name(), in->shape().to_string(),
+                               out->shape_known() ? out->shape().to_string() : "dynamic");
     }
+    return {};
+}
+
+//! Refuses a Scan whose states change shape (carried_shape_change).
+void check_carried_shapes(const NodeCtx& c, const opr::Subgraph& body, size_t nr_carried) {
+    std::string change = carried_shape_change(body, nr_carried);
+    if (!change.empty())
+        c.unsupported(change + "; braid imports a body at the shapes it starts with");
+}
+
+//! Most iterations a Loop is unrolled to at import.
+constexpr int64_t MAX_UNROLLED_ITERATIONS = 4096;
+
+/*!
+ * A Loop run at import: its body imported once per iteration into the enclosing graph, for the
+ * loops braid's Loop operator cannot take (sequences or optionals carried or read, carried
+ * tensors that change shape). The trip count and the condition must be known at import (read
+ * like shape inputs when they come from graph inputs), and so must each condition the body
+ * computes. Scan outputs are stacked after the last iteration.
+ */
+SymbolVarArray unrolled_loop(const NodeCtx& c, const onnx::GraphProto& body, const char* why) {
+    Importer& imp = c.importer();
+    size_t n = c.nr_inputs() - 2, k_out = size_t(body.output_size()) - 1 - n;
+    std::optional<int64_t> trips;
+    if (c.has_input(0)) trips = c.ints_input(0).at(0);
+    bool cond = !c.has_input(1) || truth(c.constant_input(1));
+    std::vector<Importer::Value> state;
+    for (size_t k = 0; k < n; ++k) {
+        state.push_back(imp.value(c.node().input(int(2 + k))));
+        if (!state.back().defined()) c.in(2 + k); // the error naming it
+    }
+    std::vector<SymbolVarArray> scans(k_out);
+    for (int64_t i = 0; cond && (!trips || i < *trips); ++i) {
+        if (i == MAX_UNROLLED_ITERATIONS)
+            c.unsupported(fmt::format("{}: such a loop is unrolled at import, up to {} "
+                                      "iterations",
+                                      why, MAX_UNROLLED_ITERATIONS));
+        auto scope = imp.nested();
+        Tensor iteration(TensorShape{}, dtype::Int64()), now(TensorShape{}, dtype::Bool());
+        iteration.ptr<int64_t>()[0] = i;
+        now.ptr<bool>()[0] = true;
+        scope->set_value(body.input(0).name(), {.constant = iteration});
+        scope->set_value(body.input(1).name(), {.constant = now});
+        for (size_t k = 0; k < n; ++k) scope->set_value(body.input(int(2 + k)).name(), state[k]);
+        for (auto& t : body.initializer())
+            scope->constants[t.name()] = tensor_of(t, imp.dir, imp.source + ": initializer");
+        in_subgraph(c, fmt::format("body, iteration {}", i), [&] {
+            scope->convert_nodes(body);
+            auto out = [&](int k) {
+                Importer::Value v = scope->value(body.output(k).name());
+                if (!v.defined())
+                    scope->output_var(body.output(k).name(),
+                                      fmt::format("body output \"{}\"", body.output(k).name()));
+                return v;
+            };
+            Importer::Value next = out(0);
+            std::vector<std::string> from;
+            std::optional<Tensor> known =
+                next.constant ? next.constant
+                              : (next.var ? scope->fold(*next.var, from) : std::nullopt);
+            if (!known)
+                c.unsupported(fmt::format("{}: such a loop is unrolled at import, and the "
+                                          "condition its body computes depends on values known "
+                                          "only when the model runs",
+                                          why));
+            cond = truth(*known);
+            for (size_t k = 0; k < n; ++k) state[k] = out(int(1 + k));
+            for (size_t k = 0; k < k_out; ++k)
+                scans[k].push_back(scope->output_var(
+                    body.output(int(1 + n + k)).name(),
+                    fmt::format("body output \"{}\"", body.output(int(1 + n + k)).name())));
+        });
+    }
+    for (size_t k = 0; k < n; ++k)
+        if (!c.node().output(int(k)).empty()) imp.set_value(c.node().output(int(k)), state[k]);
+    for (size_t k = 0; k < k_out; ++k) {
+        if (c.node().output(int(n + k)).empty()) continue;
+        if (scans[k].empty())
+            c.unsupported(fmt::format("{}: such a loop is unrolled at import, and no iteration "
+                                      "ran, so scan output {} has no shape",
+                                      why, k));
+        SymbolVarArray parts;
+        for (auto& v : scans[k]) parts.push_back(opr::expand_dims(v, {0}));
+        imp.values[c.node().output(int(n + k))] =
+            parts.size() == 1 ? parts[0] : opr::concat(parts, 0);
+    }
+    return {};
+}
+
+//! Why a Loop needs unrolling at import (empty when braid's Loop takes it): a sequence or
+//! optional carried or read from the enclosing graph.
+std::string unroll_reason(const NodeCtx& c, const onnx::GraphProto& body) {
+    for (size_t k = 2; k < c.nr_inputs(); ++k)
+        if (c.is_sequence(k) || c.is_none(k))
+            return fmt::format("loop-carried value {} is a sequence or an optional", k - 2);
+    Importer& imp = c.importer();
+    for (auto& name : outer_names(body))
+        if (imp.sequences.count(name) || imp.nones.count(name))
+            return fmt::format("the body reads the sequence or optional \"{}\"", name);
+    return {};
 }
 
 SymbolVarArray loop_op(const NodeCtx& c) {
@@ -262,6 +369,8 @@ SymbolVarArray loop_op(const NodeCtx& c) {
         c.invalid(fmt::format("the body has {} inputs and {} outputs; {} loop-carried values "
                               "need {} inputs and at least {} outputs",
                               body.input_size(), body.output_size(), n, 2 + n, 1 + n));
+    if (std::string why = unroll_reason(c, body); !why.empty())
+        return unrolled_loop(c, body, why.c_str());
     SymbolVar max_trip = c.has_input(0) ? c.in(0) : SymbolVar();
     SymbolVar cond = c.has_input(1) ? c.in(1) : SymbolVar();
     SymbolVarArray carried;
@@ -270,21 +379,37 @@ SymbolVarArray loop_op(const NodeCtx& c) {
     for (size_t i = 0; i < n; ++i) {
         carried.push_back(c.in(2 + i));
         if (!carried.back().node()->shape_known())
-            c.unsupported(fmt::format("loop-carried value {} has a dynamic shape", i));
+            return unrolled_loop(
+                c, body, fmt::format("loop-carried value {} has a dynamic shape", i).c_str());
         inputs.push_back(
             {body.input(int(2 + i)).name(), carried.back().dtype(), carried.back().shape()});
     }
     Outer outer = outer_values(c, {&body});
     add_captured(inputs, outer.captured, outer.captured_vars);
-    opr::Subgraph sg = import_subgraph(c, body, "body", inputs, outer.known,
-                                       [&](Importer& sub, const SymbolVarArray& vars) {
-                                           for (size_t i = 0; i < 2 + n; ++i)
-                                               sub.values[body.input(int(i)).name()] = vars[i];
-                                           for (size_t k = 0; k < outer.captured.size(); ++k)
-                                               sub.values[outer.captured[k]] = vars[2 + n + k];
-                                       });
-    check_carried_shapes(c, sg, n);
-    return opr::Loop::make(max_trip, cond, carried, outer.captured_vars, std::move(sg),
+    std::optional<opr::Subgraph> sg;
+    try {
+        sg = import_subgraph(c, body, "body", inputs, outer.known,
+                             [&](Importer& sub, const SymbolVarArray& vars) {
+                                 for (size_t i = 0; i < 2 + n; ++i)
+                                     sub.values[body.input(int(i)).name()] = vars[i];
+                                 for (size_t k = 0; k < outer.captured.size(); ++k)
+                                     sub.values[outer.captured[k]] = vars[2 + n + k];
+                             });
+    } catch (const ShapeInputError& e) {
+        // A shape argument the body computes from the iteration number or a carried value (a
+        // slice at the iteration number): known in each iteration of the loop unrolled.
+        for (auto& name : e.inputs())
+            for (size_t i = 0; i < 2 + n; ++i)
+                if (name == body.input(int(i)).name())
+                    return unrolled_loop(
+                        c, body,
+                        fmt::format("the body reads \"{}\" as a shape argument", name).c_str());
+        throw;
+    }
+    // A carried value that changes shape: unrolled at import instead.
+    if (std::string change = carried_shape_change(*sg, n); !change.empty())
+        return unrolled_loop(c, body, change.c_str());
+    return opr::Loop::make(max_trip, cond, carried, outer.captured_vars, std::move(*sg),
                            OperatorConfig(c.node().name()));
 }
 

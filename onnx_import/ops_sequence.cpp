@@ -1,7 +1,8 @@
-// ONNX sequence ops → braid: a sequence built inside the model is known at import element by
-// element (a list of vars), so SequenceInsert, SequenceAt, ConcatFromSequence and the rest are
-// list operations at import time. Positions must be known at import; sequence inputs and
-// outputs of the graph are not supported.
+// ONNX sequence and optional ops → braid: a sequence is known at import element by element (a
+// list of vars: built inside the model, or a graph input imported per length), so SequenceInsert,
+// SequenceAt, ConcatFromSequence and the rest are list operations at import time, and SequenceMap
+// imports its body once per element. Whether an optional holds a value is known at import too.
+// Positions must be known at import.
 #include "op_util.h"
 
 #include "operators/concat_split.h"
@@ -107,6 +108,62 @@ SymbolVarArray split_to_sequence(const NodeCtx& c) {
     return {};
 }
 
+//! SequenceMap: the body imported once per element of the first input, in the enclosing graph;
+//! sequence inputs give the body their element at that position, tensor inputs themselves.
+SymbolVarArray sequence_map(const NodeCtx& c) {
+    auto* a = c.attr("body");
+    if (!a || !a->has_g()) c.invalid("attribute \"body\" (a graph) is missing");
+    const onnx::GraphProto& body = a->g();
+    if (body.input_size() != int(c.nr_inputs()) || body.output_size() != c.node().output_size())
+        c.invalid(fmt::format("the body has {} inputs and {} outputs; the node {} and {}",
+                              body.input_size(), body.output_size(), c.nr_inputs(),
+                              c.node().output_size()));
+    size_t n = c.sequence(0).size();
+    for (size_t k = 1; k < c.nr_inputs(); ++k)
+        if (c.is_sequence(k) && c.sequence(k).size() != n)
+            c.invalid(fmt::format("input {} has {} elements; input 0 has {}", k,
+                                  c.sequence(k).size(), n));
+    std::vector<std::vector<SymbolVar>> outs(size_t(body.output_size()));
+    for (size_t i = 0; i < n; ++i) {
+        auto scope = c.importer().nested();
+        for (size_t k = 0; k < c.nr_inputs(); ++k)
+            scope->values[body.input(int(k)).name()] =
+                c.is_sequence(k) ? c.sequence(k)[i] : c.in(k);
+        for (auto& t : body.initializer())
+            scope->constants[t.name()] = tensor_of(t, scope->dir, scope->source + ": initializer");
+        in_subgraph(c, fmt::format("body, element {}", i), [&] {
+            scope->convert_nodes(body);
+            for (int k = 0; k < body.output_size(); ++k)
+                outs[size_t(k)].push_back(scope->output_var(
+                    body.output(k).name(),
+                    fmt::format("{}: body output \"{}\"", c.where(), body.output(k).name())));
+        });
+    }
+    for (size_t k = 0; k < outs.size(); ++k) c.set_sequence_output(k, outs[k]);
+    return {};
+}
+
+//! Optional: its input as it is (a tensor or a sequence), or no value without one.
+SymbolVarArray optional_op(const NodeCtx& c) {
+    if (c.has_input(0))
+        c.forward(0, 0);
+    else
+        c.set_none_output(0);
+    return {};
+}
+
+SymbolVarArray optional_has_element(const NodeCtx& c) {
+    Tensor t(TensorShape{}, dtype::Bool());
+    t.ptr<bool>()[0] = c.has_input(0) && !c.is_none(0);
+    return one(c.known_output(0, t));
+}
+
+SymbolVarArray optional_get_element(const NodeCtx& c) {
+    if (c.is_none(0)) c.invalid("the optional input has no value");
+    c.forward(0, 0);
+    return {};
+}
+
 } // namespace
 
 void add_sequence_converters(ConverterTable& t) {
@@ -118,6 +175,10 @@ void add_sequence_converters(ConverterTable& t) {
     t["SequenceLength"] = sequence_length;
     t["ConcatFromSequence"] = concat_from_sequence;
     t["SplitToSequence"] = split_to_sequence;
+    t["SequenceMap"] = sequence_map;
+    t["Optional"] = optional_op;
+    t["OptionalHasElement"] = optional_has_element;
+    t["OptionalGetElement"] = optional_get_element;
 }
 
 } // namespace braid::onnx_import

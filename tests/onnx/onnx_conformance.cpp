@@ -17,6 +17,7 @@
 #include "embed/embed_internal.h"
 #include "onnx_import/onnx_internal.h"
 
+#include <onnx/onnx-data_pb.h>
 #include <onnx/onnx_pb.h>
 
 #include <sys/wait.h>
@@ -63,6 +64,56 @@ Tensor read_tensor(const fs::path& p, std::string* name, bool bfloat16 = false) 
     return onnx_import::tensor_of(t, p.parent_path().string(), p.filename().string());
 }
 
+//! A test data value: a tensor, a sequence of them, or an optional without a value.
+struct DataValue {
+    Tensor tensor;
+    std::vector<Tensor> elements;
+    bool sequence = false, none = false;
+};
+
+//! The value in `p` for a model input or output `io`, read by its kind (a TensorProto, a
+//! SequenceProto, or an OptionalProto of either).
+DataValue read_value(const fs::path& p, const ModelIO& io, std::string* name) {
+    bool bf16 = io.dtype == dtype::BFloat16();
+    if (io.kind == ValueKind::TENSOR) return {.tensor = read_tensor(p, name, bf16)};
+    auto elements = [&](const onnx::SequenceProto& seq) {
+        DataValue v{.sequence = true};
+        if (seq.elem_type() != onnx::SequenceProto::TENSOR &&
+            seq.elem_type() != onnx::SequenceProto::UNDEFINED)
+            throw onnx_import::UnsupportedOnnxError(p.filename().string() +
+                                                    ": a sequence of non-tensors");
+        for (auto& t : seq.tensor_values()) {
+            onnx::TensorProto e = t;
+            if (bf16 && e.data_type() == onnx::TensorProto::UINT16)
+                e.set_data_type(onnx::TensorProto::BFLOAT16);
+            v.elements.push_back(
+                onnx_import::tensor_of(e, p.parent_path().string(), p.filename().string()));
+        }
+        return v;
+    };
+    std::string bytes = read_all(p);
+    if (io.kind == ValueKind::SEQUENCE) {
+        onnx::SequenceProto seq;
+        if (!seq.ParseFromString(bytes))
+            throw std::runtime_error(p.filename().string() + ": not a sequence");
+        if (name) *name = seq.name();
+        return elements(seq);
+    }
+    onnx::OptionalProto opt;
+    if (!opt.ParseFromString(bytes))
+        throw std::runtime_error(p.filename().string() + ": not an optional");
+    if (name) *name = opt.name();
+    if (opt.has_sequence_value()) return elements(opt.sequence_value());
+    if (opt.has_tensor_value()) {
+        onnx::TensorProto e = opt.tensor_value();
+        if (bf16 && e.data_type() == onnx::TensorProto::UINT16)
+            e.set_data_type(onnx::TensorProto::BFLOAT16);
+        return {.tensor =
+                    onnx_import::tensor_of(e, p.parent_path().string(), p.filename().string())};
+    }
+    return {.none = true};
+}
+
 std::vector<float> as_floats(const Tensor& t) {
     std::vector<float> v(t.shape().total_nr_elems());
     convert_elements(t.dtype(), t.contiguous().raw_ptr(), dtype::Float32(), v.data(), v.size());
@@ -93,6 +144,38 @@ std::string compare(const Tensor& got, const Tensor& want, const std::string& na
     return {};
 }
 
+Tensor tensor_of_view(const embed::TensorView& v) {
+    TensorShape s;
+    s.set_ndim(v.shape.size());
+    for (size_t d = 0; d < v.shape.size(); ++d) s[d] = size_t(v.shape[d]);
+    braid::DType dt = embed::from_embed(v.dtype);
+    Tensor t(s, dt);
+    if (v.bytes) std::memcpy(t.raw_ptr(), v.data, v.bytes);
+    return t;
+}
+
+//! Empty when output `io` of the last run of `ctx` equals `want` (compare()), else what differs.
+std::string compare_output(embed::Context& ctx, const ModelIO& io, const DataValue& want) {
+    if (want.none)
+        return ctx.has_output(io.name)
+                   ? fmt::format("output \"{}\": a value; expected an optional without one",
+                                 io.name)
+                   : "";
+    if (!ctx.has_output(io.name))
+        return fmt::format("output \"{}\": no value; expected one", io.name);
+    if (!want.sequence) return compare(tensor_of_view(ctx.output(io.name)), want.tensor, io.name);
+    auto got = ctx.sequence_output(io.name);
+    if (got.size() != want.elements.size())
+        return fmt::format("output \"{}\": {} elements; expected {}", io.name, got.size(),
+                           want.elements.size());
+    for (size_t k = 0; k < got.size(); ++k) {
+        std::string why = compare(tensor_of_view(got[k]), want.elements[k],
+                                  onnx_import::element_name(io.name, k));
+        if (!why.empty()) return why;
+    }
+    return {};
+}
+
 //! Runs one case through the embedding API, as a user runs a model: loaded once, each data
 //! set fed to a context, nothing bound at import. Returns its verdict, with the reason in `why`;
 //! the graph inputs the model read as shapes at run time (imported per value: embed's
@@ -109,29 +192,42 @@ Verdict run_case(const fs::path& dir, std::string& why, std::string& shape_input
         auto model = embed::open_model(file.string(), {}, true);
         auto& m = model->impl();
         for (auto& set : sets) {
-            std::map<std::string, Tensor> feeds;
+            std::map<std::string, DataValue> feeds;
             for (size_t i = 0; fs::exists(set / fmt::format("input_{}.pb", i)); ++i) {
                 std::string name;
-                bool bf16 = i < m.input_io.size() && m.input_io[i].dtype == dtype::BFloat16();
-                Tensor t = read_tensor(set / fmt::format("input_{}.pb", i), &name, bf16);
-                if (name.empty() && i < m.input_io.size()) name = m.input_io[i].name;
-                feeds[name] = t.contiguous();
+                if (i >= m.input_io.size()) break; // reported by the run as not an input
+                DataValue v = read_value(set / fmt::format("input_{}.pb", i), m.input_io[i], &name);
+                if (name.empty()) name = m.input_io[i].name;
+                feeds[name] = v;
             }
             auto ctx = model->create_context();
             for (size_t i = 0; i < m.input_io.size(); ++i) {
                 auto it = feeds.find(m.input_io[i].name);
                 if (it == feeds.end()) continue; // reported by the run as not bound
-                auto dims = it->second.shape().dims();
-                std::vector<int64_t> shape(dims.begin(), dims.end());
-                ctx->impl().bind_input(i, it->second.raw_ptr(), embed::to_embed(it->second.dtype()),
-                                       shape.data(), shape.size());
+                DataValue& v = it->second;
+                auto view = [](Tensor& t) {
+                    t = t.contiguous();
+                    auto dims = t.shape().dims();
+                    return embed::TensorView{t.raw_ptr(), embed::to_embed(t.dtype()),
+                                             std::vector<int64_t>(dims.begin(), dims.end()),
+                                             t.nr_bytes()};
+                };
+                if (v.none) {
+                    ctx->set_input_none(m.input_io[i].name);
+                } else if (v.sequence) {
+                    std::vector<embed::TensorView> views;
+                    for (auto& e : v.elements) views.push_back(view(e));
+                    ctx->set_sequence_input(m.input_io[i].name, views);
+                } else {
+                    auto t = view(v.tensor);
+                    ctx->set_input(m.input_io[i].name, t.data, t.dtype, t.shape);
+                }
             }
             ctx->impl().run({});
             for (size_t i = 0; i < m.output_io.size(); ++i) {
                 fs::path p = set / fmt::format("output_{}.pb", i);
                 if (!fs::exists(p)) continue;
-                Tensor want = read_tensor(p, nullptr, m.output_io[i].dtype == dtype::BFloat16());
-                why = compare(ctx->impl().output_tensor(i), want, m.output_io[i].name);
+                why = compare_output(*ctx, m.output_io[i], read_value(p, m.output_io[i], nullptr));
                 if (!why.empty()) return WRONG;
             }
         }

@@ -53,6 +53,16 @@ typedef enum braid_dtype {
     BRAID_UINT64 = 12
 } braid_dtype;
 
+/* What a model input or output holds: a tensor, or (ONNX models) a sequence of tensors, an
+ * optional tensor or an optional sequence. For a sequence, the dtype and shape that
+ * braid_model_input_info() reports are its elements'. */
+typedef enum braid_value_kind {
+    BRAID_TENSOR = 0,
+    BRAID_SEQUENCE = 1,
+    BRAID_OPTIONAL = 2,
+    BRAID_OPTIONAL_SEQUENCE = 3
+} braid_value_kind;
+
 /* Options of one run; zero-initialize, then set what you need. */
 typedef struct braid_run_options {
     braid_cancel_token* cancel; /* NULL: none */
@@ -92,6 +102,10 @@ braid_status* braid_model_input_info(const braid_model* model, size_t index, con
 braid_status* braid_model_output_info(const braid_model* model, size_t index, const char** name,
                                       braid_dtype* dtype, int64_t* shape, size_t shape_capacity,
                                       size_t* ndim);
+/* The kind of input/output `index`. */
+braid_status* braid_model_input_kind(const braid_model* model, size_t index, braid_value_kind* out);
+braid_status* braid_model_output_kind(const braid_model* model, size_t index,
+                                      braid_value_kind* out);
 braid_status* braid_model_weight_bytes(const braid_model* model, size_t* out);
 
 /* Contexts. */
@@ -101,6 +115,14 @@ braid_status* braid_context_destroy(braid_context* ctx);
 /* Zero copy: `data` must stay unchanged until the next run returns. */
 braid_status* braid_context_set_input(braid_context* ctx, const char* name, braid_dtype dtype,
                                       const int64_t* shape, size_t ndim, const void* data);
+/* Sequence input `name`: `count` elements (0: an empty sequence), element i of dtypes[i],
+ * shapes[i] (ndims[i] dims) at data[i]; zero copy, as braid_context_set_input(). */
+braid_status* braid_context_set_sequence_input(braid_context* ctx, const char* name, size_t count,
+                                               const braid_dtype* dtypes,
+                                               const int64_t* const* shapes, const size_t* ndims,
+                                               const void* const* data);
+/* Optional input `name` bound to no value. */
+braid_status* braid_context_set_input_none(braid_context* ctx, const char* name);
 /* Each run copies output `name` into `data` (`bytes` must be its size). */
 braid_status* braid_context_bind_output(braid_context* ctx, const char* name, void* data,
                                         size_t bytes);
@@ -111,6 +133,15 @@ braid_status* braid_context_run(braid_context* ctx, const braid_run_options* opt
 /* Output of the last run: braid's memory, valid until the next run on this context. */
 braid_status* braid_context_output(braid_context* ctx, const char* name, const void** data,
                                    size_t* bytes);
+/* Whether output `name` holds a value after the last run (0 only for an optional without one). */
+braid_status* braid_context_has_output(braid_context* ctx, const char* name, int* out);
+/* Sequence output `name` of the last run: its number of elements, then element `index`'s data
+ * (dense row-major, valid until the next run), bytes, dtype and shape (shape may be NULL or
+ * have room for `shape_capacity` dims). */
+braid_status* braid_context_sequence_length(braid_context* ctx, const char* name, size_t* out);
+braid_status* braid_context_sequence_element(braid_context* ctx, const char* name, size_t index,
+                                             const void** data, size_t* bytes, braid_dtype* dtype,
+                                             int64_t* shape, size_t shape_capacity, size_t* ndim);
 braid_status* braid_context_arena_bytes(braid_context* ctx, size_t* out);
 braid_status* braid_context_trim(braid_context* ctx);
 

@@ -86,14 +86,22 @@ size_t dtype_size(DType dtype);
  */
 void convert_elements(DType from, const void* src, DType to, void* dst, size_t count);
 
-//! A model input or output: its name, dtype and shape (-1 for a dim fixed at run time).
+//! What a model input or output holds: a tensor, or (ONNX models) a sequence of tensors, an
+//! optional tensor or an optional sequence; the same values as the C API's braid_value_kind.
+enum class ValueKind : int { TENSOR = 0, SEQUENCE = 1, OPTIONAL = 2, OPTIONAL_SEQUENCE = 3 };
+
+//! A model input or output: its name, dtype and shape (-1 for a dim fixed at run time). For a
+//! sequence, dtype and shape are its elements'; an empty shape with `any_shape` set fits any.
 struct TensorInfo {
     std::string name;
     DType dtype = DType::FLOAT32;
     std::vector<int64_t> shape;
+    ValueKind kind = ValueKind::TENSOR;
+    bool any_shape = false;
 };
 
-//! An output after a run: braid's memory, valid until the context's next run or trim().
+//! An output after a run: braid's memory, valid until the context's next run or trim(). Also an
+//! element of a sequence input (set_sequence_input; `bytes` is not read there).
 struct TensorView {
     const void* data = nullptr;
     DType dtype = DType::FLOAT32;
@@ -185,6 +193,12 @@ public:
     //! Binds input `name` to memory braid allocates for `shape`; returns it for the caller to
     //! fill (valid until the input is bound again).
     void* input_buffer(const std::string& name, const std::vector<int64_t>& shape);
+    //! Binds sequence input `name` to `elements` (caller memory, zero copy, each unchanged until
+    //! the next run returns); none is an empty sequence. A model imported per sequence length
+    //! and element shapes (docs/onnx.md) compiles once per distinct one.
+    void set_sequence_input(const std::string& name, const std::vector<TensorView>& elements);
+    //! Binds optional input `name` to no value (set_input or set_sequence_input give it one).
+    void set_input_none(const std::string& name);
     //! Each run copies output `name` into caller memory of `bytes` (checked at the run).
     void bind_output(const std::string& name, void* data, size_t bytes);
     //! Output `name`'s shape for the bound inputs, by static inference (before running).
@@ -197,8 +211,14 @@ public:
     //! Runs on another thread and calls `done` there with Code::OK or the error.
     void run_async(const RunOptions& options, std::function<void(Code, const std::string&)> done);
 
-    //! Output `name` of the last run.
+    //! Output `name` of the last run (a tensor, or an optional holding one).
     TensorView output(const std::string& name) const;
+    //! Sequence output `name` of the last run (a sequence, or an optional holding one), element
+    //! by element.
+    std::vector<TensorView> sequence_output(const std::string& name) const;
+    //! Whether output `name` holds a value after the last run (false only for an optional
+    //! output without one; output() and sequence_output() of that are FAILED_PRECONDITION).
+    bool has_output(const std::string& name) const;
     //! Bytes of the context's own memory: its planned arena and the outputs it keeps.
     size_t arena_bytes() const;
     //! Frees the context's arena and compiled plan; the next run rebuilds them.
