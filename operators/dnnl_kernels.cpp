@@ -389,40 +389,56 @@ bool dnnl_conv2d_forward(const Conv2dParam& pr, const Tensor& x, const Tensor& w
     const auto &xs = x.shape(), &ws = w.shape(), &ys = y.shape();
     int64_t n = int64_t(xs[0]), o = int64_t(ws[0]);
     int64_t groups = pr.groups;
-    // Tasks: batch items, and blocks of output channels (multiples of 8, oneDNN's AVX2 block)
-    // when there are fewer items than threads. Grouped convolutions split by batch only; with
-    // fewer items than threads they run braid's kernel, which also splits groups and pixels.
+    // Tasks: batch items, and blocks of output channels when there are fewer items than
+    // threads (a batch of one: the common inference case). An ungrouped convolution splits its
+    // output channels in whole 8-channel blocks (oneDNN's AVX2 block), every block reading the
+    // whole source; a grouped one (depthwise) splits whole groups, each block a grouped
+    // convolution of its own channels, reordering only its slice of the source.
     int64_t threads = int64_t(kernel_threads());
-    if (groups > 1 && n < threads) return false;
+    int64_t cpg = int64_t(xs[1]) / groups, opg = o / groups; // channels per group, in and out
+    bool split_groups = groups > 1 && n < threads;
+    // The unit of a block: 8 output channels, or enough whole groups for 8 channels.
+    int64_t unit = 8, units = o / 8;
+    if (groups > 1) {
+        unit = opg >= 8 || 8 % opg != 0 || groups % (8 / opg) != 0 ? 1 : 8 / opg;
+        units = groups / unit;
+        unit *= opg; // in output channels
+    }
     int64_t nblocks = 1;
-    if (n < threads) nblocks = std::min((threads + n - 1) / n, o / 8);
+    if (n < threads) nblocks = std::min((threads + n - 1) / n, units);
     nblocks = std::max<int64_t>(nblocks, 1);
-    // Block b holds output channels [bounds[b], bounds[b + 1]), in whole 8-channel blocks.
+    // Block b holds output channels [bounds[b], bounds[b + 1]), in whole units.
     std::vector<int64_t> bounds(static_cast<size_t>(nblocks) + 1, o);
     bounds[0] = 0;
-    for (int64_t b = 1; b < nblocks; ++b) bounds[size_t(b)] = (o / 8) * b / nblocks * 8;
+    for (int64_t b = 1; b < nblocks; ++b) bounds[size_t(b)] = units * b / nblocks * unit;
 
     PlanKey key = plan_key(pr, xs, ws, 0, fusion);
     std::vector<std::shared_ptr<ConvPlan>> plans(static_cast<size_t>(nblocks));
     for (int64_t b = 0; b < nblocks; ++b) {
         key.oc = bounds[size_t(b) + 1] - bounds[size_t(b)];
+        if (split_groups) { // a grouped convolution of the block's groups alone
+            key.groups = key.oc / opg;
+            key.c = key.groups * cpg;
+        }
         plans[size_t(b)] = find_plan(key);
-        // Every block must take the source in one layout (it is reordered once per item).
-        if (!plans[size_t(b)] || plans[size_t(b)]->src_md != plans[0]->src_md) return false;
+        if (!plans[size_t(b)]) return false;
+        // Every block must take the source in one layout (it is reordered once per item),
+        // unless each block reorders its own slice.
+        if (!split_groups && plans[size_t(b)]->src_md != plans[0]->src_md) return false;
     }
     const ConvPlan& first = *plans[0];
 
     const float* xp = x.ptr<float>();
     const float* wp = w.ptr<float>();
     float* yp = y.ptr<float>();
-    size_t in_item = xs[1] * xs[2] * xs[3], out_plane = ys[2] * ys[3];
+    size_t in_plane = xs[2] * xs[3], in_item = xs[1] * in_plane, out_plane = ys[2] * ys[3];
     size_t w_per_oc = ws[1] * ws[2] * ws[3];
 
     // Phase 1: the source of every batch item in the primitive's layout, in a buffer of the
-    // calling thread (the tasks of phase 2 read it).
+    // calling thread (the tasks of phase 2 read it); split groups reorder their own slices.
     const float* src = xp;
     size_t src_item = in_item;
-    if (first.src_reorder) {
+    if (first.src_reorder && !split_groups) {
         thread_local AlignedBuffer src_buffer;
         size_t bytes = first.src_md.get_size();
         src_item = bytes / sizeof(float);
@@ -442,7 +458,7 @@ bool dnnl_conv2d_forward(const Conv2dParam& pr, const Tensor& x, const Tensor& w
     // folded batch norm) into the primitive's layout, the convolution, and its output into y.
     parallel_for(size_t(n * nblocks), 1, [&](size_t begin, size_t end) {
         dnnl_single_thread();
-        thread_local AlignedBuffer scaled_buf, dst_buf, scratch_buf;
+        thread_local AlignedBuffer scaled_buf, dst_buf, scratch_buf, src_buf;
         for (size_t t = begin; t < end; ++t) {
             size_t item = t / size_t(nblocks), b = t % size_t(nblocks);
             const ConvPlan& plan = *plans[b];
@@ -470,9 +486,19 @@ bool dnnl_conv2d_forward(const Conv2dParam& pr, const Tensor& x, const Tensor& w
             float* y_task = yp + (item * size_t(o) + o0) * out_plane;
             float* dst = plan.dst_reorder ? dst_buf.get(plan.dst_md.get_size()) : y_task;
             memory dst_mem(plan.dst_md, cpu_engine(), dst);
+            const float* task_src = src + item * src_item;
+            if (split_groups) { // channels [o0 / opg * cpg, ...) of the plain source
+                task_src = xp + item * in_item + o0 / size_t(opg) * size_t(cpg) * in_plane;
+                if (plan.src_reorder) {
+                    float* buf = src_buf.get(plan.src_md.get_size());
+                    memory from(plan.src_plain, cpu_engine(), const_cast<float*>(task_src));
+                    memory to(plan.src_md, cpu_engine(), buf);
+                    plan.src_reorder->run(from, to, "source reorder");
+                    task_src = buf;
+                }
+            }
             std::unordered_map<int, memory> args{
-                {DNNL_ARG_SRC,
-                 memory(plan.src_md, cpu_engine(), const_cast<float*>(src + item * src_item))},
+                {DNNL_ARG_SRC, memory(plan.src_md, cpu_engine(), const_cast<float*>(task_src))},
                 {DNNL_ARG_WEIGHTS, wei_mem},
                 {DNNL_ARG_DST, dst_mem}};
             if (plan.has_bias)

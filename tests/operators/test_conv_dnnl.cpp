@@ -1,6 +1,7 @@
 // The oneDNN convolution (operators/dnnl_kernels.h) against braid's im2col kernel on the same
 // graphs: Conv2d and FusedConv2d (bias, folded batch norm, activations) over strides, padding,
-// dilation, groups, batches and odd channel counts, at one and several kernel threads; weights
+// dilation, groups (split over threads at batch 1), batches and odd channel counts, at one and
+// several kernel threads; weights
 // changed in place between runs; and which implementation oneDNN runs for the common cases.
 #include "checker.h"
 
@@ -98,6 +99,13 @@ std::vector<ConvCase> cases() {
         {{1, 32, 7, 7}, {40, 32, 1, 1}, geometry(1, 0), false, true},           // 1x1
         {{2, 5, 9, 7}, {7, 5, 2, 3}, geometry(1, 0)},                           // non-square
         {{1, 16, 5, 5}, {48, 16, 5, 5}, {2, 1, 2, 1, 1, 1, 1}},                 // anisotropic
+        // A batch of one split over threads by whole groups, each block its own source slice:
+        {{1, 48, 10, 10}, {48, 1, 5, 5}, geometry(1, 2, 1, 48), false, true, relu}, // depthwise
+        {{1, 40, 9, 9}, {40, 1, 3, 3}, geometry(2, 1, 1, 40), true},                // stride 2
+        {{1, 13, 7, 7}, {13, 1, 3, 3}, geometry(1, 1, 1, 13)}, // odd, one group a unit
+        {{1, 16, 8, 8}, {32, 4, 3, 3}, geometry(1, 1, 1, 4), false, true, relu}, // 4 groups
+        {{1, 16, 6, 6}, {16, 8, 3, 3}, geometry(1, 1, 1, 2)},  // two groups, one per block
+        {{1, 24, 6, 6}, {48, 1, 3, 3}, geometry(1, 1, 1, 24)}, // depthwise, 2 outputs each
     };
 }
 
@@ -172,4 +180,22 @@ TEST(Conv2dDnnl, CommonShapesRunJitKernels) {
     opr::kern::set_dnnl_conv_enabled(false);
     EXPECT_EQ(impl(geometry(1, 1), {1, 64, 56, 56}, {64, 64, 3, 3}), "");
     opr::kern::set_dnnl_conv_enabled(true);
+}
+
+TEST(Conv2dDnnl, ABatchOfOneDepthwiseConvolutionRunsOneDnnOnEveryThreadCount) {
+    // A depthwise convolution of one image is split over the threads by whole groups (each a
+    // grouped convolution of its own channels); it no longer falls back to braid's kernel when
+    // there are more threads than images.
+    if (!opr::kern::dnnl_conv_enabled()) GTEST_SKIP() << "braid was built without oneDNN";
+    std::mt19937 rng(3);
+    Tensor x = random_tensor({1, 48, 10, 10}, dtype::Float32(), rng, -1, 1);
+    Tensor w = random_tensor({48, 1, 5, 5}, dtype::Float32(), rng, -.3, .3);
+    size_t saved = kernel_threads();
+    for (size_t threads : {size_t(1), size_t(2), size_t(3)}) {
+        set_kernel_threads(threads);
+        Tensor y(TensorShape{1, 48, 10, 10}, dtype::Float32());
+        EXPECT_TRUE(opr::kern::dnnl_conv2d_forward(geometry(1, 2, 1, 48), x, w, y, {}, nullptr))
+            << "threads=" << threads;
+    }
+    set_kernel_threads(saved);
 }
