@@ -96,7 +96,7 @@ std::vector<ConvCase> cases() {
         {{1, 16, 11, 11}, {32, 16, 3, 3}, geometry(1, 2, 2)},                   // dilation
         {{2, 16, 8, 8}, {32, 4, 3, 3}, geometry(1, 1, 1, 4), true, true, relu}, // groups
         {{3, 8, 6, 6}, {8, 1, 3, 3}, geometry(1, 1, 1, 8)},                     // depthwise
-        {{1, 32, 7, 7}, {40, 32, 1, 1}, geometry(1, 0), false, true},           // 1x1
+        {{1, 32, 7, 7}, {40, 32, 1, 1}, geometry(2, 0), false, true},           // 1x1 stride 2
         {{2, 5, 9, 7}, {7, 5, 2, 3}, geometry(1, 0)},                           // non-square
         {{1, 16, 5, 5}, {48, 16, 5, 5}, {2, 1, 2, 1, 1, 1, 1}},                 // anisotropic
         // A batch of one split over threads by whole groups, each block its own source slice:
