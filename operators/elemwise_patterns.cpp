@@ -1,5 +1,6 @@
-// Compile-time pass "fold_gelu_erf": the erf form of GELU written out in elementwise operators,
-// as ONNX exporters write it (ONNX has no Gelu before opset 20),
+// Compile-time passes on elementwise patterns ("pow_square" below). "fold_gelu_erf": the erf form
+// of GELU written out in elementwise operators, as ONNX exporters write it (ONNX has no Gelu before
+// opset 20),
 //
 //     u * 0.5 * (1 + erf(u / sqrt 2))      in either order of the two products, with
 //                                          u / sqrt 2 written as a Div or a Mul by 1 / sqrt 2,
@@ -100,10 +101,36 @@ void fold_gelu_erf(CompilePassCtx& ctx) {
     }
 }
 
+/*!
+ * Compile-time pass "pow_square": x ^ 2 with a float32 scalar constant exponent of exactly 2
+ * (ONNX exporters write squares as Pow) becomes Elemwise(SQUARE) on x, the same value (x * x
+ * is what a correctly rounded pow gives) without the general power's exp and log: a mel
+ * spectrogram's Pow took 0.74 ms where ONNX Runtime takes 0.04.
+ */
+void pow_square(CompilePassCtx& ctx) {
+    std::vector<Elemwise*> pows;
+    for (auto* opr : ctx.order())
+        if (auto* e = dynamic_cast<Elemwise*>(opr);
+            e && e->mode() == ElemMode::POW && e->comp_node().device().kind == Device::Kind::CPU)
+            pows.push_back(e);
+    for (auto* p : pows) {
+        VarNode* x = p->input(0);
+        std::optional<float> exponent = float32_scalar_constant(p->input(1));
+        if (!exponent || *exponent != 2.f || x->dtype() != dtype::Float32() ||
+            p->output(0)->dtype() != dtype::Float32() || !x->shape_known() ||
+            !p->output(0)->shape_known() || x->shape() != p->output(0)->shape())
+            continue;
+        SymbolVar sq = Elemwise::make(ElemMode::SQUARE, {SymbolVar(x)},
+                                      OperatorConfig(p->name(), p->comp_node()));
+        ctx.replace({p}, sq.node()->owner());
+    }
+}
+
 } // namespace
 
 void register_elemwise_pattern_passes() {
     register_compile_pass("fold_gelu_erf", fold_gelu_erf);
+    register_compile_pass("pow_square", pow_square);
 }
 
 } // namespace braid::opr

@@ -299,3 +299,35 @@ TEST(Fusion, AttentionWithFetchedProbabilitiesStaysUnfused) {
     expect_tensor_near(kept.y, plain.y, 0, 0, "attention output");
     expect_tensor_near(kept.exec->output(1), plain.exec->output(1), 0, 0, "probabilities");
 }
+
+TEST(Fusion, PowByTwoBecomesASquare) {
+    // x ^ 2 with a constant exponent of 2 runs as SQUARE, with the same values as the power;
+    // another exponent stays a power.
+    register_all_operators();
+    std::mt19937 rng(5);
+    Tensor x = random_tensor({3, 257}, dtype::Float32(), rng, -30, 30);
+    for (double exponent : {2.0, 3.0}) {
+        std::vector<Tensor> results;
+        for (bool fusion : {true, false}) {
+            GraphOptions opt;
+            opt.enable_fusion = fusion;
+            auto g = ComputingGraph::make(opt);
+            auto xv = opr::Input::make(*g, "x", dtype::Float32(), {3, 257});
+            auto y =
+                opr::pow(xv, opr::ImmutableTensor::make_scalar(*g, exponent, dtype::Float32()));
+            auto exec = g->compile({y});
+            exec->feed("x", x).run();
+            results.push_back(exec->output(0).copy());
+            size_t pows = 0;
+            for (auto& [cn, oprs] : exec->sequences())
+                for (auto* o : oprs)
+                    if (auto* e = dynamic_cast<opr::Elemwise*>(o))
+                        pows += e->mode() == opr::ElemMode::POW;
+            EXPECT_EQ(pows, fusion && exponent == 2.0 ? 0u : 1u) << exponent << " " << fusion;
+        }
+        expect_tensor_near(results[0], results[1], 0, 0, fmt::format("x ^ {}", exponent));
+        if (exponent == 2.0)
+            for (size_t i = 0; i < 3 * 257; ++i)
+                EXPECT_EQ(results[0].ptr<float>()[i], x.ptr<float>()[i] * x.ptr<float>()[i]);
+    }
+}
