@@ -45,9 +45,12 @@ double memcpy_gbps(const OpsOptions& opt) {
 
 //! Times exec->run() of a graph over float32 inputs; returns GB/s for `bytes` moved per run.
 double graph_gbps(const OpsOptions& opt, const std::vector<TensorShape>& shapes,
-                  const std::function<SymbolVar(const SymbolVarArray&)>& build, double bytes) {
+                  const std::function<SymbolVar(const SymbolVarArray&)>& build, double bytes,
+                  bool fusion = true) {
+    register_all_operators(); // the compile passes, the fusion among them
     GraphOptions go;
     go.default_comp_node = opt.comp_node;
+    go.enable_fusion = fusion;
     auto g = ComputingGraph::make(go);
     SymbolVarArray in;
     for (size_t i = 0; i < shapes.size(); ++i)
@@ -84,6 +87,26 @@ void run_elemwise_cases(const OpsOptions& opt) {
             2 * f32_bytes);
         report_case(opt, "add_bcast", with_threads("4096x4096+4096"), gbps, anchor_gbps(), "GB/s",
                     anchor);
+    }
+    // HardSwish as exporters write it, x * min(max(x + 3, 0), 6) / 6: five Elemwise operators,
+    // which the fusion pass runs as one ElemwiseChain; the anchor is the same graph unfused,
+    // in the same run. Large (64 MiB, memory-bound) and cache-resident (1 MiB); bytes count
+    // the input read and the chain's result written once.
+    for (size_t elems : {n, size_t(256) * 1024}) {
+        if (!case_selected(opt, "hard_swish_chain")) break;
+        // Summed at the end, so that the graph's output is one float: a 64 MiB output tensor
+        // would be allocated (and faulted in) anew by every run, hiding the chain's traffic.
+        auto hard_swish = [](const SymbolVarArray& in) {
+            auto k = [&](double v) { return opr::scalar_like(in[0], v); };
+            return opr::reduce_sum(
+                opr::true_div(in[0] * opr::minimum(opr::maximum(in[0] + k(3), k(0)), k(6)), k(6)),
+                {0});
+        };
+        double bytes = 2 * 4.0 * double(elems);
+        double fused = graph_gbps(opt, {{elems}}, hard_swish, bytes, true);
+        double unfused = graph_gbps(opt, {{elems}}, hard_swish, bytes, false);
+        report_case(opt, "hard_swish_chain", with_threads(std::to_string(elems)), fused, unfused,
+                    "GB/s", "the_5_elemwise_unfused");
     }
     if (case_selected(opt, "gelu")) {
         double gbps = graph_gbps(

@@ -113,11 +113,12 @@ struct DivOp {
     static double apply(double a, double b) { return a / b; }
 };
 // NaN propagates: a NaN on either side wins.
+// `|` rather than `||`: both comparisons evaluated, so the loops vectorize (a blend).
 struct MaxOp {
-    template <typename T> static T apply(T a, T b) { return a > b || a != a ? a : b; }
+    template <typename T> static T apply(T a, T b) { return (a > b) | (a != a) ? a : b; }
 };
 struct MinOp {
-    template <typename T> static T apply(T a, T b) { return a < b || a != a ? a : b; }
+    template <typename T> static T apply(T a, T b) { return (a < b) | (a != a) ? a : b; }
 };
 
 [[noreturn]] void throw_div_zero() {
@@ -211,8 +212,12 @@ struct Fma3Op {
 };
 
 // ---- loops: contiguous inputs and broadcast scalars get their own loop so they vectorise.
+// The one-operation loops are multi-versioned (AVX2 machines run them 8 wide); one operation
+// per element leaves the compiler nothing to contract into an FMA, so every version gives the
+// same bits.
 template <typename T, typename Op>
-void unary_kernel(const void* const* in, const uint8_t* step, void* out, size_t n) {
+BRAID_SIMD_CLONES void unary_kernel(const void* const* in, const uint8_t* step, void* out,
+                                    size_t n) {
     using R = decltype(Op::apply(T()));
     const T* x = static_cast<const T*>(in[0]);
     R* y = static_cast<R*>(out);
@@ -308,7 +313,8 @@ ElemKernel avx2_float_kernel(ElemMode m) {
 #endif
 
 template <typename T, typename Op>
-void binary_kernel(const void* const* in, const uint8_t* step, void* out, size_t n) {
+BRAID_SIMD_CLONES void binary_kernel(const void* const* in, const uint8_t* step, void* out,
+                                     size_t n) {
     using R = decltype(Op::apply(T(), T()));
     const T* a = static_cast<const T*>(in[0]);
     const T* b = static_cast<const T*>(in[1]);

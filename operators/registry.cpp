@@ -9,6 +9,7 @@ namespace braid::opr {
 void register_io_operators();
 void register_elemwise_operators();
 void register_elemwise_pattern_passes();
+void register_elemwise_chain_operators();
 void register_attention_fusion_pass();
 void register_tensor_manip_operators();
 void register_matmul_operators();
@@ -75,6 +76,8 @@ void register_operator_library() {
         register_roi_align_operators();
         register_ngram_operators();
         register_control_flow_operators();
+        // Last: its pass joins what the other fusion passes left.
+        register_elemwise_chain_operators();
     });
 }
 

@@ -1,0 +1,258 @@
+#include "operators/elemwise_chain.h"
+
+#include "base/error.h"
+#include "base/thread_pool.h"
+#include "graph/graph_pass.h"
+#include "graph/operator_registry.h"
+#include "graph/param_io.h"
+#include "operators/elemwise_kernels.h"
+
+#include <algorithm>
+#include <array>
+#include <unordered_map>
+
+namespace braid::opr {
+
+bool chainable_mode(ElemMode mode) {
+    switch (mode) {
+    case ElemMode::NEG:
+    case ElemMode::ABS:
+    case ElemMode::RELU:
+    case ElemMode::SQUARE:
+    case ElemMode::SQRT:
+    case ElemMode::ADD:
+    case ElemMode::SUB:
+    case ElemMode::MUL:
+    case ElemMode::TRUE_DIV:
+    case ElemMode::MAX:
+    case ElemMode::MIN:
+    case ElemMode::CLIP:
+        return true;
+    default:
+        return false;
+    }
+}
+
+ElemwiseChain::ElemwiseChain(const VarNodeArray& inputs, Param param, const OperatorConfig& config)
+    : ParamOperator(param, config) {
+    for (auto* in : inputs) add_input(in);
+    add_output();
+}
+
+SymbolVar ElemwiseChain::make(const SymbolVarArray& inputs, Param param,
+                              const OperatorConfig& config) {
+    if (inputs.empty() || param.modes.empty() || param.operands.size() != 3 * param.modes.size())
+        BRAID_THROW(ValueError,
+                    "ElemwiseChain: {} inputs, {} steps and {} operands (3 per step, at least "
+                    "one input and one step)",
+                    inputs.size(), param.modes.size(), param.operands.size());
+    int32_t nin = int32_t(inputs.size());
+    for (size_t s = 0; s < param.modes.size(); ++s) {
+        int32_t m = param.modes[s];
+        if (m < 0 || m > int32_t(ElemMode::FMA3) || !chainable_mode(ElemMode(m)))
+            BRAID_THROW(ValueError, "ElemwiseChain: step {} has mode {}, which does not chain", s,
+                        m);
+        size_t arity = elem_mode_arity(ElemMode(m));
+        for (size_t k = 0; k < 3; ++k) {
+            int32_t o = param.operands[3 * s + k];
+            bool ok = k < arity ? o >= 0 && o < nin + int32_t(s) : o == -1;
+            if (!ok)
+                BRAID_THROW(ValueError,
+                            "ElemwiseChain: step {} ({}) operand {} is {}; expected an input "
+                            "(below {}) or an earlier step (below {}), -1 past its arity",
+                            s, elem_mode_name(ElemMode(m)), k, o, nin, nin + int32_t(s));
+        }
+    }
+    VarNodeArray vars;
+    for (auto& v : inputs) vars.push_back(v.node());
+    return inputs[0]
+        .graph()
+        .insert_opr(std::make_unique<ElemwiseChain>(vars, std::move(param), config))
+        ->output(0);
+}
+
+void ElemwiseChain::init_output_dtypes() {
+    for (auto* in : inputs())
+        if (in->dtype() != dtype::Float32())
+            BRAID_THROW(DTypeError, "{}: inputs must be float32, got {} for input {}", describe(),
+                        in->dtype().name(), in->name());
+    output(0)->set_dtype(dtype::Float32());
+}
+
+bool ElemwiseChain::infer_output_shapes(const InferCtx& ctx, TensorShape* out) const {
+    std::vector<const TensorShape*> shapes;
+    for (size_t i = 0; i < ctx.nr_inputs(); ++i) {
+        if (!ctx.shape(i)) return false;
+        shapes.push_back(ctx.shape(i));
+    }
+    if (!broadcast_shapes(shapes.data(), shapes.size(), out[0]))
+        BRAID_THROW(ShapeError, "{}: the inputs' shapes do not broadcast", describe());
+    return true;
+}
+
+void ElemwiseChain::execute(ExecCtx& ctx) {
+    Tensor& y = ctx.output(0);
+    const TensorShape& shape = y.shape();
+    size_t n = shape.total_nr_elems();
+    if (n == 0) return;
+    BRAID_ASSERT(y.layout().is_contiguous(), "{}: the output is not contiguous", describe());
+    // Each input as dense float32 of the output's shape, or one element that every output
+    // reads (step 0); another broadcast is made dense first.
+    size_t nin = inputs().size();
+    std::vector<Tensor> dense(nin);
+    std::vector<const float*> base(nin);
+    std::vector<uint8_t> advance(nin, 1);
+    for (size_t i = 0; i < nin; ++i) {
+        const Tensor& t = ctx.input(i);
+        if (t.shape().total_nr_elems() == 1) {
+            dense[i] = t.contiguous();
+            advance[i] = 0;
+        } else if (t.shape() == shape) {
+            dense[i] = t.contiguous();
+        } else {
+            dense[i] = Tensor(t.storage(), t.offset(), t.layout().broadcast(shape)).contiguous();
+        }
+        base[i] = dense[i].ptr<float>();
+    }
+    size_t steps = m_param.modes.size();
+    std::vector<ElemKernel> kernels(steps);
+    for (size_t s = 0; s < steps; ++s) {
+        kernels[s] = find_elem_kernel(ElemMode(m_param.modes[s]), DTypeEnum::FLOAT32);
+        BRAID_ASSERT(kernels[s], "{}: no float32 kernel for step {}", describe(), s);
+    }
+    // Blocks of BLOCK elements: every step's result stays in cache until the next reads it.
+    constexpr size_t BLOCK = 1024;
+    size_t nblocks = (n + BLOCK - 1) / BLOCK;
+    float* yp = y.ptr<float>();
+    parallel_for(nblocks, 32, [&](size_t b0, size_t b1) {
+        thread_local std::vector<float> scratch;
+        if (scratch.size() < steps * BLOCK) scratch.resize(steps * BLOCK);
+        for (size_t b = b0; b < b1; ++b) {
+            size_t off = b * BLOCK, len = std::min(BLOCK, n - off);
+            for (size_t s = 0; s < steps; ++s) {
+                std::array<const void*, 3> in{};
+                std::array<uint8_t, 3> step{};
+                for (size_t k = 0; k < 3; ++k) {
+                    int32_t o = m_param.operands[3 * s + k];
+                    if (o < 0) break;
+                    if (size_t(o) < nin) {
+                        in[k] = base[size_t(o)] + (advance[size_t(o)] ? off : 0);
+                        step[k] = advance[size_t(o)];
+                    } else {
+                        in[k] = scratch.data() + (size_t(o) - nin) * BLOCK;
+                        step[k] = 1;
+                    }
+                }
+                void* out = s + 1 == steps ? static_cast<void*>(yp + off)
+                                           : static_cast<void*>(scratch.data() + s * BLOCK);
+                kernels[s](in.data(), step.data(), out, len);
+            }
+        }
+    });
+}
+
+// ---- the fusion pass ----
+
+namespace {
+
+//! The Elemwise that may join a chain of output shape `shape`, else null: a chainable mode on
+//! a CPU comp node, float32, its output of `shape`, each input of `shape` or one element.
+Elemwise* chain_member(OperatorNode* opr) {
+    auto* e = dynamic_cast<Elemwise*>(opr);
+    if (!e || !chainable_mode(e->mode()) || e->comp_node().device().kind != Device::Kind::CPU ||
+        bound_to_static_values(*e))
+        return nullptr;
+    VarNode* y = e->output(0);
+    if (y->dtype() != dtype::Float32() || !y->shape_known()) return nullptr;
+    for (auto* in : e->inputs()) {
+        if (in->dtype() != dtype::Float32() || !in->shape_known()) return nullptr;
+        const TensorShape& s = in->shape();
+        bool scalar = s.total_nr_elems() == 1 && s.ndim() <= y->shape().ndim();
+        if (s != y->shape() && !scalar) return nullptr;
+    }
+    return e;
+}
+
+void fuse_elemwise_chains(CompilePassCtx& ctx) {
+    std::unordered_map<OperatorNode*, size_t> position, group_of;
+    std::vector<std::vector<Elemwise*>> groups;
+    for (auto* opr : ctx.order()) position[opr] = position.size();
+    for (auto* opr : ctx.order()) {
+        Elemwise* e = chain_member(opr);
+        if (!e) continue;
+        // The groups whose last operator's result only `e` reads join `e`'s.
+        std::vector<size_t> joined;
+        for (auto* in : e->inputs()) {
+            auto* producer = in->owner();
+            auto it = group_of.find(producer);
+            if (it == group_of.end() || producer->output(0) != in ||
+                in->shape() != e->output(0)->shape() || !ctx.removable(in) ||
+                ctx.single_reader(in) != e || producer->comp_node() != e->comp_node())
+                continue;
+            if (std::find(joined.begin(), joined.end(), it->second) == joined.end())
+                joined.push_back(it->second);
+        }
+        size_t g = joined.empty() ? groups.size() : joined[0];
+        if (joined.empty()) groups.emplace_back();
+        for (size_t k = 1; k < joined.size(); ++k) {
+            for (auto* m : groups[joined[k]]) {
+                groups[g].push_back(m);
+                group_of[m] = g;
+            }
+            groups[joined[k]].clear();
+        }
+        groups[g].push_back(e);
+        group_of[e] = g;
+    }
+    for (auto& members : groups) {
+        if (members.size() < 2) continue;
+        std::sort(members.begin(), members.end(),
+                  [&](Elemwise* a, Elemwise* b) { return position[a] < position[b]; });
+        std::unordered_map<VarNode*, int32_t> step_of;
+        for (size_t s = 0; s < members.size(); ++s) step_of[members[s]->output(0)] = int32_t(s);
+        // Inputs: the vars the members read that no member computes, in order of first use.
+        SymbolVarArray inputs;
+        std::unordered_map<VarNode*, int32_t> input_of;
+        for (auto* m : members)
+            for (auto* in : m->inputs())
+                if (!step_of.count(in) && !input_of.count(in)) {
+                    input_of[in] = int32_t(inputs.size());
+                    inputs.emplace_back(in);
+                }
+        ElemwiseChainParam p;
+        int32_t nin = int32_t(inputs.size());
+        for (auto* m : members) {
+            p.modes.push_back(int32_t(m->mode()));
+            for (size_t k = 0; k < 3; ++k) {
+                if (k >= m->inputs().size()) {
+                    p.operands.push_back(-1);
+                    continue;
+                }
+                VarNode* in = m->input(k);
+                auto s = step_of.find(in);
+                p.operands.push_back(s != step_of.end() ? nin + s->second : input_of[in]);
+            }
+        }
+        CompNode cn = members.back()->comp_node();
+        SymbolVar chain =
+            ElemwiseChain::make(inputs, std::move(p), OperatorConfig(members.back()->name(), cn));
+        ctx.replace(std::vector<OperatorNode*>(members.begin(), members.end()),
+                    chain.node()->owner());
+    }
+}
+
+SymbolVarArray load_elemwise_chain(const OprLoadContext& ctx) {
+    return {
+        ElemwiseChain::make(ctx.inputs, read_param<ElemwiseChain::Param>(ctx.params), ctx.config)};
+}
+
+} // namespace
+
+void register_elemwise_chain_operators() {
+    OperatorRegistry::instance().add("ElemwiseChain", "elemwise_chain", dump_param<ElemwiseChain>,
+                                     load_elemwise_chain);
+    // Last: the convolution and matmul epilogues take their bias and activation first.
+    register_compile_pass("fuse_elemwise_chains", fuse_elemwise_chains);
+}
+
+} // namespace braid::opr
