@@ -381,6 +381,10 @@ PlanKey plan_key(const Conv2dParam& pr, const TensorShape& xs, const TensorShape
                    pr.exact.value_or(false)};
 }
 
+//! Multiply-adds of one batch item below which a convolution is not split over threads by
+//! output channels (about 20 us of work: more than a block's dispatch costs).
+constexpr double MIN_BLOCK_MACS = 2e6;
+
 /*!
  * Whether a convolution is pointwise (1x1, stride 1, no padding, one group): a GEMM on the plain
  * layout, which braid's kernel runs with no reorders. 480->480 channels on 6x80 pixels took
@@ -416,8 +420,14 @@ bool dnnl_conv2d_forward(const Conv2dParam& pr, const Tensor& x, const Tensor& w
         units = groups / unit;
         unit *= opg; // in output channels
     }
+    // Each block must be worth its dispatch: a split of a small convolution (a voice-activity
+    // model's, a few hundred thousand multiply-adds) cost more than it saved, and the model ran
+    // slower on 2 threads than on 1 (0.076 -> 0.161 ms).
+    double macs = double(ys[1]) * double(ys[2]) * double(ys[3]) * double(ws[1]) * double(ws[2]) *
+                  double(ws[3]);
     int64_t nblocks = 1;
-    if (n < threads) nblocks = std::min((threads + n - 1) / n, units);
+    if (n < threads)
+        nblocks = std::min({(threads + n - 1) / n, units, int64_t(macs / MIN_BLOCK_MACS)});
     nblocks = std::max<int64_t>(nblocks, 1);
     // Block b holds output channels [bounds[b], bounds[b + 1]), in whole units.
     std::vector<int64_t> bounds(static_cast<size_t>(nblocks) + 1, o);

@@ -99,7 +99,11 @@ std::vector<ConvCase> cases() {
         {{1, 32, 7, 7}, {40, 32, 1, 1}, geometry(2, 0), false, true},           // 1x1 stride 2
         {{2, 5, 9, 7}, {7, 5, 2, 3}, geometry(1, 0)},                           // non-square
         {{1, 16, 5, 5}, {48, 16, 5, 5}, {2, 1, 2, 1, 1, 1, 1}},                 // anisotropic
-        // A batch of one split over threads by whole groups, each block its own source slice:
+        // A batch of one split over threads by whole groups, each block its own source slice
+        // (above 2M multiply-adds; smaller ones run as one block):
+        {{1, 96, 80, 80}, {96, 1, 3, 3}, geometry(1, 1, 1, 96), true, true, relu},  // depthwise
+        {{1, 64, 32, 32}, {128, 16, 3, 3}, geometry(1, 1, 1, 4)},                   // 4 groups
+        {{1, 26, 40, 40}, {26, 13, 3, 3}, geometry(1, 1, 1, 2), false, true},       // 2 groups
         {{1, 48, 10, 10}, {48, 1, 5, 5}, geometry(1, 2, 1, 48), false, true, relu}, // depthwise
         {{1, 40, 9, 9}, {40, 1, 3, 3}, geometry(2, 1, 1, 40), true},                // stride 2
         {{1, 13, 7, 7}, {13, 1, 3, 3}, geometry(1, 1, 1, 13)}, // odd, one group a unit
