@@ -44,9 +44,9 @@ struct DnnlConvFusion {
  * Runs conv2d_forward()'s convolution with oneDNN on float32 contiguous NCHW x, OIHW w and
  * y (allocated with the output shape), with `fusion` applied and then `epilogue` (if any) over
  * each finished block of y, as conv2d_forward() calls it. Returns false, having written
- * nothing, when oneDNN is disabled, has no JIT kernel for the case, or the convolution is
- * pointwise (1x1, stride 1, no padding, one group: a GEMM braid's kernel runs faster); the
- * caller then runs braid's own kernel.
+ * nothing, when oneDNN is disabled, has no JIT kernel for the case, or braid's kernel runs it
+ * faster (pointwise convolutions, and ungrouped ones of one input channel); the caller then
+ * runs braid's own kernel.
  */
 bool dnnl_conv2d_forward(const Conv2dParam& param, const Tensor& x, const Tensor& w, Tensor& y,
                          const DnnlConvFusion& fusion, const ConvEpilogue* epilogue);
