@@ -605,6 +605,18 @@ SymbolVar resize_axis(const NodeCtx& c, const ResizeMode& rm, SymbolVar x, int a
         if (outside[o]) identity = false;
     }
     if (identity) return x;
+    // One tap of weight 1 per position (nearest, or linear at whole source positions): one
+    // take of those positions, rather than a take, a product and a sum per tap.
+    bool single = std::find(outside.begin(), outside.end(), 1.f) == outside.end();
+    std::vector<int64_t> chosen(out, -1);
+    for (size_t o = 0; o < out && single; ++o)
+        for (size_t k = 0; k < taps; ++k) {
+            if (wts[k][o] == 0) continue;
+            single = single && wts[k][o] == 1 && chosen[o] < 0;
+            chosen[o] = idx[k][o];
+        }
+    if (single && std::find(chosen.begin(), chosen.end(), -1) == chosen.end())
+        return take(x, axis, chosen);
     std::vector<long> wshape(x.shape().ndim(), 1);
     wshape[size_t(axis)] = long(out);
     auto weights = [&](const std::vector<float>& v) {
