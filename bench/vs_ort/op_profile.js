@@ -65,20 +65,26 @@ function parseArgs(argv) {
   return a;
 }
 
+//! The real-model suite names its input files after the inputs with other characters than
+//! [A-Za-z0-9_.-] replaced by '_' ("onnx::Flatten_0" -> "onnx__Flatten_0"): back to the names.
+async function resolveInputNames(ort, a) {
+  const session = await ort.InferenceSession.create(a.model, { logSeverityLevel: 3 });
+  const safe = (n) => n.replace(/[^A-Za-z0-9_.-]/g, '_');
+  a.inputs = a.inputs.map((spec) => {
+    const [name, file] = spec.split('=');
+    const real = session.inputNames.includes(name) ? name
+                                                   : session.inputNames.find((n) => safe(n) === name);
+    return `${real || name}=${file}`;
+  });
+  await session.release();
+}
+
 //! ONNX Runtime's per-node kernel time, summed per op type per iteration (ms), and the median
 //! run time.
 async function ortProfile(ort, a, work) {
   const options = { intraOpNumThreads: a.threads, interOpNumThreads: 1, executionMode: 'sequential',
                     graphOptimizationLevel: 'all', logSeverityLevel: 3 };
   const plain = await ort.InferenceSession.create(a.model, options);
-  // The real-model suite names its input files after the inputs with other characters than
-  // [A-Za-z0-9_.-] replaced by '_' ("onnx::Flatten_0" -> "onnx__Flatten_0"): back to the name.
-  const safe = (n) => n.replace(/[^A-Za-z0-9_.-]/g, '_');
-  a.inputs = a.inputs.map((spec) => {
-    const [name, file] = spec.split('=');
-    const real = plain.inputNames.includes(name) ? name : plain.inputNames.find((n) => safe(n) === name);
-    return `${real || name}=${file}`;
-  });
   const feeds = {};
   for (const spec of a.inputs) {
     const [name, file] = spec.split('=');
@@ -118,12 +124,17 @@ async function ortProfile(ort, a, work) {
 //! braid-run's per-operator profile, summed per ONNX op type per iteration (ms), and its median.
 function braidProfile(a, work) {
   const trace = path.join(work, 'braid_profile.json');
-  const args = [a.model, '--threads', String(a.threads), '--iter', String(a.iter), '--warmup', '3',
-                '--json', '--profile', trace];
-  for (const spec of a.inputs) args.push('--input', spec);
-  const run = spawnSync(path.join(a.build, 'tools', 'braid-run'), args, { encoding: 'utf8' });
-  if (run.status !== 0) throw new Error(`braid-run failed: ${run.stderr || run.stdout}`);
-  const report = JSON.parse(run.stdout);
+  // The latency from a run without the profile (its per-operator timestamps cost time too).
+  const braidRun = (extra) => {
+    const args = [a.model, '--threads', String(a.threads), '--iter', String(a.iter), '--warmup',
+                  '3', '--json', ...extra];
+    for (const spec of a.inputs) args.push('--input', spec);
+    const run = spawnSync(path.join(a.build, 'tools', 'braid-run'), args, { encoding: 'utf8' });
+    if (run.status !== 0) throw new Error(`braid-run failed: ${run.stderr || run.stdout}`);
+    return JSON.parse(run.stdout);
+  };
+  const report = braidRun([]);
+  braidRun(['--profile', trace]);
   const events = JSON.parse(fs.readFileSync(trace, 'utf8'));
   const list = Array.isArray(events) ? events : events.traceEvents;
   const perType = {}, perNode = {}, typeOf = {};
@@ -151,8 +162,12 @@ async function main() {
   const ort = loadOrt(a.build);
   const work = fs.mkdtempSync(path.join(os.tmpdir(), 'braid_op_profile_'));
   try {
-    const o = await ortProfile(ort, a, work);
+    // braid first: ONNX Runtime's workers keep spinning for a while after its sessions run,
+    // and would take a core from braid-run at 2 threads. The input names are ONNX Runtime's
+    // to resolve, so a session is opened (and released) before.
+    await resolveInputNames(ort, a);
     const b = braidProfile(a, work);
+    const o = await ortProfile(ort, a, work);
     const types = [...new Set([...Object.keys(o.perType), ...Object.keys(b.perType)])]
       .sort((x, y) => (b.perType[y] || 0) + (o.perType[y] || 0) - (b.perType[x] || 0) - (o.perType[x] || 0));
     const sum = (t) => Object.values(t).reduce((x, y) => x + y, 0);
