@@ -124,7 +124,8 @@ void ElemwiseChain::execute(ExecCtx& ctx) {
     constexpr size_t BLOCK = 1024;
     size_t nblocks = (n + BLOCK - 1) / BLOCK;
     float* yp = y.ptr<float>();
-    parallel_for(nblocks, 32, [&](size_t b0, size_t b1) {
+    // At least 64 blocks (64K elements, tens of microseconds) per task.
+    parallel_for(nblocks, 64, [&](size_t b0, size_t b1) {
         thread_local std::vector<float> scratch;
         if (scratch.size() < steps * BLOCK) scratch.resize(steps * BLOCK);
         for (size_t b = b0; b < b1; ++b) {
