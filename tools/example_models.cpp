@@ -1,5 +1,6 @@
 #include "tools/example_models.h"
 
+#include "operators/elemwise_chain.h"
 #include "operators/fused_conv.h"
 #include "operators/fused_matmul.h"
 #include "parallel/context_parallel.h"
@@ -103,6 +104,13 @@ SymbolVarArray build_every_operator(ComputingGraph& graph, bool point_to_point) 
                                 stat(0.8f, 1.2f, "fc_var")},
                                fused_conv),
         "fused_conv"); // {1,2,4,2}
+    // mixed * relu(mixed + 3), as an ElemwiseChain (operators/elemwise_chain.h).
+    opr::ElemwiseChainParam chain;
+    chain.modes = {int32_t(opr::ElemMode::ADD), int32_t(opr::ElemMode::RELU),
+                   int32_t(opr::ElemMode::MUL)};
+    chain.operands = {0, 1, -1, 2, -1, -1, 0, 3, -1};
+    out(opr::ElemwiseChain::make({mixed, opr::scalar_like(mixed, 3.0)}, chain),
+        "elemwise_chain"); // {4,5}
     // The backward operators of Conv2d and Pooling, with conv's output as the gradient.
     opr::Conv2dParam conv_geometry{1, 2, 1, 0, 1, 1, 1};
     out(opr::conv2d_backward_data(cw, conv, conv_geometry, 4, 6), "conv_dx");    // {1,1,4,6}

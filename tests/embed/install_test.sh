@@ -37,11 +37,14 @@ leaks=$(nm -D --defined-only "$libdir/libbraid.so.0" | awk '{print $3}' | c++fil
   grep -Ev '^(braid_|braid::embed::|typeinfo for braid::embed::Error$|typeinfo name for braid::embed::Error$|vtable for braid::embed::Error$)' |
   grep -Ev '^(_init|_fini|_edata|_end|__bss_start)$' || true)
 [ -z "$leaks" ] || { echo "exported beyond the public API:"; echo "$leaks"; exit 1; }
-if nm -D --defined-only "$libdir/libbraid.so.0" | c++filt | grep -q '::Impl::'; then
+# The symbol list read once: `nm | grep -q` under pipefail fails when grep stops reading
+# early and nm dies of SIGPIPE, which a long enough list made happen.
+exported=$(nm -D --defined-only "$libdir/libbraid.so.0")
+if [ "$(c++filt <<<"$exported" | grep -c '::Impl::')" != 0 ]; then
   echo "exports private Impl members"; exit 1
 fi
-for sym in braid_model_load_file braid_context_run braid_status_free; do
-  nm -D --defined-only "$libdir/libbraid.so.0" | grep -qw "$sym" || { echo "$sym not exported"; exit 1; }
+for sym in braid_model_load_file braid_context_run braid_status_free braid_context_set_sequence_input; do
+  grep -qw "$sym" <<<"$exported" || { echo "$sym not exported"; exit 1; }
 done
 
 for lang in c cpp; do
