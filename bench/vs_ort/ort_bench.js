@@ -7,20 +7,7 @@
 'use strict';
 const fs = require('fs');
 const ort = require('onnxruntime-node');
-
-function readNpy(path) {
-  const buf = fs.readFileSync(path);
-  if (buf.toString('latin1', 1, 6) !== 'NUMPY') throw new Error(`${path}: not a .npy file`);
-  const major = buf[6];
-  const headerLen = major === 1 ? buf.readUInt16LE(8) : buf.readUInt32LE(8);
-  const start = (major === 1 ? 10 : 12) + headerLen;
-  const header = buf.toString('latin1', major === 1 ? 10 : 12, start);
-  if (!header.includes("'<f4'")) throw new Error(`${path}: expected float32 data`);
-  const shape = header.match(/'shape': \(([^)]*)\)/)[1].split(',').filter((s) => s.trim() !== '')
-    .map((s) => Number(s.trim()));
-  const data = new Float32Array(buf.buffer.slice(buf.byteOffset + start, buf.byteOffset + buf.length));
-  return { data, shape };
-}
+const { readNpy } = require('./npy');
 
 async function main() {
   const [model, threadsArg, itersArg, outPath] = process.argv.slice(2);
@@ -32,7 +19,7 @@ async function main() {
     graphOptimizationLevel: 'all',
   });
   const input = readNpy(model.replace(/\.onnx$/, '.npy'));
-  const feeds = { [session.inputNames[0]]: new ort.Tensor('float32', input.data, input.shape) };
+  const feeds = { [session.inputNames[0]]: new ort.Tensor(input.dtype, input.data, input.shape) };
   const first = await session.run(feeds);
   if (outPath) fs.writeFileSync(outPath, Buffer.from(first[session.outputNames[0]].data.buffer));
   for (let i = 0; i < Math.max(3, iterations / 10); ++i) await session.run(feeds);

@@ -18,7 +18,7 @@ if [ ! -d "$work/node_modules/onnxruntime-node" ]; then
   # The package ships its CPU build; its install script only fetches CUDA libraries.
   (cd "$work" && npm install --no-audit --no-fund --ignore-scripts --silent) >&2
 fi
-cp "$here/ort_bench.js" "$work/ort_bench.js"
+cp "$here/ort_bench.js" "$here/npy.js" "$work/"
 "$build/bench/make_vs_ort_models" "$work/models" >&2
 models="mlp_small mlp_large transformer cnn add_chain"
 lines=()
