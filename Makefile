@@ -15,7 +15,7 @@ SANITIZER_ENV = ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/scripts/tsan.supp
 
-.PHONY: all bootstrap configure build run test test-isa test-smoke check-fresh fuzz-build fuzz bench bench-vs-ort bench-serve check-asan check-tsan format \
+.PHONY: all bootstrap configure build run test test-isa test-smoke check-fresh fuzz-build fuzz bench bench-vs-ort bench-real-models bench-serve check-asan check-tsan format \
 	clean
 
 all: build
@@ -106,6 +106,12 @@ bench: build
 # the build folder on first use; needs the npm registry).
 bench-vs-ort: build
 	bash bench/vs_ort/run.sh $(BUILD_DIR)
+
+# The same on the real-model suite's models at 1 and 2 threads (the suite fetches the models,
+# writes their inputs and installs onnxruntime-node first; needs the npm registry).
+bench-real-models: build
+	bash tests/models/run.sh $(BUILD_DIR) > /dev/null
+	node bench/vs_ort/real_models.js $(BUILD_DIR)
 
 # braid-serve under wrk: the example mlp, batch-1 requests, concurrency 1/8/64, batching off/on
 # (docs/performance.md). Builds only what it runs.
