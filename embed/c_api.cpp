@@ -142,21 +142,23 @@ void write_dims(const std::vector<int64_t>& dims, int64_t* shape, size_t capacit
     std::copy(dims.begin(), dims.end(), shape);
 }
 
-const TensorInfo& info_at(const braid_model* model, size_t index, bool input, const char* fn) {
-    auto m = live(model, Registry::MODEL, fn);
+//! Input or output `index` of `m` (which the caller keeps alive while it reads the info).
+const TensorInfo& info_at(const std::shared_ptr<braid_model>& m, size_t index, bool input,
+                          const char* fn) {
     auto& list = input ? m->model->inputs() : m->model->outputs();
     if (index >= list.size())
         throw Error(Code::INVALID_ARGUMENT,
                     fmt::format("{}: index {} is out of range: the model has {} {}", fn, index,
                                 list.size(), input ? "inputs" : "outputs"));
-    return list[index]; // the model lives on: the handle's registry holds it
+    return list[index];
 }
 
 braid_status* io_info(const braid_model* model, size_t index, bool input, const char** name,
                       braid_dtype* dtype, int64_t* shape, size_t shape_capacity, size_t* ndim,
                       const char* fn) {
     return call([&] {
-        const TensorInfo& t = info_at(model, index, input, fn);
+        auto m = live(model, Registry::MODEL, fn);
+        const TensorInfo& t = info_at(m, index, input, fn);
         if (name) *name = t.name.c_str();
         if (dtype) *dtype = braid_dtype(t.dtype);
         write_dims(t.shape, shape, shape_capacity, ndim, fn, t.name);
@@ -167,7 +169,8 @@ braid_status* io_kind(const braid_model* model, size_t index, bool input, braid_
                       const char* fn) {
     return call([&] {
         require(out, "out", fn);
-        *out = braid_value_kind(info_at(model, index, input, fn).kind);
+        auto m = live(model, Registry::MODEL, fn);
+        *out = braid_value_kind(info_at(m, index, input, fn).kind);
     });
 }
 
