@@ -8,6 +8,7 @@
 //
 // Exit status: 0 success, 2 usage error, 3 bad model or input file, 4 failure while running.
 // Every error is one line on stderr. See docs/cli.md.
+#include "base/cpu_isa.h"
 #include "base/hash.h"
 #include "base/host_port.h"
 #include "base/log.h"
@@ -65,8 +66,9 @@ void print_text(const RunConfig& cfg, const RunResult& r) {
         devices = fmt::format(", devices: {} ({})", cfg.devices,
                               r.collectives ? "ranks as threads, in-process group manager"
                                             : "independent copies: no collective operators");
-    std::printf("comp node: %s, kernel threads: %zu, memory plan: %s%s\n", r0.comp_node.c_str(),
-                r.kernel_threads, cfg.mem_plan ? "on" : "off", devices.c_str());
+    std::printf("comp node: %s, kernel threads: %zu, kernel ISA: %s, memory plan: %s%s\n",
+                r0.comp_node.c_str(), r.kernel_threads, cpu_isa_name(cpu_isa()),
+                cfg.mem_plan ? "on" : "off", devices.c_str());
     std::printf("load: %.3f ms (%s of parameters used in place from the mapped file), "
                 "compile: %.3f ms\n",
                 r0.load_ms, format_bytes(info.mapped_bytes).c_str(), r0.compile_ms);
@@ -136,6 +138,7 @@ void print_json(const RunConfig& cfg, const RunResult& r) {
         {"mapped_bytes", r.info.mapped_bytes},
         {"comp_node", r0.comp_node},
         {"kernel_threads", r.kernel_threads},
+        {"kernel_isa", cpu_isa_name(cpu_isa())},
         {"memory_plan", cfg.mem_plan},
         {"devices", cfg.devices}};
     if (r.world_size > 0) {

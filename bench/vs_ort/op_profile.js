@@ -129,7 +129,7 @@ function braidProfile(a, work) {
       typeOf[m[1]] = `${type}: ${e.name.split(' "')[0]}`;
     }
   }
-  return { perType, perNode, typeOf, median: report.latency_ms.median };
+  return { perType, perNode, typeOf, median: report.latency_ms.median, isa: report.kernel_isa };
 }
 
 function median(v) {
@@ -154,12 +154,12 @@ async function main() {
     const sum = (t) => Object.values(t).reduce((x, y) => x + y, 0);
     const cpu = os.cpus()[0].model;
     if (a.json) {
-      console.log(JSON.stringify({ model: a.model, cpu, threads: a.threads, ort_version: ort.env.versions.common,
+      console.log(JSON.stringify({ model: a.model, cpu, isa: b.isa, threads: a.threads, ort_version: ort.env.versions.common,
                                    braid_median_ms: b.median, ort_median_ms: o.median,
                                    braid_ms: b.perType, ort_ms: o.perType }));
       return;
     }
-    console.log(`${path.basename(a.model)} on ${cpu}, ${a.threads} thread(s), ${a.iter} iterations; ` +
+    console.log(`${path.basename(a.model)} on ${cpu} (braid's kernels: ${b.isa}), ${a.threads} thread(s), ${a.iter} iterations; ` +
                 `ONNX Runtime ${ort.env.versions.common}`);
     console.log(`run time, median: braid ${b.median.toFixed(3)} ms, ONNX Runtime ${o.median.toFixed(3)} ms ` +
                 `(ratio ${(b.median / o.median).toFixed(2)})`);

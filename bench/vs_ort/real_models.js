@@ -32,6 +32,7 @@ function main() {
     process.exit(2);
   }
   const rows = [];
+  let isa = '?';
   for (const file of fs.readdirSync(files).filter((f) => f.endsWith('.onnx')).sort()) {
     const name = file.replace(/\.onnx$/, '');
     if (skip.includes(name)) continue;
@@ -50,14 +51,15 @@ function main() {
       }
       const r = JSON.parse(run.stdout);
       row[`t${t}`] = { braid: r.braid_median_ms, ort: r.ort_median_ms };
+      isa = r.isa;
     }
     rows.push(row);
   }
   if (json) {
-    console.log(JSON.stringify({ cpu: os.cpus()[0].model, iterations: iter, rows }));
+    console.log(JSON.stringify({ cpu: os.cpus()[0].model, isa, iterations: iter, rows }));
     return;
   }
-  console.log(`${os.cpus()[0].model}, ${os.cpus().length} cores; medians of ${iter} runs each`);
+  console.log(`${os.cpus()[0].model}, ${os.cpus().length} cores, braid's kernels: ${isa}; medians of ${iter} runs each`);
   const head = threads.map((t) => `braid / ORT ms, ${t} thr | ratio`).join(' | ');
   console.log(`| model | ${head} |`);
   console.log(`| --- |${threads.map(() => ' ---: | ---: |').join('')}`);
