@@ -73,9 +73,8 @@ void print_text(const RunConfig& cfg, const RunResult& r) {
                 "compile: %.3f ms\n",
                 r0.load_ms, format_bytes(info.mapped_bytes).c_str(), r0.compile_ms);
     for (auto& in : r.inputs)
-        std::printf("input %s: %s %s %s (model shape %s)\n", printable(in.name).c_str(),
-                    printable(in.source).c_str(), in.value.dtype().name(),
-                    in.value.shape().to_string().c_str(), in.model_shape.c_str());
+        std::printf("input %s: %s %s (model shape %s)\n", printable(in.name).c_str(),
+                    printable(in.source).c_str(), in.description().c_str(), in.model_shape.c_str());
     auto s = latency_stats(all_iterations(r));
     std::printf("iterations: %zu after %zu warm-up%s\n", cfg.iterations, cfg.warmup,
                 cfg.devices > 1 ? fmt::format(" (per rank; {} samples)", s.count).c_str() : "");
@@ -163,11 +162,21 @@ void print_json(const RunConfig& cfg, const RunResult& r) {
         j["ranks"] = std::move(ranks);
     }
     auto inputs = nlohmann::ordered_json::array();
-    for (auto& in : r.inputs)
-        inputs.push_back({{"name", in.name},
-                          {"source", in.source},
-                          {"dtype", in.value.dtype().name()},
-                          {"shape", in.value.shape().dims()}});
+    for (auto& in : r.inputs) {
+        nlohmann::ordered_json j_in = {{"name", in.name}, {"source", in.source}};
+        if (in.none) {
+            j_in["none"] = true;
+        } else if (in.sequence) {
+            auto elements = nlohmann::ordered_json::array();
+            for (auto& e : in.elements)
+                elements.push_back({{"dtype", e.dtype().name()}, {"shape", e.shape().dims()}});
+            j_in["elements"] = std::move(elements);
+        } else {
+            j_in["dtype"] = in.value.dtype().name();
+            j_in["shape"] = in.value.shape().dims();
+        }
+        inputs.push_back(std::move(j_in));
+    }
     j["inputs"] = std::move(inputs);
     j["outputs"] = outputs_json(r0.outputs);
     if (cfg.mem_report)
@@ -197,8 +206,9 @@ int main(int argc, char** argv) {
     app.add_option("model", cfg.model_path, "Model file (.braid)")->required();
     app.add_option("--input", inputs,
                    "NAME=FILE.npy, NAME=random or NAME=random:SHAPE (e.g. x=random:4x784); "
-                   "repeat for each input. Inputs not given are random with the model's "
-                   "default shape")
+                   "a sequence input NAME=A.npy,B.npy,...; an optional input NAME=none for no "
+                   "value; repeat for each input. Inputs not given are random with the "
+                   "model's default shape")
         ->expected(1)
         ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
     std::vector<std::string> binds;

@@ -100,7 +100,40 @@ std::vector<ResolvedInput> resolve_inputs(const RunConfig& cfg, const std::vecto
         for (auto& s : cfg.inputs)
             if (s.name == io.name) spec = &s;
         std::string what = fmt::format("input \"{}\": ", io.name);
-        if (spec && !spec->file.empty()) {
+        bool optional = io.kind == ValueKind::OPTIONAL || io.kind == ValueKind::OPTIONAL_SEQUENCE;
+        bool sequence = io.kind == ValueKind::SEQUENCE || io.kind == ValueKind::OPTIONAL_SEQUENCE;
+        if (spec && spec->none) {
+            if (!optional)
+                throw ToolError(EXIT_USAGE, fmt::format("--input {}=none: the input is a {}, not "
+                                                        "an optional; it needs a value",
+                                                        io.name, value_kind_name(io.kind)));
+            in.source = "none";
+            in.none = true;
+        } else if (sequence) {
+            // Each element from a file: NAME=A.npy,B.npy (one file: a sequence of one).
+            if (!spec || spec->file.empty())
+                throw ToolError(
+                    EXIT_USAGE,
+                    fmt::format("{}a sequence: give its elements with --input "
+                                "{}=A.npy,B.npy,...{}",
+                                what, io.name,
+                                optional ? fmt::format(" or --input {}=none", io.name) : ""));
+            in.source = spec->file;
+            in.sequence = true;
+            std::vector<std::string> files = spec->files;
+            if (files.empty()) files.push_back(spec->file);
+            for (size_t k = 0; k < files.size(); ++k) {
+                std::string element = fmt::format("{}element {}: ", what, k);
+                Tensor t = stage(EXIT_BAD_FILE, element, [&] { return read_npy(files[k]); });
+                if (t.dtype() != io.dtype || !io.accepts(t.shape()))
+                    throw ToolError(EXIT_BAD_FILE,
+                                    fmt::format("{}{} holds {} {}, the model expects {} {}",
+                                                element, files[k], t.dtype().name(),
+                                                t.shape().to_string(), io.dtype.name(),
+                                                io.shape_string()));
+                in.elements.push_back(t);
+            }
+        } else if (spec && !spec->file.empty()) {
             in.source = spec->file;
             in.value = stage(EXIT_BAD_FILE, what, [&] { return read_npy(spec->file); });
             if (in.value.dtype() != io.dtype)
@@ -213,10 +246,22 @@ RankResult run_rank(const RunConfig& cfg, int rank, embed::Model& model, double 
     };
     auto ctx = compile([&] { return model.create_context(); });
     for (auto& in : inputs) {
-        auto dims = in.value.shape().dims();
+        auto view = [](const Tensor& t) {
+            auto dims = t.shape().dims();
+            return embed::TensorView{t.raw_ptr(), embed::to_embed(t.dtype()),
+                                     std::vector<int64_t>(dims.begin(), dims.end()), t.nr_bytes()};
+        };
         stage(EXIT_RUN_FAILED, prefix, [&] {
-            ctx->set_input(in.name, in.value.raw_ptr(), embed::to_embed(in.value.dtype()),
-                           std::vector<int64_t>(dims.begin(), dims.end()));
+            if (in.none) {
+                ctx->set_input_none(in.name);
+            } else if (in.sequence) {
+                std::vector<embed::TensorView> elements;
+                for (auto& e : in.elements) elements.push_back(view(e));
+                ctx->set_sequence_input(in.name, elements);
+            } else {
+                auto v = view(in.value);
+                ctx->set_input(in.name, v.data, v.dtype, v.shape);
+            }
             return 0;
         });
     }
@@ -225,7 +270,9 @@ RankResult run_rank(const RunConfig& cfg, int rank, embed::Model& model, double 
     Executable& exec = *compile([&] { return &ctx->impl().executable(); });
     r.compile_ms = ms_since(t0);
     const LoadedModel& loaded = ctx->impl().graph_model();
-    r.comp_node = loaded.outputs.at(0).var.comp_node().locator();
+    // (A model whose outputs are all optionals without a value has no graph output.)
+    r.comp_node =
+        loaded.outputs.empty() ? "cpu:default" : loaded.outputs[0].var.comp_node().locator();
     stage(EXIT_RUN_FAILED, prefix, [&] {
         for (size_t i = 0; i < cfg.warmup; ++i) ctx->run();
         std::optional<TraceCollector> trace;
@@ -279,7 +326,7 @@ LoadOptions load_options(const RunConfig& cfg, const std::string& comp_node,
         for (auto& spec : cfg.inputs) {
             if (spec.shape) {
                 opt.input_shapes[spec.name] = *spec.shape;
-            } else if (!spec.file.empty()) {
+            } else if (!spec.file.empty() && spec.files.empty()) {
                 try {
                     opt.input_shapes[spec.name] = read_npy(spec.file).shape();
                 } catch (const std::exception&) {
@@ -481,8 +528,26 @@ InputSpec parse_input_spec(const std::string& text) {
         spec.shape = parse_shape(value.substr(7), "--input " + spec.name);
         return spec;
     }
+    if (value == "none") {
+        spec.none = true;
+        return spec;
+    }
     spec.file = value;
+    if (value.find(',') != std::string::npos)
+        for (size_t pos = 0; pos <= value.size();) {
+            size_t comma = std::min(value.find(',', pos), value.size());
+            spec.files.push_back(value.substr(pos, comma - pos));
+            pos = comma + 1;
+        }
     return spec;
+}
+
+std::string ResolvedInput::description() const {
+    if (none) return "none";
+    if (sequence)
+        return fmt::format("sequence of {}{}{}", elements.size(), elements.empty() ? "" : " ",
+                           elements.empty() ? "" : elements[0].dtype().name());
+    return fmt::format("{} {}", value.dtype().name(), value.shape().to_string());
 }
 
 std::pair<std::string, Tensor> parse_binding(const std::string& text) {

@@ -39,6 +39,9 @@ struct InputSpec {
     std::string name;
     std::string file;                 //!< empty for random
     std::optional<TensorShape> shape; //!< random:SHAPE
+    //! A sequence input's elements, one file each (NAME=A.npy,B.npy: `file` holds the list).
+    std::vector<std::string> files;
+    bool none = false; //!< NAME=none: an optional input without a value
 };
 
 //! Every braid-run setting.
@@ -82,9 +85,14 @@ std::pair<std::string, Tensor> parse_binding(const std::string& text);
 //! One fed input, as resolved.
 struct ResolvedInput {
     std::string name;
-    std::string source; //!< "random", "random:4x784" or the file
+    std::string source; //!< "random", "random:4x784", the file, the files, or "none"
     Tensor value;
+    std::vector<Tensor> elements; //!< a sequence input's (`sequence`)
+    bool sequence = false;
+    bool none = false;       //!< an optional input without a value
     std::string model_shape; //!< "{-1,784}"
+    //! "float32 {4,784}", "sequence of 2 float32" or "none", for the report.
+    std::string description() const;
 };
 
 //! One timed operator execution (for --profile).

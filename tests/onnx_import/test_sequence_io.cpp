@@ -1,17 +1,21 @@
 // ONNX sequence and optional values at a model's edge, through the embedding API (C++ and C):
 // sequence inputs imported per length and element shapes, sequence outputs gathered from their
 // elements, optional inputs bound to no value, optional outputs without one; loops unrolled at
-// import where braid's Loop cannot carry their values; and outputs the graph leaves strided
-// read dense.
+// import where braid's Loop cannot carry their values; outputs the graph leaves strided read
+// dense; and braid-run's sequence and optional inputs.
 #include "braid.h"
 #include "braid/braid_c.h"
 #include "embed/embed_internal.h"
 #include "onnx_import/onnx_import.h"
+#include "serialization/npy.h"
 #include "tests/onnx_import/model_builder.h"
 #include "tests/support/error_text.h"
 
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+
+#include <cstdio>
 #include <cstring>
 
 using namespace braid;
@@ -264,4 +268,38 @@ TEST(OnnxSequenceIO, ALoopWhoseCarriedValueGrowsIsUnrolledPerTripCount) {
     ctx->run();
     EXPECT_EQ(floats(ctx->output("y")), std::vector<float>(2, 3.f));
     EXPECT_EQ(model->impl().variants->shape_inputs(), std::vector<std::string>{"M"});
+}
+
+TEST(OnnxSequenceIO, BraidRunTakesASequenceFromFilesAndAnOptionalAsNone) {
+    TempDir dir;
+    insert_and_concat().save(dir.path / "m.onnx");
+    Tensor a = iota({2}, 1.f), b = iota({3}, 10.f), x = iota({2}, 100.f);
+    write_npy((dir.path / "a.npy").string(), a);
+    write_npy((dir.path / "b.npy").string(), b);
+    write_npy((dir.path / "x.npy").string(), x);
+    auto run = [&](const std::string& args) {
+        std::string cmd = std::string(BRAID_RUN_PATH) + " " + (dir.path / "m.onnx").string() + " " +
+                          args + " --iter 1 2>&1";
+        std::string out;
+        FILE* p = ::popen(cmd.c_str(), "r");
+        char buf[4096];
+        while (size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+        int status = ::pclose(p);
+        return std::pair{WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+    };
+    std::string d = dir.path.string();
+    auto [status, out] = run("--input s=" + d + "/a.npy," + d + "/b.npy --input x=" + d + "/x.npy");
+    EXPECT_EQ(status, 0) << out;
+    EXPECT_NE(out.find("sequence of 2 float32"), std::string::npos) << out;
+    EXPECT_NE(out.find("output out[2]: float32 {2}"), std::string::npos) << out;
+    EXPECT_NE(out.find("output cat: float32 {7}"), std::string::npos) << out;
+    // A sequence input needs its files; none is for optionals.
+    auto [missing_status, missing] = run("--input x=" + d + "/x.npy");
+    EXPECT_EQ(missing_status, 2) << missing;
+    EXPECT_NE(missing.find("input \"s\": a sequence: give its elements with --input s=A.npy"),
+              std::string::npos)
+        << missing;
+    auto [none_status, none] = run("--input s=none --input x=" + d + "/x.npy");
+    EXPECT_EQ(none_status, 2) << none;
+    EXPECT_NE(none.find("not an optional"), std::string::npos) << none;
 }
