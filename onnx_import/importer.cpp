@@ -764,8 +764,8 @@ void add_sequence_input(Importer& imp, LoadedModel& res, const ModelIO& io,
     if (given == options.sequence_inputs.end())
         throw UnsupportedOnnxError(fmt::format(
             "{}: input \"{}\" is a sequence, whose length is fixed when the model runs (the "
-            "embedding API, braid-run and braid-serve import such a model per length); one "
-            "graph takes tensor inputs only",
+            "embedding API and braid-run import such a model per length); one graph takes "
+            "tensor inputs only",
             source, io.name));
     std::vector<SymbolVar> elements;
     for (size_t i = 0; i < given->second.size(); ++i) {
@@ -934,8 +934,8 @@ LoadedModel import_model(onnx::ModelProto& model, const ImportOptions& options,
         if ((seq != imp.sequences.end() || imp.nones.count(out.name())) &&
             !options.sequence_outputs)
             throw UnsupportedOnnxError(
-                what + ": a sequence or an optional; the embedding API, braid-run and "
-                       "braid-serve give such outputs, one graph has tensor outputs only");
+                what + ": a sequence or an optional; the embedding API and braid-run give "
+                       "such outputs, one graph has tensor outputs only");
         if (imp.nones.count(out.name())) { // an optional without a value: no output
             res.none_outputs.insert(out.name());
             continue;
