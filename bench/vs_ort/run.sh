@@ -58,6 +58,9 @@ PY
     done
   done
 done
+isa=$(python3 -c 'import json,sys; print(json.load(sys.stdin).get("kernel_isa", "?"))' \
+        < "$work/braid_run.json")
+echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), braid's kernels: $isa"
 printf '%s\n' "${lines[@]}" | python3 -c '
 import json, sys
 rows = [json.loads(l) for l in sys.stdin]
