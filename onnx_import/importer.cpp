@@ -618,7 +618,8 @@ Tensor bound_value(const onnx::ValueInfoProto& in, const Tensor& value, const st
         BRAID_THROW(ShapeError, "{}: {} values; the input's shape {} holds {}", what,
                     v.shape().total_nr_elems(), declared.to_string(), declared.total_nr_elems());
     Tensor r(declared, dt);
-    std::memcpy(r.raw_ptr(), v.raw_ptr(), r.shape().nr_bytes(dt));
+    if (size_t bytes = r.shape().nr_bytes(dt)) // an empty tensor may have no memory at all
+        std::memcpy(r.raw_ptr(), v.raw_ptr(), bytes);
     return r;
 }
 

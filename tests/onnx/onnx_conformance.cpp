@@ -139,7 +139,8 @@ std::string compare(const Tensor& got, const Tensor& want, const std::string& na
         return {};
     }
     Tensor g = got.contiguous(), w = want.contiguous();
-    if (std::memcmp(g.raw_ptr(), w.raw_ptr(), g.nr_bytes()) != 0)
+    // An empty tensor may have no memory at all (memcmp takes no null pointer, even for 0 bytes).
+    if (g.nr_bytes() != 0 && std::memcmp(g.raw_ptr(), w.raw_ptr(), g.nr_bytes()) != 0)
         return fmt::format("output \"{}\": values differ", name);
     return {};
 }
