@@ -7,13 +7,16 @@
 #include <gtest/gtest.h>
 #include <onnx/onnx_pb.h>
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace braid::testing {
@@ -158,6 +161,19 @@ inline Tensor int64s(const std::vector<int64_t>& v) {
     Tensor t(TensorShape{v.size()}, dtype::Int64());
     std::copy(v.begin(), v.end(), t.ptr<int64_t>());
     return t;
+}
+
+//! Runs braid-run on `model` with `args` and one timed iteration; its exit status and its
+//! output (stdout and stderr).
+inline std::pair<int, std::string> run_braid_run(const fs::path& model, const std::string& args) {
+    std::string cmd =
+        std::string(BRAID_RUN_PATH) + " " + model.string() + " " + args + " --iter 1 2>&1";
+    std::string out;
+    FILE* p = ::popen(cmd.c_str(), "r");
+    char buf[4096];
+    while (size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+    int status = ::pclose(p);
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
 
 struct TempDir {

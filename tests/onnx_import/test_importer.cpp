@@ -527,14 +527,7 @@ TEST(OnnxImport, BraidRunImportsAModelWithSymbolicDimsAtTheShapeItIsFed) {
     fs::create_directories(dir);
     m.save(dir / "pool.onnx");
     auto run = [&](const std::string& args) {
-        std::string cmd = std::string(BRAID_RUN_PATH) + " " + (dir / "pool.onnx").string() + " " +
-                          args + " --iter 1 2>&1";
-        std::string out;
-        FILE* p = ::popen(cmd.c_str(), "r");
-        char buf[4096];
-        while (size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-        int status = ::pclose(p);
-        return std::pair{WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+        return braid::testing::run_braid_run(dir / "pool.onnx", args);
     };
     auto [fed_status, fed] = run("--input x=random:1x3x8x10");
     EXPECT_EQ(fed_status, 0) << fed;

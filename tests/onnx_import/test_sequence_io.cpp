@@ -13,9 +13,6 @@
 
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
-
-#include <cstdio>
 #include <cstring>
 
 using namespace braid;
@@ -278,14 +275,7 @@ TEST(OnnxSequenceIO, BraidRunTakesASequenceFromFilesAndAnOptionalAsNone) {
     write_npy((dir.path / "b.npy").string(), b);
     write_npy((dir.path / "x.npy").string(), x);
     auto run = [&](const std::string& args) {
-        std::string cmd = std::string(BRAID_RUN_PATH) + " " + (dir.path / "m.onnx").string() + " " +
-                          args + " --iter 1 2>&1";
-        std::string out;
-        FILE* p = ::popen(cmd.c_str(), "r");
-        char buf[4096];
-        while (size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-        int status = ::pclose(p);
-        return std::pair{WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+        return braid::testing::run_braid_run(dir.path / "m.onnx", args);
     };
     std::string d = dir.path.string();
     auto [status, out] = run("--input s=" + d + "/a.npy," + d + "/b.npy --input x=" + d + "/x.npy");
