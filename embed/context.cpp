@@ -167,7 +167,11 @@ void Context::Impl::bind_input(size_t i, const void* data, DType dtype, const in
         throw Error(Code::INVALID_ARGUMENT,
                     fmt::format("input \"{}\" is a {}; bind it with set_sequence_input()", io.name,
                                 value_kind_name(io.kind)));
-    fed[i] = InputValue{.tensor = wrap_input(i, -1, data, dtype, dims, ndim)};
+    bind(i, InputValue{.tensor = wrap_input(i, -1, data, dtype, dims, ndim)});
+}
+
+void Context::Impl::bind(size_t i, InputValue value) {
+    fed[i] = std::move(value);
     if (dirty.size() == fed.size()) dirty[i] = true;
 }
 
@@ -222,8 +226,7 @@ void Context::set_sequence_input(const std::string& name, const std::vector<Tens
         for (size_t k = 0; k < elements.size(); ++k)
             v.elements.push_back(m.wrap_input(i, long(k), elements[k].data, elements[k].dtype,
                                               elements[k].shape.data(), elements[k].shape.size()));
-        m.fed[i] = std::move(v);
-        if (m.dirty.size() == m.fed.size()) m.dirty[i] = true;
+        m.bind(i, std::move(v));
     });
 }
 
@@ -237,8 +240,7 @@ void Context::set_input_none(const std::string& name) {
             throw Error(Code::INVALID_ARGUMENT,
                         fmt::format("input \"{}\" is a {}, not an optional: it needs a value", name,
                                     value_kind_name(io.kind)));
-        m.fed[i] = InputValue{.none = true};
-        if (m.dirty.size() == m.fed.size()) m.dirty[i] = true;
+        m.bind(i, InputValue{.none = true});
     });
 }
 

@@ -136,6 +136,8 @@ struct Context::Impl {
     const LoadedModel& graph_model() const;
     //! Checks and binds caller memory to input `i` (zero copy).
     void bind_input(size_t i, const void* data, DType dtype, const int64_t* dims, size_t ndim);
+    //! Binds `value` to input `i`, to be fed at the next run.
+    void bind(size_t i, InputValue value);
     //! Checks caller memory as a tensor of input `i` (element `element` of a sequence input
     //! when not negative), zero copy.
     Tensor wrap_input(size_t i, long element, const void* data, DType dtype, const int64_t* dims,
