@@ -85,13 +85,19 @@ std::vector<OperatorNode*> match_gelu(CompilePassCtx& ctx, Elemwise* erf, VarNod
     return {scaled, half_u, erf, plus1, prod};
 }
 
-void fold_gelu_erf(CompilePassCtx& ctx) {
-    std::vector<Elemwise*> erfs;
+//! The Elemwise operators of `mode` on CPU comp nodes in the order, collected before a pass
+//! edits the order.
+std::vector<Elemwise*> cpu_elemwise_of(CompilePassCtx& ctx, ElemMode mode) {
+    std::vector<Elemwise*> res;
     for (auto* opr : ctx.order())
         if (auto* e = dynamic_cast<Elemwise*>(opr);
-            e && e->mode() == ElemMode::ERF && e->comp_node().device().kind == Device::Kind::CPU)
-            erfs.push_back(e);
-    for (auto* erf : erfs) {
+            e && e->mode() == mode && e->comp_node().device().kind == Device::Kind::CPU)
+            res.push_back(e);
+    return res;
+}
+
+void fold_gelu_erf(CompilePassCtx& ctx) {
+    for (auto* erf : cpu_elemwise_of(ctx, ElemMode::ERF)) {
         VarNode* u = nullptr;
         auto chain = match_gelu(ctx, erf, u);
         if (chain.empty()) continue;
@@ -108,12 +114,7 @@ void fold_gelu_erf(CompilePassCtx& ctx) {
  * spectrogram's Pow took 0.74 ms where ONNX Runtime takes 0.04.
  */
 void pow_square(CompilePassCtx& ctx) {
-    std::vector<Elemwise*> pows;
-    for (auto* opr : ctx.order())
-        if (auto* e = dynamic_cast<Elemwise*>(opr);
-            e && e->mode() == ElemMode::POW && e->comp_node().device().kind == Device::Kind::CPU)
-            pows.push_back(e);
-    for (auto* p : pows) {
+    for (auto* p : cpu_elemwise_of(ctx, ElemMode::POW)) {
         VarNode* x = p->input(0);
         std::optional<float> exponent = float32_scalar_constant(p->input(1));
         if (!exponent || *exponent != 2.f || x->dtype() != dtype::Float32() ||
