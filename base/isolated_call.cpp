@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -29,8 +30,11 @@ bool write_all(int fd, const char* data, size_t size) {
 //! Child's side: status byte ('r' result, 'e' error message), then the bytes. The fatal
 //! signals get their default action back first, so that a crash ends the child by its signal
 //! even where a handler was installed (a sanitizer's, or the embedding program's) and the
-//! caller can name it.
-[[noreturn]] void child(int fd, const std::function<std::string()>& fn) {
+//! caller can name it. The child is killed when the thread that started it ends, so that a
+//! child stuck in `fn` never outlives a caller that was itself stopped.
+[[noreturn]] void child(int fd, pid_t parent, const std::function<std::string()>& fn) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(1); // the caller ended before the line above
     for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) ::signal(sig, SIG_DFL);
     char status = 'r';
     std::string out;
@@ -54,6 +58,7 @@ std::string run_isolated(const std::function<std::string()>& fn, const std::stri
     int fds[2];
     if (::pipe2(fds, O_CLOEXEC) != 0)
         BRAID_THROW(SerializationError, "{}: cannot create a pipe: {}", what, std::strerror(errno));
+    pid_t parent = ::getpid();
     pid_t pid = ::fork();
     if (pid < 0) {
         int err = errno;
@@ -63,7 +68,7 @@ std::string run_isolated(const std::function<std::string()>& fn, const std::stri
     }
     if (pid == 0) {
         ::close(fds[0]);
-        child(fds[1], fn);
+        child(fds[1], parent, fn);
     }
     ::close(fds[1]);
     auto until = std::chrono::steady_clock::now() + limit;

@@ -122,6 +122,7 @@ bool any_structured(const std::vector<ModelIO>& ios) {
 std::shared_ptr<Model> open_onnx_variants(const std::string& path,
                                           onnx_import::ImportOptions options) {
     options.initializers = std::make_shared<std::map<std::string, Tensor>>();
+    options.prepared = std::make_shared<onnx_import::PreparedModel>();
     options.sequence_outputs = true;
     onnx_import::DeclaredIO file;
     std::optional<LoadedModel> now;

@@ -20,6 +20,7 @@ OnnxVariants::OnnxVariants(std::string path, onnx_import::ImportOptions base,
       m_shape_inputs(shape_inputs.begin(), shape_inputs.end()) {
     if (!m_base.initializers)
         m_base.initializers = std::make_shared<std::map<std::string, Tensor>>();
+    if (!m_base.prepared) m_base.prepared = std::make_shared<onnx_import::PreparedModel>();
     m_base.sequence_outputs = true; // gathered back by the context (graph_outputs_of)
 }
 

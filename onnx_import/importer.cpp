@@ -788,12 +788,12 @@ void add_sequence_input(Importer& imp, LoadedModel& res, const ModelIO& io,
     imp.sequences[io.name] = std::move(elements);
 }
 
-//! `file`: the model's path when it came from a file ("" for bytes), so that the checker finds
-//! external data files next to it rather than in the working directory.
-LoadedModel import_model(onnx::ModelProto& model, const ImportOptions& options,
-                         const std::string& source, const std::string& dir,
-                         const std::string& file = "") {
-    register_all_operators();
+//! Checks `model` and upgrades it to TARGET_OPSET where ONNX's converter can; returns the opset
+//! it is to be imported at. `file`: the model's path when it came from a file ("" for bytes),
+//! so that the checker finds external data files next to it rather than in the working
+//! directory.
+int64_t prepare(onnx::ModelProto& model, const ImportOptions& options, const std::string& source,
+                const std::string& file) {
     bool external = false;
     for (auto& t : model.graph().initializer())
         external = external || t.data_location() == onnx::TensorProto::EXTERNAL;
@@ -851,6 +851,14 @@ LoadedModel import_model(onnx::ModelProto& model, const ImportOptions& options,
             logger()->debug("{}; importing at the model's own opset {}", e.what(), opset);
         }
     }
+    return opset;
+}
+
+//! Imports a model `prepare` checked and upgraded to `opset`. Where `options.prepared` is set
+//! and still empty, it keeps the model (without its initializers' data) for later imports.
+LoadedModel import_prepared(onnx::ModelProto& model, int64_t opset, const ImportOptions& options,
+                            const std::string& source, const std::string& dir) {
+    register_all_operators();
     // ONNX's own shape inference is not run: braid infers every shape itself, naming the
     // node on a contradiction, and libonnx 1.12's inference functions crash on some malformed
     // nodes (ConvTranspose without its attributes' shapes, found by fuzzing the importer).
@@ -875,6 +883,15 @@ LoadedModel import_model(onnx::ModelProto& model, const ImportOptions& options,
             t.mutable_raw_data()->shrink_to_fit();
         }
         if (options.initializers) *options.initializers = imp.constants;
+    }
+    if (options.prepared && options.initializers) {
+        std::lock_guard lk(options.prepared->mutex);
+        if (!options.prepared->model) {
+            auto kept = std::make_shared<onnx::ModelProto>(model);
+            for (auto& t : *kept->mutable_graph()->mutable_initializer()) t.clear_raw_data();
+            options.prepared->model = std::move(kept);
+            options.prepared->opset = opset;
+        }
     }
 
     for (auto& [name, value] : options.input_values) {
@@ -967,7 +984,8 @@ LoadedModel import_bytes(std::span<const uint8_t> bytes, const ImportOptions& op
     if (bytes.size() > size_t(INT32_MAX) || !model.ParseFromArray(bytes.data(), int(bytes.size())))
         BRAID_THROW(SerializationError, "{}: not an ONNX model (protobuf parse failed, {} bytes)",
                     source, bytes.size());
-    return import_model(model, options, source, ".");
+    int64_t opset = prepare(model, options, source, "");
+    return import_prepared(model, opset, options, source, ".");
 }
 
 namespace {
@@ -1012,11 +1030,22 @@ DeclaredIO declared_io(const std::string& path, const ImportOptions& options) {
 
 LoadedModel import_file(const std::string& path, const ImportOptions& options,
                         DeclaredIO* declared) {
+    auto slash = path.rfind('/');
+    std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
+    if (options.prepared && options.initializers) {
+        std::unique_lock lk(options.prepared->mutex);
+        if (options.prepared->model) {
+            onnx::ModelProto model = *options.prepared->model;
+            int64_t opset = options.prepared->opset;
+            lk.unlock();
+            if (declared) *declared = declared_of(model, options, path);
+            return import_prepared(model, opset, options, path, dir);
+        }
+    }
     onnx::ModelProto model = parse_file(path);
     if (declared) *declared = declared_of(model, options, path);
-    auto slash = path.rfind('/');
-    return import_model(model, options, path,
-                        slash == std::string::npos ? "." : path.substr(0, slash), path);
+    int64_t opset = prepare(model, options, path, path);
+    return import_prepared(model, opset, options, path, dir);
 }
 
 std::string element_name(const std::string& name, size_t i) {

@@ -19,11 +19,25 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <span>
 #include <string>
 
+namespace onnx {
+class ModelProto;
+}
+
 namespace braid::onnx_import {
+
+//! A file's model as its first import checked and upgraded it, without its initializers' data
+//! (those are in ImportOptions::initializers). Later imports of the file start from it: no
+//! parsing, checking or version conversion again (the converter runs in a child process).
+struct PreparedModel {
+    std::mutex mutex;
+    std::shared_ptr<const onnx::ModelProto> model; //!< null until an import fills it
+    int64_t opset = 0;                             //!< the opset `model` is imported at
+};
 
 //! An ONNX op, attribute or dtype that braid does not support (yet).
 class UnsupportedOnnxError : public SerializationError {
@@ -83,6 +97,9 @@ struct ImportOptions {
     //! later ones take their weights from it instead of decoding them again, so that imports of
     //! one model at several shapes or shape-input values hold one copy of the weights.
     std::shared_ptr<std::map<std::string, Tensor>> initializers;
+    //! The checked and upgraded model of one file, shared by its imports (with `initializers`,
+    //! which must then be set too): the first import fills it, later ones start from it.
+    std::shared_ptr<PreparedModel> prepared;
 };
 
 //! The graph input or output that stands for element `i` of the sequence `name`: "name[i]".

@@ -5,7 +5,12 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <csignal>
+#include <fstream>
+#include <string>
 #include <thread>
 
 namespace braid {
@@ -51,6 +56,48 @@ TEST(IsolatedCall, AChildPastItsLimitIsStopped) {
         std::chrono::milliseconds(300));
     EXPECT_NE(msg.find("did not finish within 300 ms"), std::string::npos) << msg;
     EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+}
+
+// A caller stopped while its child is stuck (a test runner's alarm, a server killed) takes the
+// child with it: a child left behind would hold the caller's pipes open and hang whoever reads
+// them.
+TEST(IsolatedCall, AChildDoesNotOutliveItsCaller) {
+    int fds[2];
+    ASSERT_EQ(pipe(fds), 0);
+    pid_t caller = fork();
+    ASSERT_GE(caller, 0);
+    if (caller == 0) {
+        close(fds[0]);
+        try {
+            run_isolated(
+                [&]() -> std::string {
+                    pid_t self = getpid();
+                    if (write(fds[1], &self, sizeof self) != sizeof self) _exit(3);
+                    std::this_thread::sleep_for(std::chrono::seconds(60));
+                    return "late";
+                },
+                "stuck", std::chrono::seconds(60));
+        } catch (...) {
+        }
+        _exit(0);
+    }
+    close(fds[1]);
+    pid_t child = 0;
+    ASSERT_EQ(read(fds[0], &child, sizeof child), ssize_t(sizeof child));
+    kill(caller, SIGKILL);
+    int status = 0;
+    waitpid(caller, &status, 0);
+    // The pipe's last writer was the child: end of file once it is gone.
+    char byte;
+    auto start = std::chrono::steady_clock::now();
+    EXPECT_EQ(read(fds[0], &byte, 1), 0);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+    close(fds[0]);
+    // Gone, or dead and not yet reaped by whoever adopted it.
+    std::ifstream stat("/proc/" + std::to_string(child) + "/stat");
+    std::string pid_field, name, state;
+    if (stat >> pid_field >> name >> state)
+        EXPECT_EQ(state, "Z") << "child " << child << " outlived its caller";
 }
 
 } // namespace

@@ -20,10 +20,12 @@
 #include <onnx/onnx-data_pb.h>
 #include <onnx/onnx_pb.h>
 
+#include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
@@ -249,13 +251,17 @@ Verdict run_case(const fs::path& dir, std::string& why, std::string& shape_input
 }
 
 //! Runs the case in a child process (a crash or a hang is a verdict, not the end of the run).
+//! The child leads its own process group, so that a process it started and left behind is
+//! stopped with it rather than holding the pipe open.
 std::string run_isolated(const fs::path& dir, std::string& why) {
+    constexpr int CASE_LIMIT_S = 60;
     int fds[2];
     if (pipe(fds) != 0) return "error";
     pid_t pid = fork();
     if (pid == 0) {
+        setpgid(0, 0);
         close(fds[0]);
-        alarm(60);
+        alarm(CASE_LIMIT_S);
         std::string w, shape_inputs;
         Verdict v = run_case(dir, w, shape_inputs);
         // The reason, or for a pass the shape inputs it read ("shape:a,b").
@@ -264,17 +270,29 @@ std::string run_isolated(const fs::path& dir, std::string& why) {
         }
         _exit(int(v));
     }
+    setpgid(pid, pid); // also here: whichever runs first
     close(fds[1]);
     char buf[512];
-    ssize_t n;
     why.clear();
-    while ((n = read(fds[0], buf, sizeof buf)) > 0) why.append(buf, size_t(n));
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(CASE_LIMIT_S + 10);
+    for (;;) {
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+            until - std::chrono::steady_clock::now());
+        pollfd p{fds[0], POLLIN, 0};
+        if (left.count() <= 0 || poll(&p, 1, int(left.count())) == 0) break;
+        ssize_t n = read(fds[0], buf, sizeof buf);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        why.append(buf, size_t(n));
+    }
     close(fds[0]);
+    kill(-pid, SIGKILL); // whatever of the case is left
     int status = 0;
     waitpid(pid, &status, 0);
     if (WIFSIGNALED(status)) {
         why = strsignal(WTERMSIG(status));
-        return WTERMSIG(status) == SIGALRM ? "timeout" : "crash";
+        // SIGKILL: the case outlived its alarm (above).
+        return WTERMSIG(status) == SIGALRM || WTERMSIG(status) == SIGKILL ? "timeout" : "crash";
     }
     switch (WEXITSTATUS(status)) {
     case PASS:

@@ -847,6 +847,52 @@ TEST(OnnxRunTimeShapes, ANewFedShapeGivesWhatAFreshImportAtThatShapeGives) {
     EXPECT_NE(msg.find("\"pool\" (AveragePool, opset 13)"), std::string::npos) << msg;
 }
 
+TEST(OnnxRunTimeShapes, ANewShapeIsImportedFromTheFirstImportsUpgradedModel) {
+    // An opset-11 model with a symbolic batch dim: its first import checks it and upgrades it
+    // with ONNX's version converter (in a child process); imports at other fed shapes start
+    // from that upgraded model, neither converting again nor reading the file (removed here).
+    TempDir dir;
+    ModelBuilder m;
+    m.set_opset(11);
+    m.symbolic_input("x", onnx::TensorProto::FLOAT, {-1, 3});
+    auto* w = m.initializer("w", onnx::TensorProto::FLOAT, {3});
+    for (float v : {0.5f, -1.f, 2.f}) w->add_float_data(v);
+    m.node("Mul", {"x", "w"}, {"y"});
+    m.output("y", onnx::TensorProto::FLOAT, 2);
+    std::string path = (dir.path / "old.onnx").string();
+    m.save(path);
+    auto check = [](const Tensor& x, const Tensor& y) {
+        ASSERT_EQ(y.shape(), x.shape());
+        const float* px = x.ptr<float>();
+        const float* py = y.contiguous().ptr<float>();
+        const float w[] = {0.5f, -1.f, 2.f};
+        for (size_t i = 0; i < x.shape().total_nr_elems(); ++i)
+            EXPECT_EQ(py[i], px[i] * w[i % 3]) << i;
+    };
+    onnx_import::ImportOptions opt;
+    opt.initializers = std::make_shared<std::map<std::string, Tensor>>();
+    opt.prepared = std::make_shared<onnx_import::PreparedModel>();
+    opt.input_shapes["x"] = TensorShape{2, 3};
+    onnx_import::import_file(path, opt);
+    ASSERT_TRUE(opt.prepared->model);
+    EXPECT_EQ(opt.prepared->opset, 13);
+    EXPECT_EQ(opt.prepared->model->graph().initializer(0).raw_data().size(), 0u);
+
+    auto model = embed::Model::load(path);
+    auto ctx = model->create_context();
+    Tensor x = iota({2, 3}, -2.f);
+    check(x, run_embedded(*ctx, x));
+    fs::remove(path);
+    opt.input_shapes["x"] = TensorShape{4, 3};
+    auto exec = onnx_import::import_file(path, opt).compile();
+    x = iota({4, 3}, -5.f);
+    exec->feed("x", x);
+    exec->run();
+    check(x, exec->output(0));
+    x = iota({5, 3}, -7.f);
+    check(x, run_embedded(*ctx, x));
+}
+
 TEST(OnnxRunTimeShapes, AShapeInputIsReadWhenTheModelRuns) {
     // The Reshape target is an ordinary input: fed at run time, each distinct value gives its
     // graph, nothing is bound at load.
