@@ -1,6 +1,7 @@
 #include "base/thread_pool.h"
 
 #include "base/cpu_relax.h"
+#include "base/determinism.h"
 #include "base/run_control.h"
 
 #include <algorithm>
@@ -109,6 +110,7 @@ public:
             m_caller_cpu.store(current_cpu(), std::memory_order_relaxed);
             m_fn = &fn;
             m_rc = rc;
+            m_deterministic = deterministic_kernels();
             m_n = n;
             m_chunk = chunk;
             m_next.store(0);
@@ -148,7 +150,7 @@ private:
     void worker_loop(size_t index) {
         uint64_t seen = 0;
         for (;;) {
-            bool join;
+            bool join, deterministic;
             poll_for(
                 WORKER_POLL,
                 [&] {
@@ -163,9 +165,11 @@ private:
                 if (m_stop) return;
                 seen = m_job.load();
                 join = index < m_participants;
+                deterministic = m_deterministic;
             }
             if (join) {
                 m_worker_cpu.store(current_cpu(), std::memory_order_relaxed);
+                DeterministicScope mode(deterministic); // the caller's kernel mode
                 work();
             }
             if (m_active.fetch_sub(1, std::memory_order_acq_rel) == 1) {
@@ -192,6 +196,7 @@ private:
     std::vector<std::thread> m_workers;
     const RangeFn* m_fn = nullptr;
     const RunControl* m_rc = nullptr;
+    bool m_deterministic = false; //!< the region caller's deterministic_kernels()
     size_t m_n = 0, m_chunk = 1, m_participants = 1;
     std::atomic<size_t> m_active{0}; //!< workers still in the current region
     std::atomic<uint64_t> m_job{0};  //!< region number, written under m_mutex, polled without

@@ -405,6 +405,7 @@ braid_status* braid_context_run(braid_context* ctx, const braid_run_options* opt
                 opt.deadline = std::chrono::steady_clock::now() +
                                std::chrono::microseconds(options->timeout_us);
             opt.max_threads = options->max_threads;
+            opt.deterministic = options->deterministic != 0;
         }
         c->ctx->impl().run(opt);
     });

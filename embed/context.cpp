@@ -1,6 +1,7 @@
 // Context: one request's bindings and its own Executable of the model's shared graph.
 #include "embed_internal.h"
 
+#include "base/determinism.h"
 #include "base/error.h"
 #include "base/thread_pool.h"
 #include "graph/input_node.h"
@@ -115,6 +116,7 @@ void Context::Impl::run(const RunOptions& options) {
     e.set_run_control(&control);
     {
         KernelThreadCap cap(options.max_threads ? options.max_threads : SIZE_MAX);
+        DeterministicScope mode(options.deterministic || deterministic_kernels());
         e.execute();
         e.wait();
     }

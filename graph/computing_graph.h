@@ -2,6 +2,7 @@
 // values statically, and compiles outputs into an Executable.
 #pragma once
 
+#include "base/determinism.h"
 #include "graph/operator_node.h"
 
 #include <functional>
@@ -36,6 +37,10 @@ struct GraphOptions {
     //! activation; graph/graph_pass.h). Off, or BRAID_FUSION=0 in the environment: every
     //! operator runs as built.
     bool enable_fusion = true;
+    //! Deterministic mode (base/determinism.h, docs/determinism.md): every output element is
+    //! computed in an order that depends only on the model and its own inputs, not on the batch,
+    //! the thread count or the comp node. Default: BRAID_DETERMINISTIC=1 in the environment.
+    bool deterministic = deterministic_from_env();
 };
 
 //! What compile() should do with an output var: fetch it into a host tensor readable after

@@ -1,4 +1,5 @@
 #include "graph/executable.h"
+#include "base/determinism.h"
 #include "base/run_control.h"
 
 #include "base/error.h"
@@ -337,6 +338,8 @@ void Executable::execute() {
     }
 
     uint64_t gen = ++m_generation;
+    // Deterministic for the graph, or for this run (the caller's thread is in the mode).
+    m_deterministic = m_graph->options().deterministic || deterministic_kernels();
     m_failed.store(false);
     m_error = nullptr;
     m_state = State::RUNNING;
@@ -364,6 +367,7 @@ void Executable::run_node(NodeSeq& seq, uint64_t gen) {
     uint64_t base = gen << 32;
     const RunControl* rc = m_run_control;
     RunControlScope rc_scope(rc);
+    DeterministicScope mode(m_deterministic);
     for (size_t i = 0; i < seq.steps.size(); ++i) {
         auto& step = seq.steps[i];
         bool ok = true;

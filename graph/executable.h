@@ -105,6 +105,7 @@ private:
     std::unordered_map<VarNode*, size_t> m_var_idx;
     std::vector<Tensor> m_tensors; //!< runtime tensor of m_vars[i]
     const RunControl* m_run_control = nullptr;
+    bool m_deterministic = false; //!< this run's kernel mode (base/determinism.h)
     std::vector<std::unique_ptr<NodeSeq>> m_nodes;
     std::vector<InputNode*> m_inputs;
     std::vector<Tensor> m_fed; //!< fed tensor of m_inputs[i]; the Input steps read it

@@ -1,6 +1,8 @@
 #include "operators/dense_kernels.h"
+#include "operators/ordered_gemm.h"
 
 #include "base/cpu_isa.h"
+#include "base/determinism.h"
 #include "base/error.h"
 #include "base/thread_pool.h"
 
@@ -158,6 +160,8 @@ void sgemm(bool ta, bool tb, size_t m, size_t n, size_t k, float alpha, const fl
                  "sgemm dims {}x{}x{} exceed int", m, n, k);
     BRAID_ASSERT(lda >= (ta ? m : k) && ldb >= (tb ? k : n) && ldc >= n,
                  "sgemm leading dims {} {} {} too small for {}x{}x{}", lda, ldb, ldc, m, n, k);
+    if (deterministic_kernels())
+        return ordered_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 #if BRAID_WITH_DNNL
     if (use_dnnl_sgemm(m, n, k)) {
         dnnl_single_thread();
@@ -273,6 +277,10 @@ void dgemm_batched(bool ta, bool tb, size_t m, size_t n, size_t k, const double*
             size_t i = t / blocks, r0 = (t % blocks) * rows, rm = std::min(m, r0 + rows) - r0;
             // Row block r0 of op(A): rows of A, or columns of A when A is stored transposed.
             const double* a_blk = ta ? a[i] + r0 : a[i] + r0 * lda;
+            if (deterministic_kernels()) {
+                ordered_dgemm(ta, tb, rm, n, k, a_blk, lda, b[i], ldb, c[i] + r0 * ldc, ldc);
+                continue;
+            }
             cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
                         tb ? CblasTrans : CblasNoTrans, int(rm), int(n), int(k), 1.0, a_blk,
                         int(lda), b[i], int(ldb), 0.0, c[i] + r0 * ldc, int(ldc));

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #if BRAID_WITH_DNNL
+#include "base/determinism.h"
 #include "base/error.h"
 #include "base/thread_pool.h"
 #include "operators/dense_kernels.h"
@@ -406,7 +407,9 @@ bool braid_kernel_faster(const Conv2dParam& pr, const TensorShape& ws) {
 
 bool dnnl_conv2d_forward(const Conv2dParam& pr, const Tensor& x, const Tensor& w, Tensor& y,
                          const DnnlConvFusion& fusion, const ConvEpilogue* epilogue) {
-    if (!dnnl_conv_enabled()) return false;
+    // Deterministic mode: im2col and the ordered GEMM (oneDNN picks its algorithm, and with it
+    // the order of each output's sum, by shape).
+    if (!dnnl_conv_enabled() || deterministic_kernels()) return false;
     const auto &xs = x.shape(), &ws = w.shape(), &ys = y.shape();
     int64_t n = int64_t(xs[0]), o = int64_t(ws[0]);
     int64_t groups = pr.groups;

@@ -154,9 +154,10 @@ void reduce_oni(const T* x, size_t outer, size_t n, size_t inner, T* y) {
     size_t total = outer * n * inner;
     size_t tiles = (inner + TILE - 1) / TILE;
     size_t items = inner == 1 ? outer : outer * tiles;
-    // Few independent outputs but much work: split n too, and combine the partial results.
+    // Few independent outputs but much work: split n too, and combine the partial results
+    // (not in deterministic mode: the split would depend on the other dims and the threads).
     size_t splits = 1;
-    if (total >= PARALLEL_MIN_ELEMS && items < 2 * threads)
+    if (total >= PARALLEL_MIN_ELEMS && items < 2 * threads && !deterministic_kernels())
         splits = std::clamp<size_t>(total / PARALLEL_MIN_ELEMS, 1, 4 * threads);
     splits = std::min(splits, std::max<size_t>(n, 1));
     size_t kchunk = (n + splits - 1) / std::max<size_t>(splits, 1);

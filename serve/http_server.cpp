@@ -450,7 +450,8 @@ void HttpServer::Impl::model_metadata(const std::string& name, httplib::Response
     const ModelConfig& c = runner->config();
     body += ",\"parameters\":{\"max_batch_size\":" + std::to_string(c.max_batch_size) +
             ",\"max_queue_delay_us\":" + std::to_string(c.max_queue_delay_us) +
-            ",\"instances\":" + std::to_string(c.instances) + "}}";
+            ",\"instances\":" + std::to_string(c.instances) +
+            ",\"deterministic\":" + (c.deterministic ? "true" : "false") + "}}";
     reply_json(res, 200, std::move(body));
 }
 

@@ -64,10 +64,15 @@ ModelConfig read_model_config(const std::string& path) {
             if (!v.is_string())
                 throw std::runtime_error(path + ": \"memory_budget\" must be a string (\"8G\")");
             config.memory_budget = v.string;
+        } else if (key == "deterministic") {
+            if (!v.is_bool())
+                throw std::runtime_error(path + ": \"deterministic\" must be true or false, got " +
+                                         v.type_name());
+            config.deterministic = v.boolean;
         } else {
             throw std::runtime_error(path + ": unknown key \"" + key +
                                      "\" (known: max_batch_size, max_queue_delay_us, instances, "
-                                     "memory_budget)");
+                                     "memory_budget, deterministic)");
         }
     }
     return config;
@@ -252,6 +257,7 @@ void ModelRunner::infer_direct(InferRequest& request, Clock::time_point arrival,
         for (auto& t : request.inputs) ctx.set_input(t.name, t.data(), t.dtype, t.shape);
         embed::RunOptions options;
         options.deadline = deadline;
+        options.deterministic = m_config.deterministic;
         ctx.run(options);
         m_metrics.batch_size.observe(request.inputs.empty() || request.inputs[0].shape.empty()
                                          ? 1.0
@@ -410,6 +416,7 @@ void ModelRunner::run_batch(embed::Context& ctx, std::vector<std::shared_ptr<Pen
         }
         embed::RunOptions options;
         options.deadline = deadline;
+        options.deterministic = m_config.deterministic;
         ctx.run(options);
         for (auto& p : batch) p->outputs.resize(m_signature.outputs.size());
         for (size_t k = 0; k < m_signature.outputs.size(); ++k) {

@@ -33,6 +33,9 @@ struct ModelConfig {
     int64_t max_queue_delay_us = 0; //!< how long the oldest queued request waits for others
     int64_t instances = 1;          //!< contexts running at the same time
     std::string memory_budget;      //!< ModelOptions::memory_budget ("": the default)
+    //! RunOptions::deterministic for every run: a request's results do not depend on the
+    //! requests batched with it (docs/determinism.md).
+    bool deterministic = false;
 };
 
 //! Reads a config.json (absent: defaults). Throws std::runtime_error naming the file and key.

@@ -66,9 +66,10 @@ void print_text(const RunConfig& cfg, const RunResult& r) {
         devices = fmt::format(", devices: {} ({})", cfg.devices,
                               r.collectives ? "ranks as threads, in-process group manager"
                                             : "independent copies: no collective operators");
-    std::printf("comp node: %s, kernel threads: %zu, kernel ISA: %s, memory plan: %s%s\n",
+    std::printf("comp node: %s, kernel threads: %zu, kernel ISA: %s, memory plan: %s%s%s\n",
                 r0.comp_node.c_str(), r.kernel_threads, cpu_isa_name(cpu_isa()),
-                cfg.mem_plan ? "on" : "off", devices.c_str());
+                cfg.mem_plan ? "on" : "off", cfg.deterministic ? ", deterministic" : "",
+                devices.c_str());
     std::printf("load: %.3f ms (%s of parameters used in place from the mapped file), "
                 "compile: %.3f ms\n",
                 r0.load_ms, format_bytes(info.mapped_bytes).c_str(), r0.compile_ms);
@@ -139,6 +140,7 @@ void print_json(const RunConfig& cfg, const RunResult& r) {
         {"kernel_threads", r.kernel_threads},
         {"kernel_isa", cpu_isa_name(cpu_isa())},
         {"memory_plan", cfg.mem_plan},
+        {"deterministic", cfg.deterministic},
         {"devices", cfg.devices}};
     if (r.world_size > 0) {
         j["rank"] = r.rank;
@@ -251,6 +253,10 @@ int main(int argc, char** argv) {
     bool no_fusion = false;
     app.add_flag("--no-fusion", no_fusion,
                  "Run every operator as built: no matmul or convolution epilogue fusion");
+    app.add_flag("--deterministic", cfg.deterministic,
+                 "Deterministic mode: each output element's bits depend only on the model and "
+                 "its own inputs, not on the batch, the threads or the comp node "
+                 "(docs/determinism.md; also BRAID_DETERMINISTIC=1)");
     app.add_option("--seed", cfg.seed, "Seed of random inputs")->capture_default_str();
     auto* devices =
         app.add_option("--devices", cfg.devices,

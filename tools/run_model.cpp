@@ -316,6 +316,7 @@ LoadOptions load_options(const RunConfig& cfg, const std::string& comp_node,
     opt.comp_node = comp_node;
     opt.graph_options.enable_memory_plan = cfg.mem_plan;
     opt.graph_options.enable_fusion = cfg.fusion;
+    opt.graph_options.deterministic = cfg.deterministic;
     opt.graph_options.memory_budget = cfg.memory_budget;
     opt.collective = binding;
     opt.input_values = cfg.bound_inputs;

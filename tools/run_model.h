@@ -59,6 +59,8 @@ struct RunConfig {
     bool mem_plan = true;
     //! GraphOptions::enable_fusion (compile-time fusion, graph/graph_pass.h).
     bool fusion = true;
+    //! GraphOptions::deterministic (docs/determinism.md); also on under BRAID_DETERMINISTIC=1.
+    bool deterministic = deterministic_from_env();
     size_t memory_budget = 0; //!< bytes; 0: BRAID_MEMORY_BUDGET, else physical memory
     uint32_t seed = 0;        //!< of random inputs
     // Multi-rank.

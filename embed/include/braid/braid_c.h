@@ -68,6 +68,7 @@ typedef struct braid_run_options {
     braid_cancel_token* cancel; /* NULL: none */
     int64_t timeout_us;         /* > 0: the run fails with BRAID_DEADLINE_EXCEEDED after it */
     size_t max_threads;         /* 0: every kernel thread of the shared pool */
+    int deterministic;          /* nonzero: deterministic mode (docs/determinism.md) */
 } braid_run_options;
 
 /* Version and ABI. */

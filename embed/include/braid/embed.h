@@ -130,6 +130,10 @@ struct RunOptions {
     std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
     //! Most kernel threads this run uses (0: all of the shared pool).
     size_t max_threads = 0;
+    //! Deterministic mode (docs/determinism.md): each output element's bits depend only on the
+    //! model and on that element's own inputs, not on the batch, the threads or the comp node.
+    //! Also on for every run when BRAID_DETERMINISTIC=1.
+    bool deterministic = false;
 };
 
 //! How a model is loaded.
