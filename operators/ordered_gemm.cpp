@@ -42,8 +42,39 @@ template <typename T> void rows_portable(const Operands<T>& o, size_t m, size_t 
     }
 }
 
-//! A tile of MR rows and up to `cols` columns of C at (i0, j0).
-using TileFn = void (*)(const Operands<float>&, size_t i0, size_t j0, size_t cols);
+//! Rows [p0, p0 + kc) and columns [j0, j0 + cols) of op(B) copied to `dst`, kc rows of
+//! `width` (zeros past `cols`), so that a tile streams them from one contiguous block in L1
+//! whatever B's layout.
+void pack_sliver(const Operands<float>& o, bool tb, size_t p0, size_t kc, size_t j0, size_t cols,
+                 size_t width, float* dst) {
+    if (tb) {
+        for (size_t c = 0; c < cols; ++c) {
+            const float* src = o.b + (j0 + c) * o.ldb + p0;
+            for (size_t p = 0; p < kc; ++p) dst[p * width + c] = src[p];
+        }
+    } else {
+        for (size_t p = 0; p < kc; ++p)
+            std::copy_n(o.b + (p0 + p) * o.ldb + j0, cols, dst + p * width);
+    }
+    if (cols < width)
+        for (size_t p = 0; p < kc; ++p)
+            std::fill(dst + p * width + cols, dst + (p + 1) * width, 0.f);
+}
+
+//! Rows of op(B) per packed block: a block of 64 columns is then 32 KiB, in L1 while a tile
+//! runs over it. The chains carry on across blocks through C (an exact store and reload).
+constexpr size_t KC = 128;
+
+//! Where a tile's k range sits in the whole sum.
+struct KRange {
+    size_t p0, kc;
+    bool first, last;
+};
+
+//! A tile of r rows and `cols` (at most the sliver's width) columns of C at (i0, j0), reading
+//! op(B) from its packed sliver.
+using TileFn = void (*)(const Operands<float>&, const float* sliver, KRange kr, size_t i0,
+                        size_t j0, size_t cols);
 
 //! One instruction set's tiles: rows[r][full] computes r rows (1 <= r <= mr), `width` columns
 //! when `full`, fewer otherwise.
@@ -52,45 +83,130 @@ struct Tiles {
     TileFn rows[7][2];
 };
 
-void run_tiles(const Tiles& t, const Operands<float>& o, size_t m, size_t n) {
+void run_tiles(const Tiles& t, const Operands<float>& o, bool tb, size_t m, size_t n) {
+    thread_local std::vector<float> sliver;
+    if (sliver.size() < KC * t.width) sliver.resize(KC * t.width);
     for (size_t j0 = 0; j0 < n; j0 += t.width) {
         size_t cols = std::min(t.width, n - j0);
         bool full = cols == t.width;
-        size_t i0 = 0;
-        for (; i0 + t.mr <= m; i0 += t.mr) t.rows[t.mr][full](o, i0, j0, cols);
-        if (i0 < m) t.rows[m - i0][full](o, i0, j0, cols);
+        for (size_t p0 = 0; p0 < o.k || p0 == 0; p0 += KC) {
+            KRange kr{p0, std::min(KC, o.k - p0), p0 == 0, p0 + KC >= o.k};
+            pack_sliver(o, tb, p0, kr.kc, j0, cols, t.width, sliver.data());
+            size_t i0 = 0;
+            for (; i0 + t.mr <= m; i0 += t.mr)
+                t.rows[t.mr][full](o, sliver.data(), kr, i0, j0, cols);
+            if (i0 < m) t.rows[m - i0][full](o, sliver.data(), kr, i0, j0, cols);
+        }
     }
 }
 
-// ---- AVX-512: NV vectors of 16 columns per row, masked at the right edge.
+//! The epilogue of one element: alpha, then beta * C.
+inline float finish(const Operands<float>& o, float acc, float c) {
+    float x = o.alpha == 1.f ? acc : o.alpha * acc;
+    return o.beta == 0.f ? x : std::fma(o.beta, c, x);
+}
+
+//! Few rows of C and B not transposed: each row's accumulators run over k four rows of B at a
+//! time, each vector carried through the four in order, so B streams once, row by row. `Vec`
+//! is the instruction set's vector (Avx512 or Avx2 below).
+template <class Vec> void stream_rows(const Operands<float>& o, size_t m, size_t n) {
+    constexpr size_t CHUNK = 1024, L = Vec::LANES;
+    thread_local std::vector<float> acc_buf(CHUNK);
+    float* acc = acc_buf.data();
+    for (size_t i = 0; i < m; ++i) {
+        const float* a = o.a + i * o.ars;
+        for (size_t j0 = 0; j0 < n; j0 += CHUNK) {
+            size_t w = std::min(CHUNK, n - j0), wv = w / L * L;
+            std::fill(acc, acc + w, 0.f);
+            size_t p = 0;
+            for (; p + 4 <= o.k; p += 4) {
+                const float* b0 = o.b + p * o.ldb + j0;
+                const float *b1 = b0 + o.ldb, *b2 = b1 + o.ldb, *b3 = b2 + o.ldb;
+                float a0 = a[p * o.aks], a1 = a[(p + 1) * o.aks], a2 = a[(p + 2) * o.aks],
+                      a3 = a[(p + 3) * o.aks];
+                auto v0 = Vec::set1(a0), v1 = Vec::set1(a1), v2 = Vec::set1(a2), v3 = Vec::set1(a3);
+                for (size_t j = 0; j < wv; j += L) {
+                    auto x = Vec::load(acc + j);
+                    x = Vec::fma(v0, Vec::load(b0 + j), x);
+                    x = Vec::fma(v1, Vec::load(b1 + j), x);
+                    x = Vec::fma(v2, Vec::load(b2 + j), x);
+                    x = Vec::fma(v3, Vec::load(b3 + j), x);
+                    Vec::store(acc + j, x);
+                }
+                for (size_t j = wv; j < w; ++j)
+                    acc[j] = std::fma(
+                        a3, b3[j],
+                        std::fma(a2, b2[j], std::fma(a1, b1[j], std::fma(a0, b0[j], acc[j]))));
+            }
+            for (; p < o.k; ++p) {
+                const float* b0 = o.b + p * o.ldb + j0;
+                float a0 = a[p * o.aks];
+                auto v0 = Vec::set1(a0);
+                for (size_t j = 0; j < wv; j += L)
+                    Vec::store(acc + j, Vec::fma(v0, Vec::load(b0 + j), Vec::load(acc + j)));
+                for (size_t j = wv; j < w; ++j) acc[j] = std::fma(a0, b0[j], acc[j]);
+            }
+            float* c = o.c + i * o.ldc + j0;
+            for (size_t j = 0; j < w; ++j) c[j] = finish(o, acc[j], c[j]);
+        }
+    }
+}
+
+// ---- AVX-512: NV vectors of 16 columns per row; C masked at the right edge.
+
+struct Avx512 {
+    static constexpr size_t LANES = 16;
+    __attribute__((target("avx512f"))) static __m512 set1(float x) { return _mm512_set1_ps(x); }
+    __attribute__((target("avx512f"))) static __m512 load(const float* p) {
+        return _mm512_loadu_ps(p);
+    }
+    __attribute__((target("avx512f"))) static void store(float* p, __m512 x) {
+        _mm512_storeu_ps(p, x);
+    }
+    __attribute__((target("avx512f"))) static __m512 fma(__m512 a, __m512 b, __m512 c) {
+        return _mm512_fmadd_ps(a, b, c);
+    }
+};
 
 template <int MR, int NV>
-__attribute__((target("avx512f"))) void tile512(const Operands<float>& o, size_t i0, size_t j0,
-                                                size_t cols) {
+__attribute__((target("avx512f"))) void tile512(const Operands<float>& o, const float* sliver,
+                                                KRange kr, size_t i0, size_t j0, size_t cols) {
+    constexpr size_t W = size_t(NV) * 16;
     __m512 acc[MR][NV];
     __mmask16 mask[NV];
+    #pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) {
         size_t left = cols > size_t(v) * 16 ? cols - size_t(v) * 16 : 0;
         mask[v] = left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1);
-        for (int r = 0; r < MR; ++r) acc[r][v] = _mm512_setzero_ps();
+        #pragma GCC unroll 8
+        for (int r = 0; r < MR; ++r)
+            acc[r][v] =
+                kr.first
+                    ? _mm512_setzero_ps()
+                    : _mm512_maskz_loadu_ps(mask[v], o.c + (i0 + size_t(r)) * o.ldc + j0 + v * 16);
     }
-    const float* a = o.a + i0 * o.ars;
-    const float* b = o.b + j0;
-    for (size_t p = 0; p < o.k; ++p, b += o.ldb) {
+    const float* a = o.a + i0 * o.ars + kr.p0 * o.aks;
+    const float* b = sliver;
+    for (size_t p = 0; p < kr.kc; ++p, b += W) {
         __m512 bv[NV];
-        for (int v = 0; v < NV; ++v) bv[v] = _mm512_maskz_loadu_ps(mask[v], b + v * 16);
+        #pragma GCC unroll 8
+        for (int v = 0; v < NV; ++v) bv[v] = _mm512_loadu_ps(b + v * 16);
+        #pragma GCC unroll 8
         for (int r = 0; r < MR; ++r) {
             __m512 av = _mm512_set1_ps(a[size_t(r) * o.ars + p * o.aks]);
+            #pragma GCC unroll 8
             for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
         }
     }
     __m512 alpha = _mm512_set1_ps(o.alpha), beta = _mm512_set1_ps(o.beta);
+    #pragma GCC unroll 8
     for (int r = 0; r < MR; ++r) {
         float* c = o.c + (i0 + size_t(r)) * o.ldc + j0;
+        #pragma GCC unroll 8
         for (int v = 0; v < NV; ++v) {
             __m512 x = acc[r][v];
-            if (o.alpha != 1.f) x = _mm512_mul_ps(alpha, x);
-            if (o.beta != 0.f)
+            if (kr.last && o.alpha != 1.f) x = _mm512_mul_ps(alpha, x);
+            if (kr.last && o.beta != 0.f)
                 x = _mm512_fmadd_ps(beta, _mm512_maskz_loadu_ps(mask[v], c + v * 16), x);
             _mm512_mask_storeu_ps(c + v * 16, mask[v], x);
         }
@@ -108,37 +224,68 @@ const Tiles TILES_512 = {6,
                           {tile512<5, 4>, tile512<5, 4>},
                           {tile512<6, 4>, tile512<6, 4>}}};
 
-// ---- AVX2 + FMA: NV vectors of 8 columns per row; masked loads only at the right edge.
+__attribute__((target("avx512f"), flatten)) void stream512(const Operands<float>& o, size_t m,
+                                                           size_t n) {
+    stream_rows<Avx512>(o, m, n);
+}
+
+// ---- AVX2 + FMA: NV vectors of 8 columns per row; C masked at the right edge.
+
+struct Avx2 {
+    static constexpr size_t LANES = 8;
+    __attribute__((target("avx2,fma"))) static __m256 set1(float x) { return _mm256_set1_ps(x); }
+    __attribute__((target("avx2,fma"))) static __m256 load(const float* p) {
+        return _mm256_loadu_ps(p);
+    }
+    __attribute__((target("avx2,fma"))) static void store(float* p, __m256 x) {
+        _mm256_storeu_ps(p, x);
+    }
+    __attribute__((target("avx2,fma"))) static __m256 fma(__m256 a, __m256 b, __m256 c) {
+        return _mm256_fmadd_ps(a, b, c);
+    }
+};
 
 template <int MR, int NV, bool FULL>
-__attribute__((target("avx2,fma"))) void tile256(const Operands<float>& o, size_t i0, size_t j0,
-                                                 size_t cols) {
+__attribute__((target("avx2,fma"))) void tile256(const Operands<float>& o, const float* sliver,
+                                                 KRange kr, size_t i0, size_t j0, size_t cols) {
+    constexpr size_t W = size_t(NV) * 8;
     __m256 acc[MR][NV];
     __m256i mask[NV];
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    #pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) {
         int left = int(std::min<size_t>(cols > size_t(v) * 8 ? cols - size_t(v) * 8 : 0, 8));
         mask[v] = _mm256_cmpgt_epi32(_mm256_set1_epi32(left), lane);
-        for (int r = 0; r < MR; ++r) acc[r][v] = _mm256_setzero_ps();
+        #pragma GCC unroll 8
+        for (int r = 0; r < MR; ++r) {
+            const float* c = o.c + (i0 + size_t(r)) * o.ldc + j0 + v * 8;
+            acc[r][v] = kr.first ? _mm256_setzero_ps()
+                        : FULL   ? _mm256_loadu_ps(c)
+                                 : _mm256_maskload_ps(c, mask[v]);
+        }
     }
-    const float* a = o.a + i0 * o.ars;
-    const float* b = o.b + j0;
-    for (size_t p = 0; p < o.k; ++p, b += o.ldb) {
+    const float* a = o.a + i0 * o.ars + kr.p0 * o.aks;
+    const float* b = sliver;
+    for (size_t p = 0; p < kr.kc; ++p, b += W) {
         __m256 bv[NV];
-        for (int v = 0; v < NV; ++v)
-            bv[v] = FULL ? _mm256_loadu_ps(b + v * 8) : _mm256_maskload_ps(b + v * 8, mask[v]);
+        #pragma GCC unroll 8
+        for (int v = 0; v < NV; ++v) bv[v] = _mm256_loadu_ps(b + v * 8);
+        #pragma GCC unroll 8
         for (int r = 0; r < MR; ++r) {
             __m256 av = _mm256_set1_ps(a[size_t(r) * o.ars + p * o.aks]);
+            #pragma GCC unroll 8
             for (int v = 0; v < NV; ++v) acc[r][v] = _mm256_fmadd_ps(av, bv[v], acc[r][v]);
         }
     }
     __m256 alpha = _mm256_set1_ps(o.alpha), beta = _mm256_set1_ps(o.beta);
+    #pragma GCC unroll 8
     for (int r = 0; r < MR; ++r) {
         float* c = o.c + (i0 + size_t(r)) * o.ldc + j0;
+        #pragma GCC unroll 8
         for (int v = 0; v < NV; ++v) {
             __m256 x = acc[r][v];
-            if (o.alpha != 1.f) x = _mm256_mul_ps(alpha, x);
-            if (o.beta != 0.f)
+            if (kr.last && o.alpha != 1.f) x = _mm256_mul_ps(alpha, x);
+            if (kr.last && o.beta != 0.f)
                 x = _mm256_fmadd_ps(
                     beta,
                     FULL ? _mm256_loadu_ps(c + v * 8) : _mm256_maskload_ps(c + v * 8, mask[v]), x);
@@ -150,8 +297,7 @@ __attribute__((target("avx2,fma"))) void tile256(const Operands<float>& o, size_
     }
 }
 
-// Three or more rows: 6 x 16 (12 accumulators of 16 registers); one or two rows: 32 columns,
-// so that a single row still has four independent chains.
+// 6 x 16: 12 accumulators of the 16 registers.
 const Tiles TILES_256 = {6,
                          16,
                          {{nullptr, nullptr},
@@ -161,24 +307,15 @@ const Tiles TILES_256 = {6,
                           {tile256<4, 2, false>, tile256<4, 2, true>},
                           {tile256<5, 2, false>, tile256<5, 2, true>},
                           {tile256<6, 2, false>, tile256<6, 2, true>}}};
-const Tiles TILES_256_FEW_ROWS = {2,
-                                  32,
-                                  {{nullptr, nullptr},
-                                   {tile256<1, 4, false>, tile256<1, 4, true>},
-                                   {tile256<2, 4, false>, tile256<2, 4, true>}}};
 
-//! op(B) for a transposed B (n rows of k): packed k x n, in 32 x 32 blocks.
-const float* packed_b(const float* b, size_t ldb, size_t k, size_t n) {
-    thread_local std::vector<float> buf;
-    if (buf.size() < k * n) buf.resize(k * n);
-    constexpr size_t BLOCK = 32;
-    for (size_t j0 = 0; j0 < n; j0 += BLOCK)
-        for (size_t p0 = 0; p0 < k; p0 += BLOCK)
-            for (size_t j = j0; j < std::min(n, j0 + BLOCK); ++j)
-                for (size_t p = p0; p < std::min(k, p0 + BLOCK); ++p)
-                    buf[p * n + j] = b[j * ldb + p];
-    return buf.data();
+__attribute__((target("avx2,fma"), flatten)) void stream256(const Operands<float>& o, size_t m,
+                                                            size_t n) {
+    stream_rows<Avx2>(o, m, n);
 }
+
+//! Rows of C below which op(B), when not transposed, is streamed row by row (stream_rows)
+//! rather than packed in slivers: a sliver would serve too few rows to pay for its copy.
+constexpr size_t STREAM_ROWS = 4;
 
 } // namespace
 
@@ -190,16 +327,36 @@ void ordered_sgemm_isa(CpuIsa isa, bool ta, bool tb, size_t m, size_t n, size_t 
         BRAID_THROW(ValueError, "ordered_sgemm: the CPU lacks instruction set {}",
                     cpu_isa_name(isa));
     Operands<float> o{a, ta ? 1 : lda, ta ? lda : 1, b, ldb, c, ldc, k, alpha, beta};
-    if (tb) {
-        o.b = packed_b(b, ldb, k, n);
-        o.ldb = n;
+    bool stream = !tb && m < STREAM_ROWS;
+    if (!stream && isa != CpuIsa::SCALAR && k > KC && (alpha != 1.f || beta != 0.f)) {
+        // Partial sums pass through C between blocks of k: the old C and the scaling wait in
+        // a scratch product, applied after the whole sum (the same epilogue).
+        thread_local std::vector<float> product;
+        product.resize(m * n);
+        Operands<float> p = o;
+        p.c = product.data();
+        p.ldc = n;
+        p.alpha = 1.f;
+        p.beta = 0.f;
+        run_tiles(isa == CpuIsa::AVX512 ? TILES_512 : TILES_256, p, tb, m, n);
+        for (size_t i = 0; i < m; ++i)
+            for (size_t j = 0; j < n; ++j)
+                c[i * ldc + j] = finish(o, product[i * n + j], c[i * ldc + j]);
+        return;
     }
     switch (isa) {
     case CpuIsa::AVX512:
-        return run_tiles(TILES_512, o, m, n);
+        return stream ? stream512(o, m, n) : run_tiles(TILES_512, o, tb, m, n);
     case CpuIsa::AVX2:
-        return run_tiles(m < 3 ? TILES_256_FEW_ROWS : TILES_256, o, m, n);
+        return stream ? stream256(o, m, n) : run_tiles(TILES_256, o, tb, m, n);
     case CpuIsa::SCALAR:
+        if (tb) {
+            thread_local std::vector<float> packed;
+            packed.resize(k * n);
+            pack_sliver(o, true, 0, k, 0, n, n, packed.data());
+            o.b = packed.data();
+            o.ldb = n;
+        }
         return rows_portable(o, m, n);
     }
 }
