@@ -385,6 +385,9 @@ PlanKey plan_key(const Conv2dParam& pr, const TensorShape& xs, const TensorShape
 //! Multiply-adds of one batch item below which a convolution is not split over threads by
 //! output channels (about 20 us of work: more than a block's dispatch costs).
 constexpr double MIN_BLOCK_MACS = 2e6;
+//! Channel blocks per item in deterministic mode, whatever the threads (two: the machines the
+//! suite runs on have two cores; more would cost dispatch on one thread).
+constexpr int64_t DETERMINISTIC_BLOCKS = 2;
 
 /*!
  * Whether braid's own kernel (im2col and one GEMM, no reorders) runs a convolution faster than
@@ -407,9 +410,7 @@ bool braid_kernel_faster(const Conv2dParam& pr, const TensorShape& ws) {
 
 bool dnnl_conv2d_forward(const Conv2dParam& pr, const Tensor& x, const Tensor& w, Tensor& y,
                          const DnnlConvFusion& fusion, const ConvEpilogue* epilogue) {
-    // Deterministic mode: im2col and the ordered GEMM (oneDNN picks its algorithm, and with it
-    // the order of each output's sum, by shape).
-    if (!dnnl_conv_enabled() || deterministic_kernels()) return false;
+    if (!dnnl_conv_enabled()) return false;
     const auto &xs = x.shape(), &ws = w.shape(), &ys = y.shape();
     int64_t n = int64_t(xs[0]), o = int64_t(ws[0]);
     int64_t groups = pr.groups;
@@ -419,9 +420,17 @@ bool dnnl_conv2d_forward(const Conv2dParam& pr, const Tensor& x, const Tensor& w
     // output channels in whole 8-channel blocks (oneDNN's AVX2 block), every block reading the
     // whole source; a grouped one (depthwise) splits whole groups, each block a grouped
     // convolution of its own channels, reordering only its slice of the source.
-    int64_t threads = int64_t(kernel_threads());
+    int64_t threads = int64_t(kernel_threads()), items = n;
+    // Deterministic mode: the blocks depend on the shape alone, as if DETERMINISTIC_BLOCKS
+    // threads ran one item, so that every output channel is computed by the same primitive (a
+    // fixed order of its sum: each primitive runs single-threaded, one item at a time) whatever
+    // the batch, the thread count or the comp node.
+    if (deterministic_kernels()) {
+        threads = DETERMINISTIC_BLOCKS;
+        items = 1;
+    }
     int64_t cpg = int64_t(xs[1]) / groups, opg = o / groups; // channels per group, in and out
-    bool split_groups = groups > 1 && n < threads;
+    bool split_groups = groups > 1 && items < threads;
     // The unit of a block: 8 output channels, or enough whole groups for 8 channels.
     int64_t unit = 8, units = o / 8;
     if (groups > 1) {
@@ -435,8 +444,8 @@ bool dnnl_conv2d_forward(const Conv2dParam& pr, const Tensor& x, const Tensor& w
     double macs = double(ys[1]) * double(ys[2]) * double(ys[3]) * double(ws[1]) * double(ws[2]) *
                   double(ws[3]);
     int64_t nblocks = 1;
-    if (n < threads)
-        nblocks = std::min({(threads + n - 1) / n, units, int64_t(macs / MIN_BLOCK_MACS)});
+    if (items < threads)
+        nblocks = std::min({(threads + items - 1) / items, units, int64_t(macs / MIN_BLOCK_MACS)});
     nblocks = std::max<int64_t>(nblocks, 1);
     // Block b holds output channels [bounds[b], bounds[b + 1]), in whole units.
     std::vector<int64_t> bounds(static_cast<size_t>(nblocks) + 1, o);

@@ -80,7 +80,7 @@ using TileFn = void (*)(const Operands<float>&, const float* sliver, KRange kr, 
 //! when `full`, fewer otherwise.
 struct Tiles {
     size_t mr, width;
-    TileFn rows[7][2];
+    TileFn rows[9][2];
 };
 
 void run_tiles(const Tiles& t, const Operands<float>& o, bool tb, size_t m, size_t n) {
@@ -174,11 +174,11 @@ __attribute__((target("avx512f"))) void tile512(const Operands<float>& o, const 
     constexpr size_t W = size_t(NV) * 16;
     __m512 acc[MR][NV];
     __mmask16 mask[NV];
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) {
         size_t left = cols > size_t(v) * 16 ? cols - size_t(v) * 16 : 0;
         mask[v] = left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1);
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int r = 0; r < MR; ++r)
             acc[r][v] =
                 kr.first
@@ -189,20 +189,20 @@ __attribute__((target("avx512f"))) void tile512(const Operands<float>& o, const 
     const float* b = sliver;
     for (size_t p = 0; p < kr.kc; ++p, b += W) {
         __m512 bv[NV];
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int v = 0; v < NV; ++v) bv[v] = _mm512_loadu_ps(b + v * 16);
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int r = 0; r < MR; ++r) {
             __m512 av = _mm512_set1_ps(a[size_t(r) * o.ars + p * o.aks]);
-            #pragma GCC unroll 8
+#pragma GCC unroll 8
             for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
         }
     }
     __m512 alpha = _mm512_set1_ps(o.alpha), beta = _mm512_set1_ps(o.beta);
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int r = 0; r < MR; ++r) {
         float* c = o.c + (i0 + size_t(r)) * o.ldc + j0;
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int v = 0; v < NV; ++v) {
             __m512 x = acc[r][v];
             if (kr.last && o.alpha != 1.f) x = _mm512_mul_ps(alpha, x);
@@ -223,6 +223,25 @@ const Tiles TILES_512 = {6,
                           {tile512<4, 4>, tile512<4, 4>},
                           {tile512<5, 4>, tile512<5, 4>},
                           {tile512<6, 4>, tile512<6, 4>}}};
+
+// Narrow outputs (a classifier's 10 columns): 8 rows x 16 columns, so that no more than 16
+// columns are computed for nothing.
+const Tiles TILES_512_NARROW = {8,
+                                16,
+                                {{nullptr, nullptr},
+                                 {tile512<1, 1>, tile512<1, 1>},
+                                 {tile512<2, 1>, tile512<2, 1>},
+                                 {tile512<3, 1>, tile512<3, 1>},
+                                 {tile512<4, 1>, tile512<4, 1>},
+                                 {tile512<5, 1>, tile512<5, 1>},
+                                 {tile512<6, 1>, tile512<6, 1>},
+                                 {tile512<7, 1>, tile512<7, 1>},
+                                 {tile512<8, 1>, tile512<8, 1>}}};
+
+//! The AVX-512 tiles for `n` columns.
+const Tiles& tiles512(size_t n) {
+    return n <= 16 ? TILES_512_NARROW : TILES_512;
+}
 
 __attribute__((target("avx512f"), flatten)) void stream512(const Operands<float>& o, size_t m,
                                                            size_t n) {
@@ -252,11 +271,11 @@ __attribute__((target("avx2,fma"))) void tile256(const Operands<float>& o, const
     __m256 acc[MR][NV];
     __m256i mask[NV];
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) {
         int left = int(std::min<size_t>(cols > size_t(v) * 8 ? cols - size_t(v) * 8 : 0, 8));
         mask[v] = _mm256_cmpgt_epi32(_mm256_set1_epi32(left), lane);
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int r = 0; r < MR; ++r) {
             const float* c = o.c + (i0 + size_t(r)) * o.ldc + j0 + v * 8;
             acc[r][v] = kr.first ? _mm256_setzero_ps()
@@ -268,20 +287,20 @@ __attribute__((target("avx2,fma"))) void tile256(const Operands<float>& o, const
     const float* b = sliver;
     for (size_t p = 0; p < kr.kc; ++p, b += W) {
         __m256 bv[NV];
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int v = 0; v < NV; ++v) bv[v] = _mm256_loadu_ps(b + v * 8);
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int r = 0; r < MR; ++r) {
             __m256 av = _mm256_set1_ps(a[size_t(r) * o.ars + p * o.aks]);
-            #pragma GCC unroll 8
+#pragma GCC unroll 8
             for (int v = 0; v < NV; ++v) acc[r][v] = _mm256_fmadd_ps(av, bv[v], acc[r][v]);
         }
     }
     __m256 alpha = _mm256_set1_ps(o.alpha), beta = _mm256_set1_ps(o.beta);
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int r = 0; r < MR; ++r) {
         float* c = o.c + (i0 + size_t(r)) * o.ldc + j0;
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int v = 0; v < NV; ++v) {
             __m256 x = acc[r][v];
             if (kr.last && o.alpha != 1.f) x = _mm256_mul_ps(alpha, x);
@@ -338,7 +357,7 @@ void ordered_sgemm_isa(CpuIsa isa, bool ta, bool tb, size_t m, size_t n, size_t 
         p.ldc = n;
         p.alpha = 1.f;
         p.beta = 0.f;
-        run_tiles(isa == CpuIsa::AVX512 ? TILES_512 : TILES_256, p, tb, m, n);
+        run_tiles(isa == CpuIsa::AVX512 ? tiles512(n) : TILES_256, p, tb, m, n);
         for (size_t i = 0; i < m; ++i)
             for (size_t j = 0; j < n; ++j)
                 c[i * ldc + j] = finish(o, product[i * n + j], c[i * ldc + j]);
@@ -346,7 +365,7 @@ void ordered_sgemm_isa(CpuIsa isa, bool ta, bool tb, size_t m, size_t n, size_t 
     }
     switch (isa) {
     case CpuIsa::AVX512:
-        return stream ? stream512(o, m, n) : run_tiles(TILES_512, o, tb, m, n);
+        return stream ? stream512(o, m, n) : run_tiles(tiles512(n), o, tb, m, n);
     case CpuIsa::AVX2:
         return stream ? stream256(o, m, n) : run_tiles(TILES_256, o, tb, m, n);
     case CpuIsa::SCALAR:
