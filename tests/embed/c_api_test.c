@@ -320,6 +320,41 @@ static void error_paths(void) {
     free(x);
 }
 
+/* ---------------------------------------------------------------- deterministic mode */
+/* With braid_run_options.deterministic, row 2 of a batch of 7 is the same bits as run alone. */
+static void deterministic_rows(void) {
+    char path[1200];
+    braid_model* model = NULL;
+    braid_context* ctx = NULL;
+    braid_run_options opt;
+    float x[7 * 784];
+    float batched[10];
+    const void* y = NULL;
+    size_t bytes = 0;
+    int64_t shape7[2] = {7, 784}, shape1[2] = {1, 784};
+    memset(&opt, 0, sizeof opt);
+    opt.deterministic = 1;
+    fill(x, 7 * 784, 11);
+    model_path(path, sizeof path, "mlp.braid");
+    OK(braid_model_load_file(path, &model));
+    if (!model) return;
+    OK(braid_context_create(model, &ctx));
+    OK(braid_context_set_input(ctx, "x", BRAID_FLOAT32, shape7, 2, x));
+    OK(braid_context_run(ctx, &opt));
+    OK(braid_context_output(ctx, "logits", &y, &bytes));
+    if (bytes == 7 * 10 * sizeof(float)) memcpy(batched, (const float*)y + 2 * 10, sizeof batched);
+    OK(braid_context_set_input(ctx, "x", BRAID_FLOAT32, shape1, 2, x + 2 * 784));
+    OK(braid_context_run(ctx, &opt));
+    OK(braid_context_output(ctx, "logits", &y, &bytes));
+    if (bytes != sizeof batched || memcmp(y, batched, sizeof batched) != 0) {
+        fprintf(stderr, "line %d: deterministic run: row 2 alone differs from row 2 of 7\n",
+                __LINE__);
+        failures++;
+    }
+    OK(braid_context_destroy(ctx));
+    OK(braid_model_release(model));
+}
+
 int main(int argc, char** argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: %s <models dir> [stress THREADS RUNS]\n", argv[0]);
@@ -333,6 +368,7 @@ int main(int argc, char** argv) {
     } else {
         error_paths();
         cancellation();
+        deterministic_rows();
         concurrent_runs("mlp.braid", 4, 20);
     }
     if (failures)
