@@ -1,16 +1,19 @@
 #include "comm/communicator.h"
 
+#include "base/determinism.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "comm/gloo_communicator.h"
 #include "comm/local_communicator.h"
 #include "comm/mpi_communicator.h"
+#include "comm/reduce_kernels.h"
 
 #if BRAID_WITH_NCCL
 #include "comm/cuda_nccl_communicator.h" // declares the backend without CUDA headers
 #endif
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 
 namespace braid::comm {
@@ -109,7 +112,38 @@ void Communicator::all_reduce(const void* send, void* recv, size_t count, DType 
     check_args("all_reduce", dt, count, 1);
     check_ptr("all_reduce", "send", send, count);
     check_ptr("all_reduce", "recv", recv, count);
-    guarded("all_reduce", [&] { do_all_reduce(send, recv, count, dt, op); });
+    guarded("all_reduce", [&] {
+        if (rank_ordered(op, dt))
+            rank_ordered_all_reduce(send, recv, count, dt);
+        else
+            do_all_reduce(send, recv, count, dt, op);
+    });
+}
+
+bool Communicator::rank_ordered(ReduceOp op, DType dt) const {
+    bool floating = dt == dtype::Float32() || dt.is_half();
+    return op == ReduceOp::SUM && floating && m_desc.nranks > 1 && deterministic_kernels() &&
+           !sums_in_rank_order() && buffer_kind() == Device::Kind::CPU;
+}
+
+void Communicator::rank_ordered_slice(const void* send, size_t count, DType dt, size_t slice,
+                                      void* out) {
+    size_t n = m_desc.nranks, es = dt.size();
+    std::vector<uint8_t> blocks(n * slice * es, 0), gathered(n * slice * es);
+    if (count) std::memcpy(blocks.data(), send, count * es);
+    // Block q of `gathered`: rank q's slice `rank`.
+    do_all_to_all(blocks.data(), gathered.data(), slice, dt);
+    std::vector<const void*> ins(n);
+    for (size_t q = 0; q < n; ++q) ins[q] = gathered.data() + q * slice * es;
+    reduce_to_many(dt, ReduceOp::SUM, ins.data(), n, &out, 1, 0, slice);
+}
+
+void Communicator::rank_ordered_all_reduce(const void* send, void* recv, size_t count, DType dt) {
+    size_t n = m_desc.nranks, es = dt.size(), slice = (count + n - 1) / n;
+    std::vector<uint8_t> mine(slice * es), all(n * slice * es);
+    rank_ordered_slice(send, count, dt, slice, mine.data());
+    do_all_gather(mine.data(), all.data(), slice, dt);
+    if (count) std::memcpy(recv, all.data(), count * es);
 }
 
 void Communicator::reduce(const void* send, void* recv, size_t count, DType dt, ReduceOp op,
@@ -118,7 +152,12 @@ void Communicator::reduce(const void* send, void* recv, size_t count, DType dt, 
     check_root("reduce", root);
     check_ptr("reduce", "send", send, count);
     if (m_desc.rank == root) check_ptr("reduce", "root's recv", recv, count);
-    guarded("reduce", [&] { do_reduce(send, recv, count, dt, op, root); });
+    guarded("reduce", [&] {
+        if (!rank_ordered(op, dt)) return do_reduce(send, recv, count, dt, op, root);
+        std::vector<uint8_t> all(count * dt.size());
+        rank_ordered_all_reduce(send, all.data(), count, dt);
+        if (m_desc.rank == root && count) std::memcpy(recv, all.data(), all.size());
+    });
 }
 
 void Communicator::broadcast(const void* send, void* recv, size_t count, DType dt, uint32_t root) {
@@ -141,7 +180,12 @@ void Communicator::reduce_scatter(const void* send, void* recv, size_t recv_coun
     check_args("reduce_scatter", dt, recv_count, m_desc.nranks);
     check_ptr("reduce_scatter", "send", send, recv_count);
     check_ptr("reduce_scatter", "recv", recv, recv_count);
-    guarded("reduce_scatter", [&] { do_reduce_scatter(send, recv, recv_count, dt, op); });
+    guarded("reduce_scatter", [&] {
+        if (!rank_ordered(op, dt)) return do_reduce_scatter(send, recv, recv_count, dt, op);
+        std::vector<uint8_t> mine(recv_count * dt.size());
+        rank_ordered_slice(send, m_desc.nranks * recv_count, dt, recv_count, mine.data());
+        if (recv_count) std::memcpy(recv, mine.data(), mine.size());
+    });
 }
 
 void Communicator::gather(const void* send, void* recv, size_t send_count, DType dt,

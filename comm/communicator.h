@@ -19,6 +19,13 @@
 // Reductions: SUM, MAX, MIN over float32, float16, bfloat16 (reduced in float32, rounded
 // once), int32, int64, int8, uint8 (integer sums wrap around).
 //
+// In deterministic mode (base/determinism.h, set on the calling thread) every floating-point
+// SUM of all_reduce, reduce and reduce_scatter adds the ranks in rank order, ((x0 + x1) + x2)
+// + ..., in float32 for the half types: the local backend always does; on host-memory backends
+// whose own algorithm does not (gloo's ring, MPI's), the call becomes an all_to_all that hands
+// each rank its slice of every buffer, the local backend's sum of those slices in rank order,
+// and an all_gather. Same traffic as a ring; the result is the same bits on every backend.
+//
 // After a call failed in a way that can leave peers out of step (a timeout, a peer's
 // failure), the communicator is broken: every later call throws CommError naming the
 // first failure. A Communicator is used by one thread at a time (its comp node's).
@@ -111,6 +118,10 @@ public:
     void synchronize();
 
 protected:
+    //! Whether do_all_reduce, do_reduce and do_reduce_scatter already add the ranks in rank
+    //! order (the local backend); the others get the ordered path in deterministic mode.
+    virtual bool sums_in_rank_order() const { return false; }
+
     virtual void do_all_reduce(const void* send, void* recv, size_t count, DType dt,
                                ReduceOp op) = 0;
     virtual void do_reduce(const void* send, void* recv, size_t count, DType dt, ReduceOp op,
@@ -131,6 +142,14 @@ protected:
 
     //! Marks the communicator broken (first reason wins); later calls throw CommError.
     void mark_broken(const std::string& reason);
+    //! Whether this call of `op` over `dt` takes the rank-ordered path (see the file comment).
+    bool rank_ordered(ReduceOp op, DType dt) const;
+    //! Slice `rank` (`slice` elements) of the rank-ordered sum of every rank's `send` (`count`
+    //! elements, zeros past them, nranks * slice in all) into `out`.
+    void rank_ordered_slice(const void* send, size_t count, DType dt, size_t slice, void* out);
+    //! The rank-ordered all_reduce SUM: rank_ordered_slice, then an all_gather.
+    void rank_ordered_all_reduce(const void* send, void* recv, size_t count, DType dt);
+
     //! "local all_reduce (key \"k\", rank 1 of 4)": the prefix of backend error messages.
     std::string describe(const char* call) const;
 

@@ -32,6 +32,8 @@ public:
     const char* backend() const override { return "local"; }
 
 protected:
+    //! reduce_to_many adds the ranks' buffers in rank order.
+    bool sums_in_rank_order() const override { return true; }
     void do_all_reduce(const void* send, void* recv, size_t count, DType dt, ReduceOp op) override;
     void do_reduce(const void* send, void* recv, size_t count, DType dt, ReduceOp op,
                    uint32_t root) override;

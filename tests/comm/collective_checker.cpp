@@ -1,9 +1,11 @@
 #include "collective_checker.h"
 
+#include "base/determinism.h"
 #include "memory/tensor.h"
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstring>
 #include <optional>
 
@@ -312,6 +314,69 @@ std::string run_and_check(Communicator& comm, const CollectiveCase& c) {
                                me, n, i, got, want);
     }
     return {};
+}
+
+std::string check_rank_ordered_sums(Communicator& comm) {
+    DeterministicScope mode(true);
+    uint32_t n = comm.nranks(), me = comm.rank();
+    // Rank r's element i, as stored in `dt`.
+    auto inputs = [&](DType dt, uint32_t r, size_t count) {
+        std::vector<float> f(count);
+        for (size_t i = 0; i < count; ++i)
+            f[i] = float(std::sin(double(r * 7919 + i) * 0.37) * (1.0 + r * 0.3) * 1000.0);
+        std::vector<uint8_t> b(count * dt.size());
+        convert_elements(dtype::Float32(), f.data(), dt, b.data(), count);
+        return b;
+    };
+    // The rank-ordered sum of every rank's buffer, rounded once to `dt`.
+    auto ordered_sum = [&](DType dt, size_t count) {
+        std::vector<float> acc(count), x(count);
+        for (uint32_t r = 0; r < n; ++r) {
+            auto b = inputs(dt, r, count);
+            convert_elements(dt, b.data(), dtype::Float32(), x.data(), count);
+            for (size_t i = 0; i < count; ++i) acc[i] = r == 0 ? x[i] : acc[i] + x[i];
+        }
+        std::vector<uint8_t> out(count * dt.size());
+        convert_elements(dtype::Float32(), acc.data(), dt, out.data(), count);
+        return out;
+    };
+    // Every rank makes every call whatever it found (a rank that stopped early would leave its
+    // peers waiting); the first difference is reported at the end.
+    std::string first;
+    auto differs = [&](std::string what) {
+        if (first.empty()) first = std::move(what);
+    };
+    for (DType dt : {dtype::Float32(), dtype::Float16(), dtype::BFloat16()})
+        for (size_t count : {size_t(1), size_t(7), size_t(1000), size_t(4099)})
+            for (bool in_place : {false, true}) {
+                size_t es = dt.size();
+                std::string what = fmt::format("{} of {} {}{}", "{}", count, dt.name(),
+                                               in_place ? " in place" : "");
+                auto mine = inputs(dt, me, count), want = ordered_sum(dt, count);
+                // all_reduce
+                std::vector<uint8_t> out(count * es, 0x5a);
+                if (in_place) out = mine;
+                comm.all_reduce(in_place ? out.data() : mine.data(), out.data(), count, dt,
+                                ReduceOp::SUM);
+                if (out != want) differs(fmt::format(fmt::runtime(what), "all_reduce"));
+                // reduce, to the first and the last rank
+                for (uint32_t root : {uint32_t(0), n - 1}) {
+                    std::vector<uint8_t> r(count * es, 0x5a);
+                    if (in_place && me == root) r = mine;
+                    comm.reduce(in_place && me == root ? r.data() : mine.data(), r.data(), count,
+                                dt, ReduceOp::SUM, root);
+                    if (me == root && r != want)
+                        differs(fmt::format(fmt::runtime(what), fmt::format("reduce to {}", root)));
+                }
+                // reduce_scatter: every rank sends n blocks of `count`
+                auto all = inputs(dt, me, n * count), all_want = ordered_sum(dt, n * count);
+                std::vector<uint8_t> block(count * es, 0x5a);
+                void* recv = in_place ? all.data() + me * count * es : block.data();
+                comm.reduce_scatter(all.data(), recv, count, dt, ReduceOp::SUM);
+                if (std::memcmp(recv, all_want.data() + me * count * es, count * es) != 0)
+                    differs(fmt::format(fmt::runtime(what), "reduce_scatter"));
+            }
+    return first;
 }
 
 } // namespace braid::comm::test

@@ -52,4 +52,13 @@ std::vector<CollectiveCase> sweep(Collective collective, uint32_t nranks);
  */
 std::string run_and_check(Communicator& comm, const CollectiveCase& c);
 
+/*!
+ * In deterministic mode (base/determinism.h): all_reduce, reduce (root 0 and the last rank) and
+ * reduce_scatter SUM over float32, float16 and bfloat16 values whose sums round (so the order
+ * of the additions shows), in place and not, for counts 1, 7, 1000 and 4099; each result must be
+ * the same bits as the ranks added in rank order, ((x0 + x1) + x2) + ..., in float32, rounded
+ * once to the dtype. Returns "" when every call matches, else the first difference.
+ */
+std::string check_rank_ordered_sums(Communicator& comm);
+
 } // namespace braid::comm::test

@@ -75,6 +75,11 @@ TEST_P(LocalCollectives, SendRecvMatchesReference) {
     check_sweep(Collective::SEND_RECV, GetParam());
 }
 
+TEST_P(LocalCollectives, DeterministicSumsAddTheRanksInRankOrder) {
+    run_ranks(GetParam(),
+              [&](Communicator& comm) { ASSERT_EQ(check_rank_ordered_sums(comm), ""); });
+}
+
 INSTANTIATE_TEST_SUITE_P(Ranks, LocalCollectives, ::testing::Values(1u, 2u, 3u, 4u, 8u),
                          [](const auto& info) { return fmt::format("N{}", info.param); });
 

@@ -111,6 +111,14 @@ TEST(GlooCollectives, SendRecvMatchesReference) {
     check_sweep(Collective::SEND_RECV);
 }
 
+// Deterministic mode: gloo's ring sums each chunk starting from another rank; the ordered path
+// adds the ranks in rank order, the same bits as the local backend.
+TEST(GlooCollectives, DeterministicSumsAddTheRanksInRankOrder) {
+    if (g_rank < 0) GTEST_SKIP() << "runs under braid-launch (BRAID_RANK is not set)";
+    auto comm = join_world();
+    ASSERT_EQ(check_rank_ordered_sums(*comm), "");
+}
+
 // The ten CollectiveComm modes as operators of one graph per process, with the first and the
 // last rank as root: the path `--backend gloo` takes in braid-run and in models.
 TEST(GlooCollectives, EveryCollectiveCommModeMatchesReference) {

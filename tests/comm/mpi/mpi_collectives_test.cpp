@@ -31,6 +31,11 @@ void check_sweep(Collective collective) {
     }
 }
 
+TEST(MpiCollectives, DeterministicSumsAddTheRanksInRankOrder) {
+    auto comm = join_world();
+    ASSERT_EQ(check_rank_ordered_sums(*comm), "");
+}
+
 TEST(MpiCollectives, AllReduceMatchesReference) {
     check_sweep(Collective::ALL_REDUCE);
 }
