@@ -11,6 +11,8 @@
 //   shared_weights 64 MiB of weights mapped from a file, 8 contexts: RSS per extra context
 //                  against its arena + 1 MiB.
 //   throughput     the examples' mlp, 1 and 2 threads with a context each, max_threads = 1.
+//   deterministic  the mlp on one thread in deterministic mode against the default: latency
+//                  ratio (target 1.15).
 //   cancel         a chain of 40 matmuls 256x256 cancelled 100 times at random points: time
 //                  from braid_cancel_token_cancel to braid_context_run returning, against the
 //                  time of one matmul (the longest kernel).
@@ -198,7 +200,8 @@ double thread_cpu_s() {
 
 //! Runs per second of `nr_threads` threads, each with its own context, for `seconds`; sets
 //! `cpu_share` to the threads' mean CPU time over wall time (below 1: the cores were shared).
-double runs_per_s(braid_model* m, size_t nr_threads, double seconds, double& cpu_share) {
+double runs_per_s(braid_model* m, size_t nr_threads, double seconds, double& cpu_share,
+                  int deterministic = 0) {
     const int64_t shape[] = {64, 784};
     std::vector<float> in(64 * 784, 0.5f);
     std::vector<braid_context*> ctxs;
@@ -210,6 +213,7 @@ double runs_per_s(braid_model* m, size_t nr_threads, double seconds, double& cpu
         threads.emplace_back([&, t] {
             braid_run_options opt = {};
             opt.max_threads = 1;
+            opt.deterministic = deterministic;
             for (int i = 0; i < 20; ++i) check(braid_context_run(ctxs[t], &opt), "run"); // warm-up
             // Start together, once every context is compiled and warm.
             for (++ready; ready < nr_threads;) std::this_thread::yield();
@@ -363,6 +367,25 @@ void cancel() {
                 latency_ms.back(), kernel_ms, target, pct(0.99) / target);
 }
 
+//! Deterministic mode (braid_run_options.deterministic) against the default in the same run:
+//! the examples' mlp at batch 64 on one thread, three alternating rounds, best of each.
+void deterministic_cost() {
+    auto graph = ComputingGraph::make({});
+    std::vector<uint8_t> bytes;
+    dump(examples::build_mlp(*graph), bytes);
+    braid_model* m = load_buffer(bytes);
+    double share = 0, plain = 0, det = 0;
+    for (int round = 0; round < 3; ++round) {
+        plain = std::max(plain, runs_per_s(m, 1, 0.5, share, 0));
+        det = std::max(det, runs_per_s(m, 1, 0.5, share, 1));
+    }
+    check(braid_model_release(m), "model_release");
+    std::printf("{\"bench\":\"embed\",\"case\":\"deterministic\",\"model\":\"mlp\","
+                "\"batch\":64,\"max_threads\":1,\"runs_per_s_default\":%.0f,"
+                "\"runs_per_s_deterministic\":%.0f,\"latency_ratio\":%.2f,\"target\":1.15}\n",
+                plain, det, plain / det);
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -376,5 +399,6 @@ int main(int argc, char** argv) {
     throughput();
     cancel();
     context_create();
+    deterministic_cost();
     return 0;
 }
