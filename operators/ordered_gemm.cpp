@@ -152,91 +152,113 @@ template <class Vec> void stream_rows(const Operands<float>& o, size_t m, size_t
     }
 }
 
-// ---- AVX-512: NV vectors of 16 columns per row; C masked at the right edge.
-
-struct Avx512 {
-    static constexpr size_t LANES = 16;
-    __attribute__((target("avx512f"))) static __m512 set1(float x) { return _mm512_set1_ps(x); }
-    __attribute__((target("avx512f"))) static __m512 load(const float* p) {
-        return _mm512_loadu_ps(p);
-    }
-    __attribute__((target("avx512f"))) static void store(float* p, __m512 x) {
-        _mm512_storeu_ps(p, x);
-    }
-    __attribute__((target("avx512f"))) static __m512 fma(__m512 a, __m512 b, __m512 c) {
-        return _mm512_fmadd_ps(a, b, c);
-    }
-};
-
-template <int MR, int NV>
-__attribute__((target("avx512f"))) void tile512(const Operands<float>& o, const float* sliver,
-                                                KRange kr, size_t i0, size_t j0, size_t cols) {
-    constexpr size_t W = size_t(NV) * 16;
-    __m512 acc[MR][NV];
-    __mmask16 mask[NV];
+//! A tile of MR rows and NV vectors of columns: the accumulators start from zero (the first
+//! block of k) or from C (later ones), run over the block's rows of the sliver, and go back to
+//! C, with alpha and beta after the last block. Only the columns past `cols` are masked (`FULL`:
+//! none are). `Vec` is the instruction set's vector.
+template <class Vec, int MR, int NV, bool FULL>
+void tile(const Operands<float>& o, const float* sliver, KRange kr, size_t i0, size_t j0,
+          size_t cols) {
+    constexpr size_t L = Vec::LANES, W = size_t(NV) * L;
+    typename Vec::V acc[MR][NV];
+    typename Vec::Mask mask[NV];
 #pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) {
-        size_t left = cols > size_t(v) * 16 ? cols - size_t(v) * 16 : 0;
-        mask[v] = left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1);
+        mask[v] = Vec::mask(cols > size_t(v) * L ? std::min(cols - size_t(v) * L, L) : 0);
 #pragma GCC unroll 8
-        for (int r = 0; r < MR; ++r)
-            acc[r][v] =
-                kr.first
-                    ? _mm512_setzero_ps()
-                    : _mm512_maskz_loadu_ps(mask[v], o.c + (i0 + size_t(r)) * o.ldc + j0 + v * 16);
+        for (int r = 0; r < MR; ++r) {
+            const float* c = o.c + (i0 + size_t(r)) * o.ldc + j0 + size_t(v) * L;
+            acc[r][v] = kr.first ? Vec::zero() : FULL ? Vec::load(c) : Vec::load(c, mask[v]);
+        }
     }
     const float* a = o.a + i0 * o.ars + kr.p0 * o.aks;
     const float* b = sliver;
     for (size_t p = 0; p < kr.kc; ++p, b += W) {
-        __m512 bv[NV];
+        typename Vec::V bv[NV];
 #pragma GCC unroll 8
-        for (int v = 0; v < NV; ++v) bv[v] = _mm512_loadu_ps(b + v * 16);
+        for (int v = 0; v < NV; ++v) bv[v] = Vec::load(b + size_t(v) * L);
 #pragma GCC unroll 8
         for (int r = 0; r < MR; ++r) {
-            __m512 av = _mm512_set1_ps(a[size_t(r) * o.ars + p * o.aks]);
+            auto av = Vec::set1(a[size_t(r) * o.ars + p * o.aks]);
 #pragma GCC unroll 8
-            for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
+            for (int v = 0; v < NV; ++v) acc[r][v] = Vec::fma(av, bv[v], acc[r][v]);
         }
     }
-    __m512 alpha = _mm512_set1_ps(o.alpha), beta = _mm512_set1_ps(o.beta);
+    auto alpha = Vec::set1(o.alpha), beta = Vec::set1(o.beta);
 #pragma GCC unroll 8
     for (int r = 0; r < MR; ++r) {
         float* c = o.c + (i0 + size_t(r)) * o.ldc + j0;
 #pragma GCC unroll 8
         for (int v = 0; v < NV; ++v) {
-            __m512 x = acc[r][v];
-            if (kr.last && o.alpha != 1.f) x = _mm512_mul_ps(alpha, x);
+            auto x = acc[r][v];
+            float* cv = c + size_t(v) * L;
+            if (kr.last && o.alpha != 1.f) x = Vec::mul(alpha, x);
             if (kr.last && o.beta != 0.f)
-                x = _mm512_fmadd_ps(beta, _mm512_maskz_loadu_ps(mask[v], c + v * 16), x);
-            _mm512_mask_storeu_ps(c + v * 16, mask[v], x);
+                x = Vec::fma(beta, FULL ? Vec::load(cv) : Vec::load(cv, mask[v]), x);
+            if (FULL)
+                Vec::store(cv, x);
+            else
+                Vec::store(cv, mask[v], x);
         }
     }
+}
+
+// ---- AVX-512: NV vectors of 16 columns per row; C masked at the right edge.
+
+struct Avx512 {
+    using V = __m512;
+    using Mask = __mmask16;
+    static constexpr size_t LANES = 16;
+    __attribute__((target("avx512f"))) static V zero() { return _mm512_setzero_ps(); }
+    __attribute__((target("avx512f"))) static V set1(float x) { return _mm512_set1_ps(x); }
+    __attribute__((target("avx512f"))) static Mask mask(size_t lanes) {
+        return Mask(lanes >= 16 ? 0xFFFFu : (1u << lanes) - 1);
+    }
+    __attribute__((target("avx512f"))) static V load(const float* p) { return _mm512_loadu_ps(p); }
+    __attribute__((target("avx512f"))) static V load(const float* p, Mask m) {
+        return _mm512_maskz_loadu_ps(m, p);
+    }
+    __attribute__((target("avx512f"))) static void store(float* p, V x) { _mm512_storeu_ps(p, x); }
+    __attribute__((target("avx512f"))) static void store(float* p, Mask m, V x) {
+        _mm512_mask_storeu_ps(p, m, x);
+    }
+    __attribute__((target("avx512f"))) static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
+    __attribute__((target("avx512f"))) static V fma(V a, V b, V c) {
+        return _mm512_fmadd_ps(a, b, c);
+    }
+};
+
+template <int MR, int NV, bool FULL>
+__attribute__((target("avx512f"), flatten)) void tile512(const Operands<float>& o,
+                                                         const float* sliver, KRange kr, size_t i0,
+                                                         size_t j0, size_t cols) {
+    tile<Avx512, MR, NV, FULL>(o, sliver, kr, i0, j0, cols);
 }
 
 // 6 rows x 64 columns: 24 accumulators of the 32 registers.
 const Tiles TILES_512 = {6,
                          64,
                          {{nullptr, nullptr},
-                          {tile512<1, 4>, tile512<1, 4>},
-                          {tile512<2, 4>, tile512<2, 4>},
-                          {tile512<3, 4>, tile512<3, 4>},
-                          {tile512<4, 4>, tile512<4, 4>},
-                          {tile512<5, 4>, tile512<5, 4>},
-                          {tile512<6, 4>, tile512<6, 4>}}};
+                          {tile512<1, 4, false>, tile512<1, 4, true>},
+                          {tile512<2, 4, false>, tile512<2, 4, true>},
+                          {tile512<3, 4, false>, tile512<3, 4, true>},
+                          {tile512<4, 4, false>, tile512<4, 4, true>},
+                          {tile512<5, 4, false>, tile512<5, 4, true>},
+                          {tile512<6, 4, false>, tile512<6, 4, true>}}};
 
 // Narrow outputs (a classifier's 10 columns): 8 rows x 16 columns, so that no more than 16
 // columns are computed for nothing.
 const Tiles TILES_512_NARROW = {8,
                                 16,
                                 {{nullptr, nullptr},
-                                 {tile512<1, 1>, tile512<1, 1>},
-                                 {tile512<2, 1>, tile512<2, 1>},
-                                 {tile512<3, 1>, tile512<3, 1>},
-                                 {tile512<4, 1>, tile512<4, 1>},
-                                 {tile512<5, 1>, tile512<5, 1>},
-                                 {tile512<6, 1>, tile512<6, 1>},
-                                 {tile512<7, 1>, tile512<7, 1>},
-                                 {tile512<8, 1>, tile512<8, 1>}}};
+                                 {tile512<1, 1, false>, tile512<1, 1, true>},
+                                 {tile512<2, 1, false>, tile512<2, 1, true>},
+                                 {tile512<3, 1, false>, tile512<3, 1, true>},
+                                 {tile512<4, 1, false>, tile512<4, 1, true>},
+                                 {tile512<5, 1, false>, tile512<5, 1, true>},
+                                 {tile512<6, 1, false>, tile512<6, 1, true>},
+                                 {tile512<7, 1, false>, tile512<7, 1, true>},
+                                 {tile512<8, 1, false>, tile512<8, 1, true>}}};
 
 //! The AVX-512 tiles for `n` columns.
 const Tiles& tiles512(size_t n) {
@@ -251,69 +273,34 @@ __attribute__((target("avx512f"), flatten)) void stream512(const Operands<float>
 // ---- AVX2 + FMA: NV vectors of 8 columns per row; C masked at the right edge.
 
 struct Avx2 {
+    using V = __m256;
+    using Mask = __m256i;
     static constexpr size_t LANES = 8;
-    __attribute__((target("avx2,fma"))) static __m256 set1(float x) { return _mm256_set1_ps(x); }
-    __attribute__((target("avx2,fma"))) static __m256 load(const float* p) {
-        return _mm256_loadu_ps(p);
+    __attribute__((target("avx2,fma"))) static V zero() { return _mm256_setzero_ps(); }
+    __attribute__((target("avx2,fma"))) static V set1(float x) { return _mm256_set1_ps(x); }
+    __attribute__((target("avx2,fma"))) static Mask mask(size_t lanes) {
+        return _mm256_cmpgt_epi32(_mm256_set1_epi32(int(lanes)),
+                                  _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
     }
-    __attribute__((target("avx2,fma"))) static void store(float* p, __m256 x) {
-        _mm256_storeu_ps(p, x);
+    __attribute__((target("avx2,fma"))) static V load(const float* p) { return _mm256_loadu_ps(p); }
+    __attribute__((target("avx2,fma"))) static V load(const float* p, Mask m) {
+        return _mm256_maskload_ps(p, m);
     }
-    __attribute__((target("avx2,fma"))) static __m256 fma(__m256 a, __m256 b, __m256 c) {
+    __attribute__((target("avx2,fma"))) static void store(float* p, V x) { _mm256_storeu_ps(p, x); }
+    __attribute__((target("avx2,fma"))) static void store(float* p, Mask m, V x) {
+        _mm256_maskstore_ps(p, m, x);
+    }
+    __attribute__((target("avx2,fma"))) static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
+    __attribute__((target("avx2,fma"))) static V fma(V a, V b, V c) {
         return _mm256_fmadd_ps(a, b, c);
     }
 };
 
 template <int MR, int NV, bool FULL>
-__attribute__((target("avx2,fma"))) void tile256(const Operands<float>& o, const float* sliver,
-                                                 KRange kr, size_t i0, size_t j0, size_t cols) {
-    constexpr size_t W = size_t(NV) * 8;
-    __m256 acc[MR][NV];
-    __m256i mask[NV];
-    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-#pragma GCC unroll 8
-    for (int v = 0; v < NV; ++v) {
-        int left = int(std::min<size_t>(cols > size_t(v) * 8 ? cols - size_t(v) * 8 : 0, 8));
-        mask[v] = _mm256_cmpgt_epi32(_mm256_set1_epi32(left), lane);
-#pragma GCC unroll 8
-        for (int r = 0; r < MR; ++r) {
-            const float* c = o.c + (i0 + size_t(r)) * o.ldc + j0 + v * 8;
-            acc[r][v] = kr.first ? _mm256_setzero_ps()
-                        : FULL   ? _mm256_loadu_ps(c)
-                                 : _mm256_maskload_ps(c, mask[v]);
-        }
-    }
-    const float* a = o.a + i0 * o.ars + kr.p0 * o.aks;
-    const float* b = sliver;
-    for (size_t p = 0; p < kr.kc; ++p, b += W) {
-        __m256 bv[NV];
-#pragma GCC unroll 8
-        for (int v = 0; v < NV; ++v) bv[v] = _mm256_loadu_ps(b + v * 8);
-#pragma GCC unroll 8
-        for (int r = 0; r < MR; ++r) {
-            __m256 av = _mm256_set1_ps(a[size_t(r) * o.ars + p * o.aks]);
-#pragma GCC unroll 8
-            for (int v = 0; v < NV; ++v) acc[r][v] = _mm256_fmadd_ps(av, bv[v], acc[r][v]);
-        }
-    }
-    __m256 alpha = _mm256_set1_ps(o.alpha), beta = _mm256_set1_ps(o.beta);
-#pragma GCC unroll 8
-    for (int r = 0; r < MR; ++r) {
-        float* c = o.c + (i0 + size_t(r)) * o.ldc + j0;
-#pragma GCC unroll 8
-        for (int v = 0; v < NV; ++v) {
-            __m256 x = acc[r][v];
-            if (kr.last && o.alpha != 1.f) x = _mm256_mul_ps(alpha, x);
-            if (kr.last && o.beta != 0.f)
-                x = _mm256_fmadd_ps(
-                    beta,
-                    FULL ? _mm256_loadu_ps(c + v * 8) : _mm256_maskload_ps(c + v * 8, mask[v]), x);
-            if (FULL)
-                _mm256_storeu_ps(c + v * 8, x);
-            else
-                _mm256_maskstore_ps(c + v * 8, mask[v], x);
-        }
-    }
+__attribute__((target("avx2,fma"), flatten)) void tile256(const Operands<float>& o,
+                                                          const float* sliver, KRange kr, size_t i0,
+                                                          size_t j0, size_t cols) {
+    tile<Avx2, MR, NV, FULL>(o, sliver, kr, i0, j0, cols);
 }
 
 // 6 x 16: 12 accumulators of the 16 registers.

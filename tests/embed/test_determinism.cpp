@@ -7,6 +7,7 @@
 #include "braid/embed.h"
 #include "embed/embed_internal.h"
 #include "helpers.h"
+#include "tests/support/random_floats.h"
 #include "tools/example_models.h"
 
 #include <gtest/gtest.h>
@@ -19,17 +20,10 @@
 #include <unistd.h>
 
 using namespace braid;
+using braid::testing::random_floats;
 namespace em = braid::embed;
 
 namespace {
-
-std::vector<float> random_floats(size_t n, unsigned seed) {
-    std::mt19937 rng(seed);
-    std::uniform_real_distribution<float> d(-1.f, 1.f);
-    std::vector<float> v(n);
-    for (auto& x : v) x = d(rng);
-    return v;
-}
 
 //! A model file in a fresh temporary folder, removed at the end of the test.
 struct ModelFile {

@@ -5,6 +5,7 @@
 #include "braid/embed.h"
 #include "helpers.h"
 #include "onnx_import/onnx_import.h"
+#include "tests/support/random_floats.h"
 #include "tools/example_models.h"
 
 #include <gmock/gmock.h>
@@ -18,6 +19,7 @@
 #include <thread>
 
 using namespace braid;
+using braid::testing::random_floats;
 namespace em = braid::embed;
 using ::testing::HasSubstr;
 
@@ -35,14 +37,6 @@ std::vector<uint8_t> mlp_bytes() {
     DumpOptions opt;
     opt.input_shapes["x"] = {-1, 32};
     return model_bytes([](ComputingGraph& g) { return examples::build_mlp(g, 4, 32, 16, 3); }, opt);
-}
-
-std::vector<float> random_floats(size_t n, unsigned seed) {
-    std::mt19937 rng(seed);
-    std::uniform_real_distribution<float> d(-1.f, 1.f);
-    std::vector<float> v(n);
-    for (auto& x : v) x = d(rng);
-    return v;
 }
 
 //! A model whose run takes a while: 40 matmuls of 256 x 256, each scaled back.

@@ -3,6 +3,7 @@
 // set, whatever M, the tiles or the transposition flags.
 #include "base/cpu_isa.h"
 #include "operators/ordered_gemm.h"
+#include "tests/support/random_floats.h"
 
 #include <gtest/gtest.h>
 
@@ -14,13 +15,7 @@
 namespace braid::opr::kern {
 namespace {
 
-std::vector<float> random_floats(size_t n, unsigned seed) {
-    std::mt19937 rng(seed);
-    std::uniform_real_distribution<float> d(-1.f, 1.f);
-    std::vector<float> v(n);
-    for (auto& x : v) x = d(rng);
-    return v;
-}
+using braid::testing::random_floats;
 
 //! The order the header promises, written out.
 std::vector<float> reference(bool ta, bool tb, size_t m, size_t n, size_t k, float alpha,
