@@ -86,8 +86,11 @@ public:
         stop_workers();
         m_stop = false;
         m_stop_flag.store(false);
+        // A new worker has seen every region so far: it must not join the last one, whose
+        // function and run control are gone.
+        uint64_t seen = m_job.load();
         for (size_t i = 1; i < std::max<size_t>(nthreads, 1); ++i)
-            m_workers.emplace_back([this, i] { worker_loop(i); });
+            m_workers.emplace_back([this, i, seen] { worker_loop(i, seen); });
     }
 
     void run(size_t n, size_t grain, const RangeFn& fn, size_t cap, const RunControl* rc) {
@@ -146,9 +149,9 @@ private:
         }
     }
 
-    //! Worker `index` (1-based: the caller is 0) joins jobs whose thread cap covers it.
-    void worker_loop(size_t index) {
-        uint64_t seen = 0;
+    //! Worker `index` (1-based: the caller is 0) joins jobs after the `seen`-th whose thread
+    //! cap covers it.
+    void worker_loop(size_t index, uint64_t seen) {
         for (;;) {
             bool join, deterministic;
             poll_for(

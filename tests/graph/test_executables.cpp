@@ -174,6 +174,27 @@ TEST(RunControl, ParallelKernelsStopBetweenChunksOnceCancelled) {
     EXPECT_THROW(parallel_for(1000, 1, [](size_t, size_t) {}), DeadlineExceededError);
 }
 
+// Workers started by a resize have seen every earlier region: joining the last one would run
+// its finished function against a run control that may be gone (AddressSanitizer caught a
+// worker reading a destroyed context's run control this way).
+TEST(RunControl, WorkersStartedByAResizeDoNotJoinTheLastRegion) {
+    size_t saved = kernel_threads();
+    set_kernel_threads(2);
+    std::atomic<size_t> calls{0};
+    {
+        auto rc = std::make_unique<RunControl>();
+        RunControlScope scope(rc.get());
+        parallel_for(64, 1, [&](size_t b, size_t e) { calls += e - b; });
+    } // the run control is gone
+    EXPECT_EQ(calls.load(), 64u);
+    set_kernel_threads(3);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50)); // time to join, were they to
+    EXPECT_EQ(calls.load(), 64u);
+    parallel_for(30, 1, [&](size_t b, size_t e) { calls += e - b; });
+    EXPECT_EQ(calls.load(), 94u);
+    set_kernel_threads(saved);
+}
+
 TEST(RunControl, ACancelledRunFailsNamingTheOperatorAndTheNextRunWorks) {
     auto g = ComputingGraph::make();
     auto x = opr::Input::make(*g, "x", dtype::Float32(), {4});
