@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# The real-model suite (tests/models/model_suite.js) under ctest: skipped (exit 77) with the
-# reason when Node.js or npm is missing or the npm registry is unreachable.
+# The real-model suite (tests/models/model_suite.js) under ctest, or with --determinism first its
+# deterministic-mode check (tests/models/determinism.js): skipped (exit 77) with the reason when
+# Node.js or npm is missing or the npm registry is unreachable.
 #
 #   tests/models/run.sh BUILD_DIR [--only NAME[,NAME...]] [--iter N]
+#   tests/models/run.sh --determinism BUILD_DIR [--only NAME[,NAME...]] [--batches 1,3,7,64]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 for tool in node npm tar; do
@@ -11,4 +13,8 @@ for tool in node npm tar; do
     exit 77
   fi
 done
+if [[ "${1:-}" == --determinism ]]; then
+  shift
+  exec node "$here/determinism.js" "$@"
+fi
 exec node "$here/model_suite.js" "$@"
