@@ -5,6 +5,7 @@
 
 #include "checker.h"
 #include "parallel/pmap.h"
+#include "tensor_parallel_blocks.h"
 
 #include "braid.h"
 
@@ -174,56 +175,24 @@ TEST_F(TensorParallel, AttentionRefusesHeadsThatDoNotSplitOverTheRanks) {
     }
 }
 
-// Deterministic mode (docs/determinism.md): the column-parallel half of the MLP computes each
-// element of its slice as one rank's whole ordered chain, and the row-parallel half's partial
-// sums are added in rank order, so the block on 1, 2 and 3 ranks gives the same bits as one
-// device that computes the same row blocks of W2 and adds them in rank order.
-TEST_F(TensorParallel, DeterministicMlpIsTheSameBitsAsOneDeviceWithTheSameSplit) {
-    const size_t tokens = 8, d = 16, f = 48;
-    std::mt19937 rng(77);
-    std::vector<Tensor> values = {random_tensor({tokens, d}, dtype::Float32(), rng, -1.0, 1.0),
-                                  random_tensor({d, f}, dtype::Float32(), rng, -1.0, 1.0),
-                                  random_tensor({f}, dtype::Float32(), rng, -1.0, 1.0),
-                                  random_tensor({f, d}, dtype::Float32(), rng, -1.0, 1.0),
-                                  random_tensor({d}, dtype::Float32(), rng, -1.0, 1.0)};
+// Deterministic mode (docs/determinism.md): a column-parallel product computes each element
+// of its slice as one rank's whole ordered chain, attention computes each head's rows alone,
+// and the row-parallel product's partial sums are added in rank order, so the MLP and the
+// attention block on 1, 2 and 3 ranks give the same bits as one device that multiplies the
+// same row blocks of the row-parallel weight and adds them in rank order.
+TEST_F(TensorParallel, DeterministicBlocksAreTheSameBitsAsOneDeviceWithTheSameSplit) {
     DeterministicScope mode(true);
     for (uint32_t n : {1u, 2u, 3u}) {
-        Mesh mesh({n}, {"tp"});
-        std::vector<PmapArg> pargs = {
-            {"x", {tokens, d}, dtype::Float32(), replicated_spec(mesh, 2)},
-            {"w1", {d, f}, dtype::Float32(), column_parallel_spec(mesh, "tp", 2)},
-            {"b1", {f}, dtype::Float32(), column_parallel_spec(mesh, "tp", 1)},
-            {"w2", {f, d}, dtype::Float32(), row_parallel_spec(mesh, "tp", 2)},
-            {"b2", {d}, dtype::Float32(), replicated_spec(mesh, 1)}};
-        Pmap tp(
-            [](SpmdContext& ctx, const SymbolVarArray& in) {
-                return SymbolVarArray{
-                    tensor_parallel_mlp(in[0], {in[1], in[2], in[3], in[4]}, ctx.groups(), "tp")};
-            },
-            mesh, pargs, {replicated_spec(mesh, 2)});
-        Tensor got = tp(values)[0];
-
-        auto g = ComputingGraph::make();
-        SymbolVarArray in;
-        for (auto& a : pargs)
-            in.push_back(opr::Input::make(*g, a.name, dtype::Float32(), a.global_shape));
-        auto h = opr::gelu(opr::matmul(in[0], in[1]) + in[2]);
-        long chunk = long(f / n);
-        SymbolVar y;
-        for (uint32_t r = 0; r < n; ++r) {
-            auto part = opr::matmul(
-                opr::subtensor(h, {opr::AxisIndex::slice(1, r * chunk, (r + 1) * chunk)}),
-                opr::subtensor(in[3], {opr::AxisIndex::slice(0, r * chunk, (r + 1) * chunk)}));
-            y = r == 0 ? part : y + part;
+        for (auto make :
+             {braid::test::deterministic_tp_mlp, braid::test::deterministic_tp_attention}) {
+            auto block = make(n);
+            auto values = braid::test::tp_block_values(block, 77 + n);
+            Mesh mesh({n}, {"tp"});
+            Pmap tp(block.fn, mesh, block.args, {replicated_spec(mesh, 2)});
+            EXPECT_EQ(braid::test::bitwise_difference(
+                          tp(values)[0], braid::test::tp_block_same_split(block, values)),
+                      "")
+                << block.name << " on " << n << " ranks";
         }
-        auto exec = g->compile({y + in[4]});
-        for (size_t i = 0; i < values.size(); ++i) exec->feed(pargs[i].name, values[i]);
-        exec->run();
-        const Tensor& want = exec->output(0);
-        ASSERT_EQ(got.shape(), want.shape());
-        EXPECT_EQ(
-            std::memcmp(got.contiguous().raw_ptr(), want.contiguous().raw_ptr(), want.nr_bytes()),
-            0)
-            << n << " ranks";
     }
 }

@@ -21,6 +21,8 @@
 #include "comm/tcp_client.h"
 #include "graph/grad.h"
 #include "parallel/context_parallel.h"
+#include "parallel/sharded_tensor.h"
+#include "tensor_parallel_blocks.h"
 
 #include <gtest/gtest.h>
 
@@ -117,6 +119,36 @@ TEST(GlooCollectives, DeterministicSumsAddTheRanksInRankOrder) {
     if (g_rank < 0) GTEST_SKIP() << "runs under braid-launch (BRAID_RANK is not set)";
     auto comm = join_world();
     ASSERT_EQ(check_rank_ordered_sums(*comm), "");
+}
+
+// Deterministic mode: the Megatron MLP and attention blocks with one rank per process give the
+// same bits as one device with the same split (as on the local backend, tests/parallel).
+TEST(GlooCollectives, DeterministicTensorParallelBlocksAreTheSameBitsAsOneDevice) {
+    if (g_rank < 0) GTEST_SKIP() << "runs under braid-launch (BRAID_RANK is not set)";
+    register_all_operators();
+    DeterministicScope mode(true);
+    uint32_t n = uint32_t(g_world_size), rank = uint32_t(g_rank);
+    for (auto make : {braid::test::deterministic_tp_mlp, braid::test::deterministic_tp_attention}) {
+        auto block = make(n);
+        auto values = braid::test::tp_block_values(block, 77 + n);
+        parallel::Mesh mesh({n}, {"tp"});
+        parallel::SpmdOptions options;
+        options.backend = "gloo";
+        options.client = g_client;
+        options.key_prefix = fmt::format("gloo-tp-{}", g_test_counter++);
+        options.comp_node = [](uint32_t) { return std::string("cpu0"); };
+        auto r = parallel::build_spmd_rank(block.fn, mesh, block.args, rank, options);
+        auto exec = r.graph->compile({r.outputs[0]});
+        for (size_t i = 0; i < values.size(); ++i)
+            exec->feed(
+                block.args[i].name,
+                parallel::ShardedTensor::split(values[i], block.args[i].spec).shard_of(mesh, rank));
+        exec->run();
+        EXPECT_EQ(braid::test::bitwise_difference(exec->output(0),
+                                                  braid::test::tp_block_same_split(block, values)),
+                  "")
+            << block.name << " on rank " << rank << " of " << n;
+    }
 }
 
 // The ten CollectiveComm modes as operators of one graph per process, with the first and the
