@@ -44,17 +44,27 @@ template <typename T> void rows_portable(const Operands<T>& o, size_t m, size_t 
 
 //! Rows [p0, p0 + kc) and columns [j0, j0 + cols) of op(B) copied to `dst`, kc rows of
 //! `width` (zeros past `cols`), so that a tile streams them from one contiguous block in L1
-//! whatever B's layout.
+//! whatever B's layout; with `prefetch_next`, the next block's rows are fetched into L2.
 void pack_sliver(const Operands<float>& o, bool tb, size_t p0, size_t kc, size_t j0, size_t cols,
-                 size_t width, float* dst) {
+                 size_t width, float* dst, bool prefetch_next = false) {
     if (tb) {
         for (size_t c = 0; c < cols; ++c) {
             const float* src = o.b + (j0 + c) * o.ldb + p0;
             for (size_t p = 0; p < kc; ++p) dst[p * width + c] = src[p];
+            if (prefetch_next)
+                for (size_t p = kc; p < std::min(2 * kc, o.k - p0); p += 16)
+                    __builtin_prefetch(src + p, 0, 2);
         }
     } else {
-        for (size_t p = 0; p < kc; ++p)
-            std::copy_n(o.b + (p0 + p) * o.ldb + j0, cols, dst + p * width);
+        for (size_t p = 0; p < kc; ++p) {
+            const float* src = o.b + (p0 + p) * o.ldb + j0;
+            std::copy_n(src, cols, dst + p * width);
+            // The same row of the next block, into L2 while the tiles run: a block's rows lie
+            // a whole row of B apart, too far apart for the hardware prefetcher.
+            if (prefetch_next && p0 + p + kc < o.k)
+                for (size_t c = 0; c < cols; c += 16)
+                    __builtin_prefetch(src + kc * o.ldb + c, 0, 2);
+        }
     }
     if (cols < width)
         for (size_t p = 0; p < kc; ++p)
@@ -64,6 +74,9 @@ void pack_sliver(const Operands<float>& o, bool tb, size_t p0, size_t kc, size_t
 //! Rows of op(B) per packed block: a block of 64 columns is then 32 KiB, in L1 while a tile
 //! runs over it. The chains carry on across blocks through C (an exact store and reload).
 constexpr size_t KC = 128;
+//! Size of B above which its next block is prefetched while a block is packed: B no longer
+//! stays in L2 between uses.
+constexpr size_t PREFETCH_B_BYTES = size_t(1) << 20;
 
 //! Where a tile's k range sits in the whole sum.
 struct KRange {
@@ -86,12 +99,13 @@ struct Tiles {
 void run_tiles(const Tiles& t, const Operands<float>& o, bool tb, size_t m, size_t n) {
     thread_local std::vector<float> sliver;
     if (sliver.size() < KC * t.width) sliver.resize(KC * t.width);
+    bool prefetch = o.k * n * sizeof(float) > PREFETCH_B_BYTES;
     for (size_t j0 = 0; j0 < n; j0 += t.width) {
         size_t cols = std::min(t.width, n - j0);
         bool full = cols == t.width;
         for (size_t p0 = 0; p0 < o.k || p0 == 0; p0 += KC) {
             KRange kr{p0, std::min(KC, o.k - p0), p0 == 0, p0 + KC >= o.k};
-            pack_sliver(o, tb, p0, kr.kc, j0, cols, t.width, sliver.data());
+            pack_sliver(o, tb, p0, kr.kc, j0, cols, t.width, sliver.data(), prefetch);
             size_t i0 = 0;
             for (; i0 + t.mr <= m; i0 += t.mr)
                 t.rows[t.mr][full](o, sliver.data(), kr, i0, j0, cols);
