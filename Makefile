@@ -6,10 +6,11 @@ JOBS ?= 2
 CMAKE_FLAGS ?=
 # ctest labels `make test` leaves out (a regex): the long runs behind `slow`.
 TEST_EXCLUDE ?= slow
-# What the sanitizer builds leave out: CUDA (no GPU to run it), the benchmarks and the
-# libFuzzer build (already sanitized, see tests/fuzz).
+# What the sanitizer builds leave out: CUDA (no GPU to run it), the benchmarks, the
+# libFuzzer build (already sanitized, see tests/fuzz) and the Python module (an instrumented
+# extension cannot load into an uninstrumented interpreter).
 SANITIZER_FLAGS = -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBRAID_WITH_CUDA=OFF -DBRAID_BUILD_BENCH=OFF \
-	-DBRAID_BUILD_FUZZ=OFF
+	-DBRAID_BUILD_FUZZ=OFF -DBRAID_BUILD_PYTHON=OFF
 SANITIZER_ENV = ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
 	LSAN_OPTIONS=suppressions=$(CURDIR)/scripts/lsan.supp:print_suppressions=0 \
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \

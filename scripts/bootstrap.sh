@@ -18,6 +18,8 @@ PACKAGES=(
   libcpp-httplib-dev wrk hey curl
   nlohmann-json3-dev libsimdjson-dev
   debootstrap
+  pybind11-dev python3-dev python3-numpy python3-pytest python3-pip python3-setuptools
+  python3-venv
   clang clang-format libclang-rt-dev
 )
 
