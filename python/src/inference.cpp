@@ -10,6 +10,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
+#include <tuple>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -75,7 +77,7 @@ py::array to_array(const embed::TensorView& view) {
         py::array_t<float> out(view.shape);
         embed::convert_elements(view.dtype, view.data, embed::DType::FLOAT32, out.mutable_data(),
                                 size_t(out.size()));
-        return std::move(out);
+        return out;
     }
     py::array out(py::dtype(embed_dtype_name(view.dtype)), view.shape);
     if (view.bytes) std::memcpy(out.mutable_data(), view.data, view.bytes);
@@ -176,6 +178,28 @@ public:
             throw embed::Error(Code::INVALID_ARGUMENT,
                                "Context.input_address: input \"" + name + "\" is not bound");
         return it->second;
+    }
+
+    //! Seconds per run of `iterations` runs from C++ alone, each binding the inputs of `feeds`
+    //! again and reading every output's view, as a C++ caller of Context::run does: the anchor
+    //! of bench/bench_python.py.
+    double time_native(const py::dict& feeds, size_t iterations) {
+        std::vector<std::pair<std::string, py::array>> arrays;
+        for (auto [k, v] : feeds) arrays.emplace_back(py::str(k), readable(v, py::str(k)));
+        std::vector<std::tuple<std::string, const void*, embed::DType, std::vector<int64_t>>> in;
+        for (auto& [name, arr] : arrays)
+            in.emplace_back(name, arr.data(), embed_dtype(arr.dtype(), name), shape_of(arr));
+        py::gil_scoped_release unlocked;
+        auto t0 = std::chrono::steady_clock::now();
+        size_t sink = 0;
+        for (size_t i = 0; i < iterations; ++i) {
+            for (auto& [name, data, dtype, shape] : in) m_ctx->set_input(name, data, dtype, shape);
+            m_ctx->run();
+            for (auto& o : m_model->outputs()) sink += m_ctx->output(o.name).bytes;
+        }
+        auto t1 = std::chrono::steady_clock::now();
+        if (sink == size_t(-1)) std::abort(); // keeps the reads
+        return std::chrono::duration<double>(t1 - t0).count() / double(std::max<size_t>(iterations, 1));
     }
 
     size_t arena_bytes() const { return m_ctx->arena_bytes(); }
@@ -281,6 +305,8 @@ void bind_inference(py::module_& m) {
         .def("input_address", &PyContext::input_address, py::arg("name"),
              "The address braid reads input `name` from: the array's own data when it was "
              "passed without a copy.")
+        .def("_time_native", &PyContext::time_native, py::arg("feeds"), py::arg("iterations"),
+             "Seconds per run of the same runs driven from C++ (bench/bench_python.py's anchor).")
         .def_property_readonly("arena_bytes", &PyContext::arena_bytes)
         .def("trim", &PyContext::trim, "Frees the context's arena; the next run rebuilds it.");
 
