@@ -7,6 +7,8 @@
 
 #include <braid/embed.h>
 
+#include "graph/computing_graph.h"
+#include "graph/symbol_var.h"
 #include "memory/dtype.h"
 
 namespace braid::python {
@@ -19,6 +21,16 @@ void bind_errors(py::module_& m);
 void bind_inference(py::module_& m);
 //! braid.Graph, braid.Var, braid.Function, the operators, grad and minimize.
 void bind_graph(py::module_& m);
+//! braid.Group and the collectives among ranks (braid.ops.all_reduce, ...).
+void bind_collectives(py::module_& m);
+
+//! A var and the graph that owns it (kept alive while Python holds the var).
+struct Var {
+    std::shared_ptr<ComputingGraph> graph;
+    SymbolVar var;
+};
+//! `v`, of `like`'s graph, as a Var.
+Var wrap(const Var& like, SymbolVar v);
 
 //! The NumPy dtype of a braid dtype; throws InvalidArgument for one NumPy lacks (bfloat16).
 py::dtype numpy_dtype(DType dtype);

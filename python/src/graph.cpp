@@ -7,6 +7,8 @@
 
 #include "braid.h"
 
+#include <fmt/format.h>
+
 #include <cstring>
 #include <optional>
 
@@ -14,15 +16,16 @@ namespace braid::python {
 
 namespace {
 
-//! A var and the graph that owns it (kept alive while Python holds the var).
-struct Var {
+struct Graph {
     std::shared_ptr<ComputingGraph> graph;
-    SymbolVar var;
 };
 
-struct Graph {
-    std::shared_ptr<ComputingGraph> graph = ComputingGraph::make();
-};
+Graph make_graph(const std::optional<std::string>& comp_node, bool deterministic) {
+    GraphOptions options;
+    if (comp_node) options.default_comp_node = *comp_node;
+    options.deterministic = options.deterministic || deterministic;
+    return Graph{ComputingGraph::make(options)};
+}
 
 //! A host tensor holding a copy of `value` (any array-like), as `dtype` when given.
 Tensor tensor_of(const py::handle& value, const std::string& what,
@@ -59,10 +62,6 @@ SymbolVar operand(const Var& like, const py::handle& other) {
         py::isinstance<py::bool_>(other))
         return opr::scalar_like(like.var, other.cast<double>());
     return opr::ImmutableTensor::make(*like.graph, tensor_of(other, "a constant operand"));
-}
-
-Var wrap(const Var& like, SymbolVar v) {
-    return {like.graph, v};
 }
 
 py::tuple shape_tuple(const SymbolVar& v) {
@@ -141,6 +140,10 @@ void def_binary(py::module_& ops, const char* name, Binary f, const char* doc) {
 }
 
 } // namespace
+
+Var wrap(const Var& like, SymbolVar v) {
+    return {like.graph, v};
+}
 
 void bind_graph(py::module_& m) {
     register_all_operators();
@@ -233,7 +236,13 @@ void bind_graph(py::module_& m) {
         .def("__call__", [](Function& f, py::kwargs feeds) { return f.run(feeds); });
 
     py::class_<Graph>(m, "Graph", "A computing graph built from Python.")
-        .def(py::init<>())
+        .def(py::init(&make_graph), py::kw_only(), py::arg("comp_node") = py::none(),
+             py::arg("deterministic") = false,
+             "comp_node: where its operators run (\"cpu0\", \"cpu:default\", \"cuda0\"; a "
+             "Group's comp_node for a rank that runs collectives). deterministic: see "
+             "docs/determinism.md.")
+        .def_property_readonly("comp_node",
+                               [](const Graph& g) { return g.graph->options().default_comp_node; })
         .def(
             "input",
             [](Graph& g, const std::string& name, const std::vector<size_t>& shape,
@@ -277,32 +286,71 @@ void bind_graph(py::module_& m) {
             return out;
         },
         py::arg("loss"), py::arg("wrt"), "d loss / d wrt[i] for each var of `wrt`, as vars.");
+    py::class_<opr::OptimizerConfig>(m, "Optimizer",
+                                     "An update rule and its hyper-parameters (braid.SGD, "
+                                     "braid.Adam).")
+        .def_readonly("lr", &opr::OptimizerConfig::lr)
+        .def_property_readonly("kind",
+                               [](const opr::OptimizerConfig& c) {
+                                   return std::string(opr::optimizer_kind_name(c.kind));
+                               })
+        .def("__repr__", [](const opr::OptimizerConfig& c) {
+            return fmt::format("Optimizer({}, lr={})", opr::optimizer_kind_name(c.kind), c.lr);
+        });
     m.def(
-        "minimize",
-        [](const Var& loss, const std::vector<Var>& params, const std::string& optimizer, float lr,
-           float momentum, float beta1, float beta2, float eps, float weight_decay) {
+        "SGD",
+        [](float lr, float momentum, float weight_decay) {
             opr::OptimizerConfig c;
-            if (optimizer == "adam")
-                c.kind = opr::OptimizerKind::ADAM;
-            else if (optimizer != "sgd")
-                BRAID_THROW(ValueError, "minimize: optimizer \"{}\": expected \"sgd\" or \"adam\"",
-                            optimizer);
             c.lr = lr;
             c.momentum = momentum;
+            c.weight_decay = weight_decay;
+            return c;
+        },
+        py::arg("lr") = 0.01f, py::arg("momentum") = 0.f, py::arg("weight_decay") = 0.f,
+        "SGD: v = momentum * v + g (+ weight_decay * p); p -= lr * v.");
+    m.def(
+        "Adam",
+        [](float lr, float beta1, float beta2, float eps, float weight_decay) {
+            opr::OptimizerConfig c;
+            c.kind = opr::OptimizerKind::ADAM;
+            c.lr = lr;
             c.beta1 = beta1;
             c.beta2 = beta2;
             c.eps = eps;
             c.weight_decay = weight_decay;
+            return c;
+        },
+        py::arg("lr") = 0.001f, py::arg("beta1") = 0.9f, py::arg("beta2") = 0.999f,
+        py::arg("eps") = 1e-8f, py::arg("weight_decay") = 0.f, "Adam.");
+    m.def(
+        "minimize",
+        [](const Var& loss, const std::vector<Var>& params, const opr::OptimizerConfig& c) {
             std::vector<Var> out;
             for (auto& u : opr::minimize(loss.var, vars_of(params), c))
                 out.push_back(wrap(loss, u));
             return out;
         },
-        py::arg("loss"), py::arg("params"), py::kw_only(), py::arg("optimizer") = "sgd",
-        py::arg("lr") = 0.01f, py::arg("momentum") = 0.f, py::arg("beta1") = 0.9f,
-        py::arg("beta2") = 0.999f, py::arg("eps") = 1e-8f, py::arg("weight_decay") = 0.f,
-        "The update vars of `params` (parameters) that lower `loss`: compile them with the loss, "
-        "and each run takes one step.");
+        py::arg("loss"), py::arg("params"), py::arg("optimizer"),
+        "The update vars of `params` (Graph.param vars) that lower `loss`: compile them with "
+        "the loss, and each run takes one step.");
+    m.def(
+        "apply_gradients",
+        [](const std::vector<Var>& params, const std::vector<Var>& grads,
+           const opr::OptimizerConfig& c, const std::vector<Var>& after) {
+            if (params.size() != grads.size())
+                BRAID_THROW(ValueError, "apply_gradients: {} params but {} gradients",
+                            params.size(), grads.size());
+            std::vector<Var> out;
+            for (size_t i = 0; i < params.size(); ++i)
+                out.push_back(wrap(params[i], opr::ParamUpdate::make(
+                                                  params[i].var, grads[i].var, vars_of(after), c,
+                                                  OperatorConfig::on(params[i].var.comp_node()))));
+            return out;
+        },
+        py::arg("params"), py::arg("grads"), py::arg("optimizer"),
+        py::arg("after") = std::vector<Var>{},
+        "One update var per parameter from the given gradients (for example all-reduced over "
+        "data-parallel ranks); `after`: vars the updates wait for (the loss).");
     m.def(
         "dump",
         [](const std::string& path, const std::vector<Var>& outputs) {

@@ -11,10 +11,10 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
-#include <tuple>
 #include <cstring>
 #include <map>
 #include <optional>
+#include <tuple>
 
 namespace braid::python {
 
@@ -199,7 +199,8 @@ public:
         }
         auto t1 = std::chrono::steady_clock::now();
         if (sink == size_t(-1)) std::abort(); // keeps the reads
-        return std::chrono::duration<double>(t1 - t0).count() / double(std::max<size_t>(iterations, 1));
+        return std::chrono::duration<double>(t1 - t0).count() /
+               double(std::max<size_t>(iterations, 1));
     }
 
     size_t arena_bytes() const { return m_ctx->arena_bytes(); }

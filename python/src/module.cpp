@@ -5,4 +5,5 @@ PYBIND11_MODULE(_braid, m) {
     braid::python::bind_errors(m);
     braid::python::bind_inference(m);
     braid::python::bind_graph(m);
+    braid::python::bind_collectives(m);
 }

@@ -72,7 +72,7 @@ def test_minimize_trains_a_classifier():
     w2 = g.param(0.3 * rng.standard_normal((16, 3)).astype(np.float32), name="w2")
     logits = ops.relu(x @ w1 + b1) @ w2
     loss = -(labels * ops.log_softmax(logits, axis=1)).sum(axis=1).mean()
-    step = g.compile([loss] + braid.minimize(loss, [w1, b1, w2], lr=0.1, momentum=0.9))
+    step = g.compile([loss] + braid.minimize(loss, [w1, b1, w2], braid.SGD(lr=0.1, momentum=0.9)))
     before = w1.numpy().copy()
     losses = []
     for _ in range(150):
