@@ -6,9 +6,11 @@
 # into it and runs the README's commands there, so that every other package has to come from
 # scripts/bootstrap.sh. Prints each step's time and, on failure, the step and the end of its log.
 #
-#   scripts/check_fresh_machine.sh          make run, then make test (the fuzz label skipped)
-#   scripts/check_fresh_machine.sh --quick  make run, then make test-smoke (CI's half: the
-#                                           library, one test binary and the smoke label)
+#   scripts/check_fresh_machine.sh          make run, pip install ./python, then make test
+#                                           (the fuzz label skipped)
+#   scripts/check_fresh_machine.sh --quick  make run, pip install ./python, then make test-smoke
+#                                           (CI's half: the library, one test binary and the
+#                                           smoke label)
 #
 # Needs root (debootstrap, chroot, mounts) and the debootstrap package (bootstrap.sh installs
 # it). The root lives in $FRESH_ROOT (default /tmp/braid-fresh-root) and is removed first and,
@@ -127,6 +129,8 @@ echo "check-fresh: Debian $SUITE minbase root in $ROOT, logs in $LOGS ($MODE)"
 step debootstrap make_root || exit 1
 step clone clone || exit 1
 step make-run in_root "cd $SRC && make run" || exit 1
+# The Python package as docs/python.md installs it: pip builds the module with CMake.
+step pip-install in_root "cd $SRC && python/tests/pip_install.sh python3 build" || exit 1
 if [ "$MODE" = full ]; then
   step make-test in_root "cd $SRC && make test TEST_EXCLUDE='slow|fuzz'" || exit 1
 else

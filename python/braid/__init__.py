@@ -18,7 +18,7 @@ Build, train and save a graph::
 
 See docs/python.md.
 """
-from ._braid import (  # noqa: F401
+from ._braid import (  # noqa: F401  (the package's names; types in _braid.pyi and ops.pyi)
     CancelledError,
     CancelToken,
     CommError,
@@ -51,6 +51,11 @@ from ._braid import (  # noqa: F401
     ops,
     version,
 )
+
+import sys as _sys
+
+# `import braid.ops` and `from braid.ops import relu` find the operators' module.
+_sys.modules[__name__ + ".ops"] = ops
 
 __version__ = version()
 

@@ -101,3 +101,27 @@ def test_param_numpy_refuses_other_vars():
     g = braid.Graph()
     with pytest.raises(braid.InvalidArgumentError, match="not a parameter"):
         g.input("x", (2,)).numpy()
+
+
+def test_type_stubs_name_everything_the_module_has():
+    import ast
+    import pathlib
+
+    here = pathlib.Path(braid.__file__).resolve().parent
+
+    def stub_names(name):
+        tree = ast.parse((here / name).read_text())
+        return {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+
+    module = {n for n in dir(braid._braid) if not n.startswith("_") and n != "ops"}
+    assert module - stub_names("_braid.pyi") == set()
+    assert {n for n in dir(ops) if not n.startswith("_")} - stub_names("ops.pyi") == set()
+    import braid.ops as ops_module
+
+    assert ops_module.relu is ops.relu
+
+
+def test_docstrings_help():
+    assert "Loads the model" in braid.Model.__init__.__doc__
+    assert "GIL" in braid.Context.run.__doc__
+    assert braid.ops.all_reduce.__doc__
