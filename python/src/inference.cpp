@@ -45,6 +45,57 @@ embed::DType embed_dtype(const py::dtype& dt, const std::string& what) {
     throw embed::Error(Code::INVALID_ARGUMENT, what + ": dtype " + name + " is not taken here");
 }
 
+//! The embed dtype of an array's elements, read from its descriptor without calling into
+//! Python (the hot path of every run); other dtypes go the named way, which explains them.
+embed::DType embed_dtype_of(const py::array& arr, const std::string& input) {
+    using api = py::detail::npy_api;
+    const auto* d = py::detail::array_descriptor_proxy(py::detail::array_proxy(arr.ptr())->descr);
+    constexpr int NPY_HALF = 23; // not among pybind11's constants
+    if (d->byteorder != '>') {
+        bool wide = d->elsize == 8;
+        switch (d->type_num) {
+        case api::NPY_BOOL_:
+            return embed::DType::BOOL;
+        case api::NPY_BYTE_:
+            return embed::DType::INT8;
+        case api::NPY_UBYTE_:
+            return embed::DType::UINT8;
+        case api::NPY_SHORT_:
+            return embed::DType::INT16;
+        case api::NPY_USHORT_:
+            return embed::DType::UINT16;
+        case api::NPY_INT_:
+            return embed::DType::INT32;
+        case api::NPY_UINT_:
+            return embed::DType::UINT32;
+        case api::NPY_LONG_:
+        case api::NPY_LONGLONG_:
+            return wide ? embed::DType::INT64 : embed::DType::INT32;
+        case api::NPY_ULONG_:
+        case api::NPY_ULONGLONG_:
+            return wide ? embed::DType::UINT64 : embed::DType::UINT32;
+        case api::NPY_FLOAT_:
+            return embed::DType::FLOAT32;
+        case api::NPY_DOUBLE_:
+            return embed::DType::FLOAT64;
+        case NPY_HALF:
+            return embed::DType::FLOAT16;
+        default:
+            break;
+        }
+    }
+    return embed_dtype(arr.dtype(), "input \"" + input + "\"");
+}
+
+//! The NumPy dtype of an embed dtype, made once per dtype.
+const py::dtype& numpy_dtype_of(embed::DType d) {
+    // Never destroyed: the objects must not be released after the interpreter is gone.
+    static auto* cached = new py::dtype[std::size(EMBED_DTYPES)];
+    auto& slot = cached[size_t(d)];
+    if (!slot) slot = py::dtype(embed_dtype_name(d));
+    return slot;
+}
+
 //! The value as an array braid can read in place: itself when it is one already.
 py::array readable(const py::handle& value, const std::string& name) {
     if (py::isinstance<py::array>(value)) {
@@ -79,7 +130,7 @@ py::array to_array(const embed::TensorView& view) {
                                 size_t(out.size()));
         return out;
     }
-    py::array out(py::dtype(embed_dtype_name(view.dtype)), view.shape);
+    py::array out(numpy_dtype_of(view.dtype), view.shape);
     if (view.bytes) std::memcpy(out.mutable_data(), view.data, view.bytes);
     return out;
 }
@@ -188,7 +239,7 @@ public:
         for (auto [k, v] : feeds) arrays.emplace_back(py::str(k), readable(v, py::str(k)));
         std::vector<std::tuple<std::string, const void*, embed::DType, std::vector<int64_t>>> in;
         for (auto& [name, arr] : arrays)
-            in.emplace_back(name, arr.data(), embed_dtype(arr.dtype(), name), shape_of(arr));
+            in.emplace_back(name, arr.data(), embed_dtype_of(arr, name), shape_of(arr));
         py::gil_scoped_release unlocked;
         auto t0 = std::chrono::steady_clock::now();
         size_t sink = 0;
@@ -221,7 +272,7 @@ private:
                 py::array arr = readable(item, name);
                 embed::TensorView v;
                 v.data = arr.data();
-                v.dtype = embed_dtype(arr.dtype(), "input \"" + name + "\"");
+                v.dtype = embed_dtype_of(arr, name);
                 v.shape = shape_of(arr);
                 v.bytes = size_t(arr.nbytes());
                 views.push_back(std::move(v));
@@ -232,8 +283,7 @@ private:
             return;
         }
         py::array arr = readable(value, name);
-        m_ctx->set_input(name, arr.data(), embed_dtype(arr.dtype(), "input \"" + name + "\""),
-                         shape_of(arr));
+        m_ctx->set_input(name, arr.data(), embed_dtype_of(arr, name), shape_of(arr));
         m_addresses[name] = reinterpret_cast<uintptr_t>(arr.data());
         m_bound[name] = arr; // referenced until bound again, so braid never reads freed memory
     }

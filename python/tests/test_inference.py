@@ -190,3 +190,29 @@ def test_onnx_models_run_as_imported(build_dir, tmp_path):
     x = np.load(tmp_path / "mlp_small.npy")
     (y,) = model.context().run({"x": x}).values()
     assert y.shape == (64, 10) and np.isfinite(y).all()
+
+
+def test_a_context_refuses_a_second_thread_while_it_runs(models):
+    ctx = braid.Model(str(models / "mlp.braid")).context()
+    x = rows(32768)
+    ctx.run({"x": x})
+    errors, started = [], threading.Event()
+
+    def run():
+        started.set()
+        for _ in range(20):
+            ctx.run({"x": x}, threads=1)
+
+    t = threading.Thread(target=run)
+    t.start()
+    started.wait()
+    try:
+        for _ in range(200):
+            try:
+                ctx.run({"x": rows(2)})
+            except braid.FailedPreconditionError as e:
+                errors.append(e)
+                break
+    finally:
+        t.join()
+    assert errors and "another thread" in str(errors[0])
