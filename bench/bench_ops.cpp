@@ -27,9 +27,13 @@ double time_per_call(const std::function<void()>& fn, double min_seconds) {
     return samples[samples.size() / 2];
 }
 
+//! Cases reported so far: a filter that selects none is an error, not an empty run.
+size_t g_reported = 0;
+
 void report_case(const OpsOptions& opt, const std::string& name, const std::string& shape,
                  double braid_value, double anchor_value, const std::string& unit,
                  const std::string& anchor_name) {
+    ++g_reported;
     double ratio = anchor_value > 0 ? braid_value / anchor_value : 0;
     if (opt.json)
         std::printf("{\"bench\":\"ops\",\"case\":\"%s\",\"shape\":\"%s\",\"braid\":%.3f,"
@@ -63,5 +67,10 @@ int main(int argc, char** argv) {
     if (auto status = braid::bench::parse_command_line(app, argc, argv)) return *status;
     braid::bench::run_elemwise_cases(opt);
     braid::bench::run_dense_cases(opt);
+    if (braid::bench::g_reported == 0) {
+        std::fprintf(stderr, "bench_ops: no case matches --filter \"%s\" in this build\n",
+                     opt.filter.c_str());
+        return 1;
+    }
     return 0;
 }

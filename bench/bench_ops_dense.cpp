@@ -6,15 +6,17 @@
 //              same buffers (GFLOP/s).
 //   attention  B=1 H=8 S=1024 D=64, non-causal, 4·B·H·S²·D flops, vs the gemm anchor's GFLOP/s
 //              (a roofline: attention is two GEMMs plus a softmax).
-//   gemm_library  the evidence behind sgemm's choice of library (operators/dense_kernels.cpp):
-//              oneDNN's sgemm against OpenBLAS's, both on one thread, on the shapes of the
-//              example models and small and narrow ones (oneDNN as "braid", OpenBLAS the anchor).
+//   gemm_library  the evidence behind sgemm's choice of kernel (operators/dense_kernels.cpp):
+//              oneDNN's sgemm ("onednn") and braid's own (ordered_sgemm, "braid") against
+//              OpenBLAS's, all on one thread, on the shapes of the example models and small and
+//              narrow ones.
 //   conv2d     1x64x56x56, 64 filters 3x3, pad 1, vs cblas_sgemm of its im2col GEMM shape
 //              (M = 64 filters, N = 56·56 pixels, K = 64·3·3).
 #include "bench/bench_ops.h"
 
 #include "base/thread_pool.h"
 #include "braid.h"
+#include "operators/ordered_gemm.h"
 
 #include <cblas.h>
 #if BRAID_WITH_DNNL
@@ -111,10 +113,10 @@ void run_dense_cases(const OpsOptions& opt) {
 #if BRAID_WITH_DNNL
     if (want_library) {
         // M x K x N, row-major, no transposes.
-        const size_t shapes[][3] = {{64, 784, 256},   {64, 256, 10},     {128, 256, 768},
-                                    {128, 256, 1024}, {128, 1024, 256},  {128, 2048, 8192},
-                                    {16, 256, 256},   {64, 256, 16},     {100, 100, 100},
-                                    {32, 32, 32},     {1024, 1024, 1024}};
+        const size_t shapes[][3] = {
+            {64, 784, 256},     {64, 256, 10},  {128, 256, 768}, {128, 256, 1024}, {128, 1024, 256},
+            {128, 2048, 8192},  {16, 256, 256}, {64, 256, 16},   {100, 100, 100},  {32, 32, 32},
+            {1024, 1024, 1024}, {1, 784, 256},  {1, 256, 10},    {8, 64, 64}};
         openblas_set_num_threads(1);
         omp_set_num_threads(1); // oneDNN on this thread alone, as braid runs it
         for (auto [m, k, nn] : shapes) {
@@ -122,8 +124,15 @@ void run_dense_cases(const OpsOptions& opt) {
             Tensor ct(TensorShape{m, nn}, dtype::Float32());
             const float *a = at.ptr<float>(), *b = bt.ptr<float>();
             float* c = ct.ptr<float>();
-            double dnnl_s = 1e30, blas_s = 1e30;
+            double dnnl_s = 1e30, blas_s = 1e30, own_s = 1e30;
             for (int r = 0; r < ROUNDS; ++r) {
+                own_s =
+                    std::min(own_s, time_per_call(
+                                        [&] {
+                                            opr::kern::ordered_sgemm(false, false, m, nn, k, 1.f, a,
+                                                                     k, b, nn, 0.f, c, nn);
+                                        },
+                                        opt.min_seconds));
                 dnnl_s =
                     std::min(dnnl_s, time_per_call(
                                          [&] {
@@ -138,6 +147,9 @@ void run_dense_cases(const OpsOptions& opt) {
             double flops = 2.0 * double(m) * double(k) * double(nn);
             report_case(opt, "gemm_library", fmt::format("{}x{}x{} onednn threads=1", m, k, nn),
                         flops / dnnl_s * 1e-9, flops / blas_s * 1e-9, "GFLOP/s",
+                        "cblas_sgemm_1_thread");
+            report_case(opt, "gemm_library", fmt::format("{}x{}x{} braid threads=1", m, k, nn),
+                        flops / own_s * 1e-9, flops / blas_s * 1e-9, "GFLOP/s",
                         "cblas_sgemm_1_thread");
         }
     }

@@ -7,17 +7,20 @@
 #include "base/thread_pool.h"
 
 #include <cblas.h>
+#include <fmt/format.h>
 #if BRAID_WITH_DNNL
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 #endif
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <mutex>
+#include <string>
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -88,16 +91,64 @@ void run_tile(const TileGrid& grid, size_t t, bool ta, bool tb, size_t m, size_t
 
 } // namespace
 
-#if BRAID_WITH_DNNL
-//! Which library runs a single-threaded float32 GEMM of this shape, from timing both on one
-//! core of an AVX2 machine (docs/performance.md, "GEMM"): oneDNN's sgemm is 5-15% faster from
-//! 64x256x784 to 1024^3, OpenBLAS is faster on narrow outputs (n < 128: 64x10x256, 64x16x256,
-//! 100^3) and on tiny products, where oneDNN's per-call cost shows.
-static bool use_dnnl_sgemm(size_t m, size_t n, size_t k) {
-    return n >= 128 && double(m) * double(n) * double(k) >= 65536.0;
+namespace {
+
+//! Whether OpenBLAS runs kernels written for the instruction set braid's kernels use here. A
+//! Debian OpenBLAS that does not know the CPU picks an old generic core ("Prescott": no AVX at
+//! all), and one without AVX-512 kernels for it runs its AVX2 ones ("Haswell", "Zen") on an
+//! AVX-512 CPU; oneDNN generates its kernels for the CPU at hand in both cases.
+bool blas_matches_cpu_isa() {
+    std::string core = openblas_get_corename() ? openblas_get_corename() : "";
+    std::transform(core.begin(), core.end(), core.begin(),
+                   [](unsigned char c) { return char(std::tolower(c)); });
+    auto any_of = [&](std::initializer_list<const char*> names) {
+        return std::any_of(names.begin(), names.end(), [&](const char* n) { return core == n; });
+    };
+    bool avx512 = any_of({"skylakex", "cooperlake", "sapphirerapids"});
+    bool avx2 = avx512 || any_of({"haswell", "zen"});
+    switch (cpu_isa()) {
+    case CpuIsa::AVX512:
+        return avx512;
+    case CpuIsa::AVX2:
+        return avx2;
+    case CpuIsa::SCALAR:
+        return true;
+    }
+    return true;
 }
 
+} // namespace
+
+#if BRAID_WITH_DNNL
+//! Which library runs a single-threaded float32 GEMM of this shape. When OpenBLAS's kernels
+//! match the instruction set (an AVX2 CPU it knows), from timing both on one core
+//! (docs/performance.md, "GEMM"): oneDNN's sgemm is 5-15% faster from 64x256x784 to 1024^3,
+//! OpenBLAS about as fast or faster on narrow outputs (n < 128) and tiny products, where
+//! oneDNN's per-call cost shows. Otherwise oneDNN runs them all: on an AVX-512 CPU where
+//! OpenBLAS runs its AVX2 kernels, oneDNN is 1.4-7x faster on every shape measured, narrow,
+//! tiny and single-row ones included.
+static bool use_dnnl_sgemm(size_t m, size_t n, size_t k) {
+    static const bool blas_tuned = blas_matches_cpu_isa();
+    return !blas_tuned || (n >= 128 && double(m) * double(n) * double(k) >= 65536.0);
+}
 #endif
+
+const char* sgemm_library_rule() {
+    static const std::string rule = [] {
+        std::string core = openblas_get_corename() ? openblas_get_corename() : "?";
+#if BRAID_WITH_DNNL
+        if (blas_matches_cpu_isa())
+            return fmt::format("oneDNN for n >= 128 and 64K multiply-adds, OpenBLAS ({} "
+                               "kernels) below",
+                               core);
+        return fmt::format("oneDNN (OpenBLAS runs its {} kernels, braid's kernels use {})", core,
+                           cpu_isa_name(cpu_isa()));
+#else
+        return fmt::format("OpenBLAS ({} kernels)", core);
+#endif
+    }();
+    return rule.c_str();
+}
 
 #if BRAID_WITH_DNNL
 namespace {

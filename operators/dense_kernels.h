@@ -34,6 +34,9 @@ void blas_single_thread();
 //! without oneDNN.
 void dnnl_single_thread();
 
+//! Which library runs float32 GEMMs on this CPU, in words (braid-run reports it).
+const char* sgemm_library_rule();
+
 //! Row-major C[m,n] = alpha * op(A) * op(B) + beta * C on the calling thread only, where op
 //! transposes when the flag is set (oneDNN's sgemm or OpenBLAS's, whichever is faster at the
 //! shape); `lda`, `ldb`, `ldc` are row strides in elements. Handles

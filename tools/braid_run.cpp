@@ -12,6 +12,7 @@
 #include "base/hash.h"
 #include "base/host_port.h"
 #include "base/log.h"
+#include "operators/dense_kernels.h"
 #include "tools/printable.h"
 #include "tools/run_model.h"
 
@@ -70,6 +71,7 @@ void print_text(const RunConfig& cfg, const RunResult& r) {
                 r0.comp_node.c_str(), r.kernel_threads, cpu_isa_name(cpu_isa()),
                 cfg.mem_plan ? "on" : "off", cfg.deterministic ? ", deterministic" : "",
                 devices.c_str());
+    std::printf("float32 GEMMs: %s\n", opr::kern::sgemm_library_rule());
     std::printf("load: %.3f ms (%s of parameters used in place from the mapped file), "
                 "compile: %.3f ms\n",
                 r0.load_ms, format_bytes(info.mapped_bytes).c_str(), r0.compile_ms);
@@ -139,6 +141,7 @@ void print_json(const RunConfig& cfg, const RunResult& r) {
         {"comp_node", r0.comp_node},
         {"kernel_threads", r.kernel_threads},
         {"kernel_isa", cpu_isa_name(cpu_isa())},
+        {"gemm_library", opr::kern::sgemm_library_rule()},
         {"memory_plan", cfg.mem_plan},
         {"deterministic", cfg.deterministic},
         {"devices", cfg.devices}};

@@ -1,5 +1,6 @@
 // braid-run and braid-inspect as a user runs them: each flag, and the exit status and one-line
 // message of each kind of error.
+#include "base/cpu_isa.h"
 #include "base/hash.h"
 #include "comm/rendezvous_server.h"
 #include "helpers.h"
@@ -89,6 +90,25 @@ TEST(BraidRunCli, JsonHoldsTheSameFactsAndMatchesAnInProcessRun) {
     auto exec = model.compile();
     exec->feed("x", x).run();
     EXPECT_EQ(json_string(r.out, "checksum"), checksum_of(exec->output(0)));
+}
+
+// Float32 GEMMs go to OpenBLAS only where its kernels match the instruction set braid uses:
+// forced to its generic Prescott kernels, it is left out (docs/performance.md, "GEMM").
+TEST(BraidRunCli, GemmLibraryFollowsWhatOpenBlasRunsOnThisCpu) {
+    if (cpu_isa_detected() < CpuIsa::AVX2) GTEST_SKIP() << "the CPU lacks AVX2";
+    auto rule = [&](const char* core) {
+        auto r = run(RUN, {MLP, "--json", "--iter", "1", "--warmup", "0"},
+                     {std::string("OPENBLAS_CORETYPE=") + core, "BRAID_MAX_CPU_ISA=avx2"});
+        EXPECT_EQ(r.status, 0) << r.err;
+        return json_string(r.out, "gemm_library");
+    };
+    std::string generic = rule("Prescott"), tuned = rule("Haswell");
+    if (generic.find("oneDNN") == std::string::npos)
+        GTEST_SKIP() << "built without oneDNN: " << generic;
+    if (generic.find("Prescott") == std::string::npos)
+        GTEST_SKIP() << "this OpenBLAS ignores OPENBLAS_CORETYPE: " << generic;
+    EXPECT_EQ(generic, "oneDNN (OpenBLAS runs its Prescott kernels, braid's kernels use avx2)");
+    EXPECT_THAT(tuned, HasSubstr("OpenBLAS (Haswell kernels) below"));
 }
 
 TEST(BraidRunCli, TransformerBlockRunsAtItsDefaultAndAnotherSequenceLength) {
