@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 namespace braid {
 
@@ -322,12 +323,79 @@ void store_from_double(DType dt, void* base, size_t i, double v) {
     }
 }
 
+namespace {
+
+//! One element of S as D, with the rules of store_from_double(load_as_double()): an integer
+//! saturates at D's bounds; a float truncates toward zero and saturates, NaN becomes 0; an
+//! integer of at most 32 bits becomes a float rounded once, to nearest even.
+template <typename S, typename D> D convert_one(S v) {
+    if constexpr (std::is_floating_point_v<D>) {
+        return D(v);
+    } else if constexpr (std::is_floating_point_v<S> && sizeof(D) <= 2) {
+        // D's bounds are exact in float: the same result without widening (vectorizes).
+        float x = v != v ? 0.f : std::trunc(float(v));
+        x = std::clamp(x, float(std::numeric_limits<D>::min()),
+                       float(std::numeric_limits<D>::max()));
+        return D(x);
+    } else if constexpr (std::is_floating_point_v<S>) {
+        double x = v != v ? 0.0 : std::trunc(double(v));
+        x = std::clamp(x, double(std::numeric_limits<D>::min()),
+                       double(std::numeric_limits<D>::max()));
+        return D(x);
+    } else {
+        return D(std::clamp<int64_t>(int64_t(v), std::numeric_limits<D>::min(),
+                                     std::numeric_limits<D>::max()));
+    }
+}
+
+template <typename S, typename D> void convert_typed(const void* src, void* dst, size_t n) {
+    auto s = static_cast<const S*>(src);
+    auto d = static_cast<D*>(dst);
+    for (size_t i = 0; i < n; ++i) d[i] = convert_one<S, D>(s[i]);
+}
+
+template <typename S> bool convert_from(const void* src, DType dst_dt, void* dst, size_t n) {
+    switch (dst_dt.enumv()) {
+    case DTypeEnum::FLOAT32:
+        return convert_typed<S, float>(src, dst, n), true;
+    case DTypeEnum::INT8:
+        return convert_typed<S, int8_t>(src, dst, n), true;
+    case DTypeEnum::UINT8:
+        return convert_typed<S, uint8_t>(src, dst, n), true;
+    case DTypeEnum::INT32:
+        return convert_typed<S, int32_t>(src, dst, n), true;
+    default:
+        return false;
+    }
+}
+
+//! The conversions among float32, int8, uint8 and int32 (quantized models convert whole
+//! activations between them: DynamicQuantizeLinear, ConvInteger, MatMulInteger) as typed
+//! loops; false for any other pair.
+bool convert_typed_pair(DType src_dt, const void* src, DType dst_dt, void* dst, size_t n) {
+    switch (src_dt.enumv()) {
+    case DTypeEnum::FLOAT32:
+        return convert_from<float>(src, dst_dt, dst, n);
+    case DTypeEnum::INT8:
+        return convert_from<int8_t>(src, dst_dt, dst, n);
+    case DTypeEnum::UINT8:
+        return convert_from<uint8_t>(src, dst_dt, dst, n);
+    case DTypeEnum::INT32:
+        return convert_from<int32_t>(src, dst_dt, dst, n);
+    default:
+        return false;
+    }
+}
+
+} // namespace
+
 void convert_elements(DType src_dt, const void* src, DType dst_dt, void* dst, size_t n) {
     if (n == 0) return; // an empty tensor may have no storage at all (null pointers)
     if (src_dt == dst_dt) {
         std::memcpy(dst, src, n * src_dt.size());
         return;
     }
+    if (convert_typed_pair(src_dt, src, dst_dt, dst, n)) return;
     // Fast paths for the conversions mixed-precision graphs use most.
     if (src_dt == dtype::Float32() && dst_dt == dtype::Float16()) {
         auto s = static_cast<const float*>(src);

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <vector>
 
 using namespace braid;
 
@@ -64,4 +65,69 @@ TEST(IntegerDTypes, ConvertExactlyBetweenIntegersAndSaturateAtTheBounds) {
     EXPECT_EQ(convert<uint32_t>(1e10, dtype::Float64(), dtype::Uint32()),
               std::numeric_limits<uint32_t>::max());
     EXPECT_EQ(convert<uint8_t>(uint32_t(7), dtype::Uint32(), dtype::Bool()), 1u);
+}
+
+// The typed loops among float32, int8, uint8 and int32 (quantized models convert whole
+// activations between them) give what the element-by-element rule gives: a float truncates
+// toward zero and saturates, NaN becomes 0, an int32 becomes the nearest float (ties to even).
+TEST(IntegerDTypes, QuantizationConversionsFollowTheElementRule) {
+    const std::vector<float> floats = {0.f,
+                                       -0.f,
+                                       0.5f,
+                                       -0.5f,
+                                       1.5f,
+                                       -1.5f,
+                                       2.49f,
+                                       127.9f,
+                                       128.f,
+                                       -128.6f,
+                                       -129.f,
+                                       254.99f,
+                                       255.f,
+                                       256.f,
+                                       1e10f,
+                                       -1e10f,
+                                       std::numeric_limits<float>::infinity(),
+                                       -std::numeric_limits<float>::infinity(),
+                                       std::numeric_limits<float>::quiet_NaN(),
+                                       2147483520.f,
+                                       2147483648.f,
+                                       -2147483648.f,
+                                       -2147483904.f,
+                                       16777217.f};
+    const std::vector<int32_t> ints = {0,
+                                       1,
+                                       -1,
+                                       127,
+                                       128,
+                                       -128,
+                                       -129,
+                                       255,
+                                       256,
+                                       16777217,
+                                       16777219,
+                                       -16777219,
+                                       std::numeric_limits<int32_t>::max(),
+                                       std::numeric_limits<int32_t>::min()};
+    const std::vector<DType> kinds = {dtype::Float32(), dtype::Int8(), dtype::Uint8(),
+                                      dtype::Int32()};
+    for (DType from : kinds) {
+        // The sources: the float values, or the int32 values saturated into `from`.
+        std::vector<uint8_t> src;
+        size_t n = from == dtype::Float32() ? floats.size() : ints.size();
+        src.resize(n * from.size());
+        for (size_t i = 0; i < n; ++i) {
+            if (from == dtype::Float32())
+                store_from_double(from, src.data(), i, floats[i]);
+            else
+                store_from_double(from, src.data(), i, double(ints[i]));
+        }
+        for (DType to : kinds) {
+            std::vector<uint8_t> got(n * to.size()), want(n * to.size());
+            convert_elements(from, src.data(), to, got.data(), n);
+            for (size_t i = 0; i < n; ++i)
+                store_from_double(to, want.data(), i, load_as_double(from, src.data(), i));
+            EXPECT_EQ(got, want) << from.name() << " -> " << to.name();
+        }
+    }
 }
