@@ -332,11 +332,16 @@ template <typename S, typename D> D convert_one(S v) {
     if constexpr (std::is_floating_point_v<D>) {
         return D(v);
     } else if constexpr (std::is_floating_point_v<S> && sizeof(D) <= 2) {
-        // D's bounds are exact in float: the same result without widening (vectorizes).
-        float x = v != v ? 0.f : std::trunc(float(v));
+        // D's bounds are exact in float: clamp, then the conversion truncates toward zero.
+        float x = v != v ? 0.f : float(v);
         x = std::clamp(x, float(std::numeric_limits<D>::min()),
                        float(std::numeric_limits<D>::max()));
-        return D(x);
+        return D(int32_t(x));
+    } else if constexpr (std::is_floating_point_v<S> && std::is_same_v<D, int32_t>) {
+        // In float as well: -2^31 is exact, every float from 2^31 up saturates, and the
+        // conversion truncates toward zero.
+        float x = v != v ? 0.f : std::max(float(v), -2147483648.f);
+        return x >= 2147483648.f ? std::numeric_limits<int32_t>::max() : int32_t(x);
     } else if constexpr (std::is_floating_point_v<S>) {
         double x = v != v ? 0.0 : std::trunc(double(v));
         x = std::clamp(x, double(std::numeric_limits<D>::min()),
