@@ -104,6 +104,14 @@ py::array readable(const py::handle& value, const std::string& name) {
         if ((flags & py::array::c_style) && (flags & py::detail::npy_api::NPY_ARRAY_ALIGNED_))
             return arr;
     }
+    if (py::hasattr(value, "__dlpack__")) {
+        // A DLPack producer (a tensor of another library): NumPy takes its memory as it is.
+        // Never destroyed: it must not be released after the interpreter is gone.
+        static auto* from_dlpack = new py::object(py::module_::import("numpy").attr("from_dlpack"));
+        py::array arr = (*from_dlpack)(value);
+        if (arr.flags() & py::array::c_style) return arr;
+        return py::array::ensure(arr, py::array::c_style);
+    }
     py::array arr = py::array::ensure(value, py::array::c_style);
     if (!arr)
         throw embed::Error(Code::INVALID_ARGUMENT, "input \"" + name + "\": a " +

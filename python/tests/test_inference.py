@@ -216,3 +216,33 @@ def test_a_context_refuses_a_second_thread_while_it_runs(models):
     finally:
         t.join()
     assert errors and "another thread" in str(errors[0])
+
+
+class DLPackTensor:
+    """A tensor of another library, seen only through the DLPack protocol."""
+
+    def __init__(self, array):
+        self._array = array
+
+    def __dlpack__(self, stream=None):
+        return self._array.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self._array.__dlpack_device__()
+
+
+def test_dlpack_producers_are_read_in_place_and_outputs_export_dlpack(models):
+    ctx = braid.Model(str(models / "mlp.braid")).context()
+    x = rows(3, seed=5)
+    y = ctx.run({"x": DLPackTensor(x)})["logits"]
+    assert ctx.input_address("x") == x.ctypes.data
+    assert np.array_equal(y, ctx.run({"x": x})["logits"])
+    assert np.array_equal(np.from_dlpack(DLPackTensor(y)), y)
+
+
+def test_buffer_protocol_objects_are_read_in_place(models):
+    ctx = braid.Model(str(models / "mlp.braid")).context()
+    x = rows(2, seed=6)
+    view = memoryview(x)
+    ctx.run({"x": view})
+    assert ctx.input_address("x") == x.ctypes.data
