@@ -96,25 +96,29 @@ namespace {
 //! Whether OpenBLAS runs kernels written for the instruction set braid's kernels use here. A
 //! Debian OpenBLAS that does not know the CPU picks an old generic core ("Prescott": no AVX at
 //! all), and one without AVX-512 kernels for it runs its AVX2 ones ("Haswell", "Zen") on an
-//! AVX-512 CPU; oneDNN generates its kernels for the CPU at hand in both cases.
+//! AVX-512 CPU; oneDNN generates its kernels for the CPU at hand in both cases. Decided once.
 bool blas_matches_cpu_isa() {
-    std::string core = openblas_get_corename() ? openblas_get_corename() : "";
-    std::transform(core.begin(), core.end(), core.begin(),
-                   [](unsigned char c) { return char(std::tolower(c)); });
-    auto any_of = [&](std::initializer_list<const char*> names) {
-        return std::any_of(names.begin(), names.end(), [&](const char* n) { return core == n; });
-    };
-    bool avx512 = any_of({"skylakex", "cooperlake", "sapphirerapids"});
-    bool avx2 = avx512 || any_of({"haswell", "zen"});
-    switch (cpu_isa()) {
-    case CpuIsa::AVX512:
-        return avx512;
-    case CpuIsa::AVX2:
-        return avx2;
-    case CpuIsa::SCALAR:
+    static const bool matches = [] {
+        std::string core = openblas_get_corename() ? openblas_get_corename() : "";
+        std::transform(core.begin(), core.end(), core.begin(),
+                       [](unsigned char c) { return char(std::tolower(c)); });
+        auto any_of = [&](std::initializer_list<const char*> names) {
+            return std::any_of(names.begin(), names.end(),
+                               [&](const char* n) { return core == n; });
+        };
+        bool avx512 = any_of({"skylakex", "cooperlake", "sapphirerapids"});
+        bool avx2 = avx512 || any_of({"haswell", "zen"});
+        switch (cpu_isa()) {
+        case CpuIsa::AVX512:
+            return avx512;
+        case CpuIsa::AVX2:
+            return avx2;
+        case CpuIsa::SCALAR:
+            return true;
+        }
         return true;
-    }
-    return true;
+    }();
+    return matches;
 }
 
 } // namespace
@@ -128,8 +132,7 @@ bool blas_matches_cpu_isa() {
 //! OpenBLAS runs its AVX2 kernels, oneDNN is 1.4-7x faster on every shape measured, narrow,
 //! tiny and single-row ones included.
 static bool use_dnnl_sgemm(size_t m, size_t n, size_t k) {
-    static const bool blas_tuned = blas_matches_cpu_isa();
-    return !blas_tuned || (n >= 128 && double(m) * double(n) * double(k) >= 65536.0);
+    return !blas_matches_cpu_isa() || (n >= 128 && double(m) * double(n) * double(k) >= 65536.0);
 }
 #endif
 

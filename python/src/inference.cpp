@@ -126,7 +126,7 @@ std::vector<int64_t> shape_of(const py::array& arr) {
 
 py::object dtype_object(embed::DType d) {
     if (d == embed::DType::BFLOAT16) return py::str("bfloat16");
-    return py::dtype(embed_dtype_name(d));
+    return numpy_dtype_of(d);
 }
 
 //! A new array holding a copy of `view`.
