@@ -92,16 +92,14 @@ private:
 //! The copy of each var copied so far.
 using CopiedVars = std::unordered_map<VarNode*, SymbolVar>;
 
-void copy_operator(OperatorNode& opr, ComputingGraph& target, CopiedVars& copied,
-                   bool keep_comp_node) {
+SymbolVarArray rebuild_operator(OperatorNode& opr, ComputingGraph& target,
+                                const SymbolVarArray& inputs, bool keep_comp_node) {
     const OperatorDescriptor* desc = OperatorRegistry::instance().find(opr.type_name());
     if (!desc || !desc->dump_params || !desc->load)
         BRAID_THROW(GraphError,
                     "{}: cannot be copied into another graph (its type has no params "
                     "dump and load functions)",
                     opr.describe());
-    SymbolVarArray inputs;
-    for (VarNode* v : opr.inputs()) inputs.push_back(copied.at(v));
     std::map<std::string, CopiedParam, std::less<>> fields;
     MemoryParamWriter writer(fields);
     desc->dump_params(opr, writer);
@@ -115,10 +113,26 @@ void copy_operator(OperatorNode& opr, ComputingGraph& target, CopiedVars& copied
     if (outs.size() != opr.outputs().size())
         BRAID_THROW(GraphError, "{}: its copy has {} outputs instead of {}", opr.describe(),
                     outs.size(), opr.outputs().size());
+    return outs;
+}
+
+void copy_operator(OperatorNode& opr, ComputingGraph& target, CopiedVars& copied,
+                   bool keep_comp_node) {
+    SymbolVarArray inputs;
+    for (VarNode* v : opr.inputs()) inputs.push_back(copied.at(v));
+    SymbolVarArray outs = rebuild_operator(opr, target, inputs, keep_comp_node);
     for (size_t k = 0; k < outs.size(); ++k) copied[opr.outputs()[k]] = outs[k];
 }
 
 } // namespace
+
+SymbolVarArray copy_operator(OperatorNode& opr, ComputingGraph& target,
+                             const SymbolVarArray& inputs) {
+    if (inputs.size() != opr.inputs().size())
+        BRAID_THROW(GraphError, "{}: copied with {} inputs; it has {}", opr.describe(),
+                    inputs.size(), opr.inputs().size());
+    return rebuild_operator(opr, target, inputs, false);
+}
 
 SymbolVarArray copy_graph(const SymbolVarArray& outputs, ComputingGraph& target,
                           const std::map<VarNode*, SymbolVar>& replace, bool keep_comp_nodes) {

@@ -29,4 +29,13 @@ SymbolVarArray copy_graph(const SymbolVarArray& outputs, ComputingGraph& target,
                           const std::map<VarNode*, SymbolVar>& replace = {},
                           bool keep_comp_nodes = true);
 
+/*!
+ * Rebuilds one operator in `target` on the given inputs (vars of `target`, one per input of
+ * `opr`, in order) and returns its outputs. The copy infers its own shapes, so the inputs may
+ * have other shapes than the source's (an operator whose params hold sizes keeps them). The
+ * copy takes the comp node of its first input, or the target's default. Throws GraphError as
+ * copy_graph() does, and for a wrong number of inputs.
+ */
+SymbolVarArray copy_operator(OperatorNode& opr, ComputingGraph& target, const SymbolVarArray& inputs);
+
 } // namespace braid

@@ -32,6 +32,10 @@ public:
     bool shape_known() const { return m_shape_known; }
     //! The statically inferred shape; throws GraphError when it is dynamic.
     const TensorShape& shape() const;
+    //! Bytes of the var at its static shape; 0 when the shape is dynamic.
+    size_t static_bytes() const {
+        return m_shape_known ? m_shape.total_nr_elems() * m_dtype.size() : 0;
+    }
     //! The value inferred at build time (constants, shapes, small arithmetic on them), or
     //! nullptr when the value is only known at execution.
     const Tensor* static_value() const { return m_static_value ? &*m_static_value : nullptr; }

@@ -22,10 +22,6 @@ namespace braid::parallel {
 
 namespace {
 
-size_t var_bytes(const VarNode* v) {
-    return v->shape_known() ? v->shape().total_nr_elems() * v->dtype().size() : 0;
-}
-
 //! Operators that move or hold data rather than compute: outside every module.
 bool is_module_op(const OperatorNode& opr) {
     std::string t = opr.type_name();
@@ -58,8 +54,8 @@ void measure_module(const PipelineStage& st, ModuleProfile& m) {
             for (auto* reader : out->readers())
                 if (step_of.count(reader) && !in_module.count(reader)) outputs.insert(out);
     }
-    for (auto* v : inputs) m.input_bytes += var_bytes(v);
-    for (auto* v : outputs) m.output_bytes += var_bytes(v);
+    for (auto* v : inputs) m.input_bytes += v->static_bytes();
+    for (auto* v : outputs) m.output_bytes += v->static_bytes();
     m.nr_inputs = inputs.size();
     m.nr_outputs = outputs.size();
 
@@ -76,7 +72,7 @@ void measure_module(const PipelineStage& st, ModuleProfile& m) {
         const auto& p = node.placements[it->second];
         if (p.in_place && p.inplace_of >= 0 &&
             input_names.count(node.placements[size_t(p.inplace_of)].name)) {
-            m.donated_bytes += var_bytes(v);
+            m.donated_bytes += v->static_bytes();
             ++m.nr_donated;
         }
     }
@@ -109,7 +105,7 @@ StageProfile profile_stage(const PipelineStage& st, const std::string& schedule)
     sp.step_arena_bytes = st.step->memory_report().nodes.at(0).arena_bytes;
     for (auto& opr : st.graph->operators())
         if (std::string(opr->type_name()) == "SharedParam")
-            sp.initial_var_size += var_bytes(opr->output(0));
+            sp.initial_var_size += opr->output(0)->static_bytes();
     uint32_t j = st.microbatches - 1;
     ModuleProfile fwd, bwd, apply;
     fwd.name = fmt::format("stage_{}_forward", st.index);

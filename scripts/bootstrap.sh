@@ -17,6 +17,7 @@ PACKAGES=(
   libgloo-dev
   libcpp-httplib-dev wrk hey curl
   nlohmann-json3-dev libsimdjson-dev
+  libglpk-dev
   debootstrap
   pybind11-dev python3-dev python3-numpy python3-pytest python3-pip python3-setuptools
   python3-venv

@@ -1,0 +1,283 @@
+// Automatic sharding: the ILP against brute force, resharding between placements on 2-d meshes,
+// and whole plans for the Megatron MLP and a transformer block on meshes 1x2, 2x1, 2x2 and
+// 1x3: each lowered plan gives the single-device results, and its predicted step time is at
+// most that of the hand-written Megatron plan and of pure data parallelism, priced by the same
+// model. A memory limit below data parallelism's need gives a plan that fits.
+#include "parallel/auto_shard.h"
+
+#include "auto_shard_models.h"
+#include "checker.h"
+
+#include "braid.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <random>
+
+using namespace braid;
+using namespace braid::parallel;
+using braid::test::expect_tensor_near;
+using braid::test::random_tensor;
+
+namespace {
+
+class AutoShardTest : public ::testing::Test {
+protected:
+    void SetUp() override {
+        register_all_operators();
+        setenv("BRAID_COMM_TIMEOUT", "60", /*overwrite=*/0);
+    }
+};
+
+ShardProblem random_problem(std::mt19937& rng, size_t nodes) {
+    std::uniform_int_distribution<size_t> nstrat(1, 4);
+    std::uniform_real_distribution<double> cost(0.0, 10.0), mem(1.0, 5.0);
+    ShardProblem p;
+    for (size_t v = 0; v < nodes; ++v) {
+        ShardProblem::Node n;
+        n.name = fmt::format("n{}", v);
+        size_t s = nstrat(rng);
+        for (size_t i = 0; i < s; ++i) {
+            n.cost.push_back(cost(rng));
+            n.memory.push_back(mem(rng));
+        }
+        p.nodes.push_back(std::move(n));
+    }
+    // A chain plus random extra edges (some parallel or reversed).
+    std::uniform_int_distribution<size_t> pick(0, nodes - 1);
+    auto add_edge = [&](size_t u, size_t v) {
+        ShardProblem::Edge e;
+        e.from = u;
+        e.to = v;
+        for (size_t i = 0; i < p.nodes[u].cost.size() * p.nodes[v].cost.size(); ++i) {
+            e.cost.push_back(cost(rng) * (i % 3 == 0 ? 0.0 : 1.0));
+            e.memory.push_back(mem(rng) * 0.5);
+        }
+        p.edges.push_back(std::move(e));
+    };
+    for (size_t v = 1; v < nodes; ++v) add_edge(v - 1, v);
+    for (size_t k = 0; k < nodes / 2; ++k) {
+        size_t u = pick(rng), v = pick(rng);
+        if (u != v) add_edge(u, v);
+    }
+    return p;
+}
+
+} // namespace
+
+TEST_F(AutoShardTest, IlpOptimumEqualsBruteForceOnRandomProblemsOfUpToTwelveNodes) {
+    std::mt19937 rng(11);
+    for (int trial = 0; trial < 40; ++trial) {
+        size_t nodes = 2 + trial % 11;
+        ShardProblem p = random_problem(rng, nodes);
+        if (trial % 2) {
+            // A limit between the least and the most memory a plan can need.
+            double lo = 0, hi = 0;
+            for (auto& n : p.nodes) {
+                lo += *std::min_element(n.memory.begin(), n.memory.end());
+                hi += *std::max_element(n.memory.begin(), n.memory.end());
+            }
+            for (auto& e : p.edges) hi += *std::max_element(e.memory.begin(), e.memory.end());
+            p.memory_limit = lo + 0.6 * (hi - lo);
+        }
+        SCOPED_TRACE(fmt::format("trial {}: {} nodes, {} edges, limit {}", trial, nodes,
+                                 p.edges.size(), p.memory_limit));
+        ShardSolution brute;
+        try {
+            brute = solve_shard_brute_force(p);
+        } catch (const ValueError&) {
+            EXPECT_THROW(solve_shard_ilp(p, 30), ValueError);
+            continue;
+        }
+        auto ilp = solve_shard_ilp(p, 30, 1);
+        ASSERT_FALSE(ilp.empty());
+        EXPECT_TRUE(ilp[0].optimal);
+        EXPECT_NEAR(ilp[0].objective, brute.objective, 1e-6 * (1 + brute.objective));
+        EXPECT_NEAR(p.objective(ilp[0].choice), ilp[0].objective, 1e-9);
+        if (p.memory_limit > 0) EXPECT_LE(ilp[0].memory, p.memory_limit + 1e-9);
+        if (ilp.size() > 1) {
+            EXPECT_NE(ilp[1].choice, ilp[0].choice);
+            EXPECT_GE(ilp[1].objective, ilp[0].objective - 1e-9);
+        }
+    }
+}
+
+TEST_F(AutoShardTest, IlpRefusesAMemoryLimitNoPlanFitsNamingTheLeastNeed) {
+    ShardProblem p;
+    p.nodes = {{"a", {1, 2}, {10, 20}}, {"b", {1}, {5}}};
+    p.memory_limit = 12;
+    try {
+        solve_shard_ilp(p, 10);
+        FAIL() << "expected ValueError";
+    } catch (const ValueError& e) {
+        EXPECT_NE(std::string(e.what()).find("least any plan needs is 15"), std::string::npos)
+            << e.what();
+    }
+}
+
+TEST_F(AutoShardTest, ReshardingBetweenAnyTwoPlacementsOnATwoByTwoMeshKeepsTheTensor) {
+    Mesh mesh({2, 2}, {"x", "y"});
+    TensorShape shape{8, 12};
+    std::vector<Placement> one_axis = {Replicate{}, Shard{0}, Shard{1}};
+    std::vector<MeshPlacement> all;
+    for (auto& a : one_axis)
+        for (auto& b : one_axis) all.push_back({a, b});
+    std::mt19937 rng(5);
+    Tensor x = random_tensor(shape, dtype::Float32(), rng);
+    for (auto& from : all)
+        for (auto& to : all) {
+            SCOPED_TRACE(mesh_placement_name(from) + " -> " + mesh_placement_name(to));
+            auto steps = reshard_steps(shape, from, to, mesh.shape());
+            if (from == to) EXPECT_TRUE(steps.empty());
+            Pmap f(
+                [&](SpmdContext& ctx, const SymbolVarArray& a) -> SymbolVarArray {
+                    return {reshard(a[0], steps, ctx.groups())};
+                },
+                mesh, {{"x", shape, dtype::Float32(), mesh_placement_spec(2, from, mesh.shape())}},
+                {mesh_placement_spec(2, to, mesh.shape())});
+            auto out = f({x});
+            expect_tensor_near(out.at(0), x, 0, 0, "resharded");
+        }
+}
+
+TEST_F(AutoShardTest, PlansOfSmallGraphsAreTheBruteForceOptimaOfTheirProblems) {
+    // The MLP (10 operators) on 1-d meshes, and its first layer (6 operators) on a 2x2 mesh,
+    // at sizes where some plans split and others replicate.
+    struct Case {
+        std::vector<uint32_t> shape;
+        std::vector<std::string> names;
+        bool first_layer_only;
+    };
+    for (auto& c : {Case{{2}, {"x"}, false}, Case{{3}, {"x"}, false},
+                    Case{{2, 2}, {"x", "y"}, true}}) {
+        for (size_t width : {24, 192}) {
+            Mesh mesh(c.shape, c.names);
+            SCOPED_TRACE(fmt::format("{}, width {}", mesh.to_string(), width));
+            auto graph = ComputingGraph::make();
+            auto model = test::build_auto_shard_mlp(*graph, 48, width, 4 * width);
+            SymbolVarArray outputs = model.outputs;
+            if (c.first_layer_only) {
+                // gelu(x W1 + b1): the first layer's output.
+                OperatorNode* gelu = nullptr;
+                for (auto& o : graph->operators())
+                    if (std::string(o->type_name()) == "Elemwise" &&
+                        o->output(0)->shape()[1] == 4 * width)
+                        gelu = o.get();
+                outputs = {SymbolVar(gelu->output(0))};
+            }
+            AutoSharder planner(outputs, mesh);
+            ASSERT_LE(planner.nr_operators(), 12u);
+            ShardPlan plan = planner.solve();
+            ShardSolution brute = solve_shard_brute_force(planner.problem());
+            EXPECT_TRUE(plan.optimal);
+            EXPECT_NEAR(plan.predicted_s, brute.objective, 1e-12 + 1e-9 * brute.objective)
+                << plan.to_string();
+        }
+    }
+}
+
+namespace {
+
+//! Runs the plan on the mesh (ranks as threads) and returns the outputs.
+std::vector<Tensor> run_plan(const AutoSharder& planner, const ShardPlan& plan,
+                             const std::vector<Tensor>& inputs) {
+    std::vector<ShardingSpec> out_specs;
+    for (auto& out : planner.outputs())
+        out_specs.push_back(mesh_placement_spec(out.shape().ndim(),
+                                                replicated_placement(plan.mesh.ndim()),
+                                                plan.mesh.shape()));
+    Pmap f(lower_plan(planner, plan), plan.mesh, plan.args, out_specs);
+    return f(inputs);
+}
+
+std::vector<Tensor> run_one_device(const SymbolVarArray& outputs, const std::vector<Tensor>& inputs,
+                                   const std::vector<std::string>& names) {
+    auto exec = outputs[0].node()->owner()->graph()->compile(
+        std::vector<OutputSpec>(outputs.begin(), outputs.end()));
+    for (size_t i = 0; i < inputs.size(); ++i) exec->feed(names[i], inputs[i]);
+    exec->run();
+    std::vector<Tensor> res;
+    for (size_t i = 0; i < outputs.size(); ++i) res.push_back(exec->output(i));
+    return res;
+}
+
+struct MeshCase {
+    std::vector<uint32_t> shape;
+    std::vector<std::string> names;
+};
+
+const std::vector<MeshCase> kMeshes = {
+    {{1, 2}, {"dp", "tp"}}, {{2, 1}, {"dp", "tp"}}, {{2, 2}, {"dp", "tp"}}, {{1, 3}, {"dp", "tp"}}};
+
+void check_model_on_meshes(const std::function<test::AutoShardModel(ComputingGraph&)>& build) {
+    for (auto& mc : kMeshes) {
+        Mesh mesh(mc.shape, mc.names);
+        SCOPED_TRACE(mesh.to_string());
+        auto graph = ComputingGraph::make();
+        auto model = build(*graph);
+        AutoSharder planner(model.outputs, mesh);
+        ShardPlan plan = planner.solve();
+        ShardPlan dp = planner.plan_where(test::data_parallel_placement(mesh));
+        ShardPlan megatron = planner.plan_where(test::megatron_placement(mesh, "dp", "tp"));
+        EXPECT_LE(plan.predicted_s, dp.predicted_s * (1 + 1e-9)) << plan.to_string();
+        EXPECT_LE(plan.predicted_s, megatron.predicted_s * (1 + 1e-9)) << plan.to_string();
+
+        std::mt19937 rng(3);
+        std::vector<Tensor> inputs;
+        for (auto& arg : plan.args) inputs.push_back(random_tensor(arg.global_shape, arg.dtype, rng));
+        std::vector<std::string> names;
+        for (auto& arg : plan.args) names.push_back(arg.name);
+        auto expected = run_one_device(model.outputs, inputs, names);
+        for (const ShardPlan* p : {&plan, &dp, &megatron}) {
+            auto got = run_plan(planner, *p, inputs);
+            ASSERT_EQ(got.size(), expected.size());
+            for (size_t i = 0; i < got.size(); ++i)
+                expect_tensor_near(got[i], expected[i], 1e-5, 1e-5, "output");
+        }
+    }
+}
+
+} // namespace
+
+TEST_F(AutoShardTest, MlpPlansOnFourMeshesGiveOneDeviceResultsAndBeatHandWrittenPlans) {
+    check_model_on_meshes(
+        [](ComputingGraph& g) { return test::build_auto_shard_mlp(g, 96, 192, 768); });
+}
+
+TEST_F(AutoShardTest, TransformerBlockPlansOnFourMeshesGiveOneDeviceResultsAndBeatHandWrittenPlans) {
+    check_model_on_meshes([](ComputingGraph& g) {
+        return test::build_auto_shard_transformer(g, /*batch=*/12, /*seq=*/16, /*d=*/48,
+                                                  /*heads=*/6, /*d_ff=*/192);
+    });
+}
+
+TEST_F(AutoShardTest, AMemoryLimitBelowDataParallelismsNeedGivesAPlanThatFitsAndRuns) {
+    Mesh mesh({2}, {"tp"});
+    auto graph = ComputingGraph::make();
+    auto model = test::build_auto_shard_mlp(*graph, 8, 64, 512);
+    AutoSharder unlimited(model.outputs, mesh);
+    ShardPlan dp = unlimited.plan_where(test::data_parallel_placement(mesh));
+    AutoShardOptions options;
+    options.memory_limit = size_t(dp.memory_bytes * 0.7);
+    AutoSharder planner(model.outputs, mesh, options);
+    ShardPlan plan = planner.solve();
+    EXPECT_LE(plan.memory_bytes, double(options.memory_limit)) << plan.to_string();
+
+    std::mt19937 rng(9);
+    std::vector<Tensor> inputs{random_tensor(plan.args.at(0).global_shape, dtype::Float32(), rng)};
+    std::vector<ShardingSpec> out_specs{mesh_placement_spec(2, replicated_placement(1), {2})};
+    Pmap f(lower_plan(planner, plan), mesh, plan.args, out_specs);
+    auto got = f(inputs);
+    auto expected = run_one_device(model.outputs, inputs, {plan.args[0].name});
+    expect_tensor_near(got.at(0), expected.at(0), 1e-5, 1e-5, "output");
+    // The static plan of every rank: its arena and parameters within the limit.
+    for (auto& r : f.plan().ranks)
+        EXPECT_LE(r.arena_bytes + r.param_bytes, options.memory_limit) << "rank " << r.rank;
+
+    options.memory_limit = 1000; // below even the parameters' shards
+    AutoSharder impossible(model.outputs, mesh, options);
+    EXPECT_THROW(impossible.solve(), ValueError);
+}
+
