@@ -550,6 +550,49 @@ void AutoSharder::Impl::build_groups(bool merge) {
         group_of[v] = groups.size();
         groups.push_back(std::move(g));
     }
+    if (!merge) return;
+    // A parameter or constant read by one operator joins that operator's group, placed as it
+    // reads it (the least memory among equally cheap placements).
+    std::vector<bool> absorbed(groups.size(), false);
+    for (size_t v = 0; v < oprs.size(); ++v) {
+        std::string type = oprs[v]->type_name();
+        if ((type != "SharedParam" && type != "ImmutableTensor") || consumers[v].size() != 1 ||
+            !sink_outputs[v].empty() || groups[group_of[v]].members.size() != 1)
+            continue;
+        size_t c = consumers[v][0];
+        Group& g = groups[group_of[c]];
+        size_t mc = std::find(g.members.begin(), g.members.end(), c) - g.members.begin();
+        size_t k = std::find(oprs[c]->inputs().begin(), oprs[c]->inputs().end(), oprs[v]->output(0)) -
+                   oprs[c]->inputs().begin();
+        for (auto& choice : g.member_choice) {
+            const MeshPlacement& want = cands[c][choice[mc]].inputs[k];
+            size_t best = 0;
+            double best_cost = std::numeric_limits<double>::infinity(), best_memory = 0;
+            for (size_t j = 0; j < cands[v].size(); ++j) {
+                double cost = reshard_cost(oprs[v]->output(0), cands[v][j].outputs[0], want);
+                double memory = output_memory(v, cands[v][j]);
+                if (cost < best_cost || (cost == best_cost && memory < best_memory)) {
+                    best_cost = cost;
+                    best_memory = memory;
+                    best = j;
+                }
+            }
+            choice.push_back(best);
+        }
+        g.members.push_back(v);
+        absorbed[group_of[v]] = true;
+        group_of[v] = group_of[c];
+    }
+    // Drop the absorbed groups and renumber.
+    std::vector<Group> kept;
+    std::vector<size_t> renumber(groups.size(), 0);
+    for (size_t i = 0; i < groups.size(); ++i)
+        if (!absorbed[i]) {
+            renumber[i] = kept.size();
+            kept.push_back(std::move(groups[i]));
+        }
+    groups = std::move(kept);
+    for (auto& gv : group_of) gv = renumber[gv];
 }
 
 void AutoSharder::Impl::build_problem() {

@@ -253,6 +253,25 @@ TEST_F(AutoShardTest, TransformerBlockPlansOnFourMeshesGiveOneDeviceResultsAndBe
     });
 }
 
+TEST_F(AutoShardTest, MergingFollowersAndParametersShrinksTheIlpAndKeepsTheResults) {
+    Mesh mesh({2, 2}, {"dp", "tp"});
+    auto graph = ComputingGraph::make();
+    auto model = test::build_auto_shard_transformer(*graph, 12, 16, 48, 6, 192);
+    AutoShardOptions merged;
+    merged.merge_followers = true;
+    AutoSharder whole(model.outputs, mesh), planner(model.outputs, mesh, merged);
+    EXPECT_EQ(whole.problem().nodes.size(), whole.nr_operators());
+    EXPECT_LT(planner.problem().nodes.size(), whole.nr_operators() / 2);
+    ShardPlan plan = planner.solve(), best = whole.solve();
+    // Merging restricts the space: never better than the whole problem's optimum.
+    EXPECT_GE(plan.predicted_s, best.predicted_s * (1 - 1e-9));
+    std::mt19937 rng(4);
+    std::vector<Tensor> inputs{random_tensor(plan.args.at(0).global_shape, dtype::Float32(), rng)};
+    auto expected = run_one_device(model.outputs, inputs, {"x"});
+    expect_tensor_near(run_plan(planner, plan, inputs).at(0), expected.at(0), 1e-5, 1e-5,
+                       "output");
+}
+
 TEST_F(AutoShardTest, AMemoryLimitBelowDataParallelismsNeedGivesAPlanThatFitsAndRuns) {
     Mesh mesh({2}, {"tp"});
     auto graph = ComputingGraph::make();

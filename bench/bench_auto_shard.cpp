@@ -1,0 +1,178 @@
+// Automatic sharding: how long planning takes, and how the chosen plans run.
+//
+// Planning: a stack of transformer blocks (24 by default, about 1,000 operators) planned on a
+// mesh: operators, ILP nodes and edges after merging followers, and the seconds from the graph
+// to the plan (analysis, costs, ILP). The target is under 30 s for 1,000 operators.
+//
+// Plans: the Megatron MLP and one transformer block on each mesh, with operator costs measured
+// on one device: the automatic plan against pure data parallelism and the Megatron plan
+// (parallel/tensor_parallel.h's split, over the "tp" axis, data parallel over "dp"), each
+// predicted by the same cost model and measured (ranks as threads of this process, median step
+// time), with the ratios auto / best hand-written plan in the same run.
+//
+//     bench_auto_shard [--json] [--blocks 24] [--mesh 2x2] [--iterations 50] [--skip-plans]
+#include "auto_shard_models.h"
+#include "base/cpu_isa.h"
+#include "bench/bench_cli.h"
+#include "braid.h"
+#include "parallel/auto_shard.h"
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <random>
+
+using namespace braid;
+using namespace braid::parallel;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+    return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+Mesh parse_mesh(const std::string& s) {
+    auto x = s.find('x');
+    if (x == std::string::npos) return Mesh({uint32_t(std::stoul(s))}, {"tp"});
+    return Mesh({uint32_t(std::stoul(s.substr(0, x))), uint32_t(std::stoul(s.substr(x + 1)))},
+                {"dp", "tp"});
+}
+
+//! A plan ready to run on its mesh (ranks as threads) with random inputs.
+struct RunnablePlan {
+    std::unique_ptr<Pmap> pmap;
+    std::vector<Tensor> inputs;
+    std::vector<double> times;
+
+    RunnablePlan(const AutoSharder& planner, const ShardPlan& plan) {
+        std::vector<ShardingSpec> out_specs;
+        for (auto& out : planner.outputs())
+            out_specs.push_back(mesh_placement_spec(
+                out.shape().ndim(), replicated_placement(plan.mesh.ndim()), plan.mesh.shape()));
+        pmap = std::make_unique<Pmap>(lower_plan(planner, plan), plan.mesh, plan.args, out_specs);
+        std::mt19937 rng(1);
+        std::uniform_real_distribution<float> u(-1.f, 1.f);
+        for (auto& a : plan.args) {
+            Tensor t(a.global_shape, a.dtype);
+            for (size_t i = 0; i < t.shape().total_nr_elems(); ++i) t.ptr<float>()[i] = u(rng);
+            inputs.push_back(t);
+        }
+        (*pmap)(inputs); // warm-up
+    }
+    void step() {
+        auto t0 = Clock::now();
+        (*pmap)(inputs);
+        times.push_back(seconds_since(t0));
+    }
+    double median() {
+        std::sort(times.begin(), times.end());
+        return times[times.size() / 2];
+    }
+};
+
+bool same_strategies(const ShardPlan& a, const ShardPlan& b) {
+    for (size_t i = 0; i < a.operators.size(); ++i)
+        if (a.operators[i].strategy.split != b.operators[i].strategy.split) return false;
+    return true;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    CLI::App app{"Automatic sharding: planning time and plans against hand-written ones"};
+    bool json = false, skip_plans = false;
+    size_t blocks = 24;
+    std::string mesh_arg = "2x2";
+    int iterations = 50;
+    app.add_flag("--json", json, "One JSON object per line");
+    app.add_option("--blocks", blocks, "Transformer blocks of the planning case");
+    app.add_option("--mesh", mesh_arg, "Mesh of the planning case: N or DPxTP");
+    app.add_option("--iterations", iterations, "Measured steps per plan");
+    app.add_flag("--skip-plans", skip_plans, "Only the planning case");
+    if (auto rc = bench::parse_command_line(app, argc, argv)) return *rc;
+    register_all_operators();
+    if (json)
+        std::printf("{\"cpu\":\"%s\"}\n", cpu_model_name().c_str());
+    else
+        std::printf("CPU: %s\n", cpu_model_name().c_str());
+
+    {
+        Mesh mesh = parse_mesh(mesh_arg);
+        auto g = ComputingGraph::make();
+        SymbolVar x;
+        for (size_t b = 0; b < blocks; ++b)
+            x = test::build_auto_shard_transformer(*g, 8, 64, 256, 8, 1024, fmt::format("b{}.", b), x)
+                    .outputs[0];
+        auto t0 = Clock::now();
+        AutoSharder planner({x}, mesh);
+        double analysis = seconds_since(t0);
+        ShardPlan plan = planner.solve();
+        double total = seconds_since(t0);
+        if (json)
+            std::printf("{\"case\":\"planning\",\"blocks\":%zu,\"mesh\":\"%s\",\"operators\":%zu,"
+                        "\"ilp_nodes\":%zu,\"ilp_edges\":%zu,\"analysis_s\":%.3f,\"total_s\":%.3f,"
+                        "\"optimal\":%s}\n",
+                        blocks, mesh.to_string().c_str(), planner.nr_operators(), plan.ilp_nodes,
+                        plan.ilp_edges, analysis, total, plan.optimal ? "true" : "false");
+        else
+            std::printf("planning: %zu transformer blocks on %s: %zu operators -> ILP %zu nodes, "
+                        "%zu edges; %.2f s (analysis %.2f s), %s (target: under 30 s)\n",
+                        blocks, mesh.to_string().c_str(), planner.nr_operators(), plan.ilp_nodes,
+                        plan.ilp_edges, total, analysis,
+                        plan.optimal ? "optimal" : "best found at the time limit");
+    }
+    if (skip_plans) return 0;
+
+    struct Model {
+        const char* name;
+        std::function<test::AutoShardModel(ComputingGraph&)> build;
+    };
+    std::vector<Model> models = {
+        {"mlp", [](ComputingGraph& g) { return test::build_auto_shard_mlp(g, 192, 384, 1536); }},
+        {"transformer_block", [](ComputingGraph& g) {
+             return test::build_auto_shard_transformer(g, 12, 32, 192, 6, 768);
+         }}};
+    for (auto& m : models)
+        for (std::string ms : {"1x2", "2x1", "2x2", "1x3"}) {
+            Mesh mesh = parse_mesh(ms);
+            auto g = ComputingGraph::make();
+            auto model = m.build(*g);
+            AutoShardOptions options;
+            options.costs = AutoShardOptions::Costs::MEASURED;
+            AutoSharder planner(model.outputs, mesh, options);
+            ShardPlan autop = planner.solve();
+            ShardPlan dp = planner.plan_where(test::data_parallel_placement(mesh));
+            ShardPlan mg = planner.plan_where(test::megatron_placement(mesh, "dp", "tp"));
+            // The three plans in turn, step by step, so that a slow spell of the machine
+            // falls on all of them.
+            RunnablePlan r_auto(planner, autop), r_dp(planner, dp), r_mg(planner, mg);
+            for (int i = 0; i < iterations; ++i)
+                for (RunnablePlan* r : {&r_auto, &r_dp, &r_mg}) r->step();
+            double t_auto = r_auto.median(), t_dp = r_dp.median(), t_mg = r_mg.median();
+            const char* same = same_strategies(autop, dp)   ? "dp"
+                               : same_strategies(autop, mg) ? "megatron"
+                                                            : "neither";
+            double best_pred = std::min(dp.predicted_s, mg.predicted_s);
+            double best_meas = std::min(t_dp, t_mg);
+            if (json)
+                std::printf("{\"case\":\"%s\",\"mesh\":\"%s\",\"predicted_ms\":{\"auto\":%.4f,"
+                            "\"dp\":%.4f,\"megatron\":%.4f},\"measured_ms\":{\"auto\":%.4f,"
+                            "\"dp\":%.4f,\"megatron\":%.4f},\"predicted_ratio\":%.3f,"
+                            "\"measured_ratio\":%.3f,\"auto_is\":\"%s\"}\n",
+                            m.name, ms.c_str(), autop.predicted_s * 1e3, dp.predicted_s * 1e3,
+                            mg.predicted_s * 1e3, t_auto * 1e3, t_dp * 1e3, t_mg * 1e3,
+                            autop.predicted_s / best_pred, t_auto / best_meas, same);
+            else
+                std::printf("%-18s %-4s predicted ms: auto %.3f, dp %.3f, megatron %.3f (ratio "
+                            "%.2f) | measured ms: auto %.3f, dp %.3f, megatron %.3f (ratio %.2f); auto = %s\n",
+                            m.name, ms.c_str(), autop.predicted_s * 1e3, dp.predicted_s * 1e3,
+                            mg.predicted_s * 1e3, autop.predicted_s / best_pred, t_auto * 1e3,
+                            t_dp * 1e3, t_mg * 1e3, t_auto / best_meas, same);
+        }
+    return 0;
+}
