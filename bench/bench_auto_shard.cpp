@@ -10,7 +10,7 @@
 // predicted by the same cost model and measured (ranks as threads of this process, median step
 // time), with the ratios auto / best hand-written plan in the same run.
 //
-//     bench_auto_shard [--json] [--blocks 24] [--mesh 2x2] [--iterations 50] [--skip-plans]
+//     bench_auto_shard [--json] [--blocks 24] [--mesh dp=2,tp=2] [--iterations 50] [--skip-plans]
 #include "auto_shard_models.h"
 #include "base/cpu_isa.h"
 #include "bench/bench_cli.h"
@@ -34,13 +34,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) {
     return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
-Mesh parse_mesh(const std::string& s) {
-    auto x = s.find('x');
-    if (x == std::string::npos) return Mesh({uint32_t(std::stoul(s))}, {"tp"});
-    return Mesh({uint32_t(std::stoul(s.substr(0, x))), uint32_t(std::stoul(s.substr(x + 1)))},
-                {"dp", "tp"});
 }
 
 //! A plan ready to run on its mesh (ranks as threads) with random inputs.
@@ -87,11 +80,11 @@ int main(int argc, char** argv) {
     CLI::App app{"Automatic sharding: planning time and plans against hand-written ones"};
     bool json = false, skip_plans = false;
     size_t blocks = 24;
-    std::string mesh_arg = "2x2";
+    std::string mesh_arg = "dp=2,tp=2";
     int iterations = 50;
     app.add_flag("--json", json, "One JSON object per line");
     app.add_option("--blocks", blocks, "Transformer blocks of the planning case");
-    app.add_option("--mesh", mesh_arg, "Mesh of the planning case: N or DPxTP");
+    app.add_option("--mesh", mesh_arg, "Mesh of the planning case (e.g. dp=2,tp=2)");
     app.add_option("--iterations", iterations, "Measured steps per plan");
     app.add_flag("--skip-plans", skip_plans, "Only the planning case");
     if (auto rc = bench::parse_command_line(app, argc, argv)) return *rc;
@@ -138,7 +131,7 @@ int main(int argc, char** argv) {
              return test::build_auto_shard_transformer(g, 12, 32, 192, 6, 768);
          }}};
     for (auto& m : models)
-        for (std::string ms : {"1x2", "2x1", "2x2", "1x3"}) {
+        for (std::string ms : {"dp=1,tp=2", "dp=2,tp=1", "dp=2,tp=2", "dp=1,tp=3"}) {
             Mesh mesh = parse_mesh(ms);
             auto g = ComputingGraph::make();
             auto model = m.build(*g);

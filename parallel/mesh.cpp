@@ -192,4 +192,34 @@ const opr::Group& MeshGroups::group(const std::string& axis) {
     return m_groups.emplace(axis, std::move(g)).first->second;
 }
 
+Mesh parse_mesh(const std::string& text) {
+    std::vector<uint32_t> shape;
+    std::vector<std::string> names;
+    bool named = text.find('=') != std::string::npos;
+    char sep = named ? ',' : 'x';
+    size_t begin = 0;
+    while (begin <= text.size()) {
+        size_t end = text.find(sep, begin);
+        if (end == std::string::npos) end = text.size();
+        std::string part = text.substr(begin, end - begin), size = part;
+        if (named) {
+            size_t eq = part.find('=');
+            if (eq == std::string::npos || eq == 0)
+                BRAID_THROW(ValueError, "mesh \"{}\": \"{}\" is not NAME=SIZE", text, part);
+            names.push_back(part.substr(0, eq));
+            size = part.substr(eq + 1);
+        } else {
+            names.push_back(std::string(1, char('x' + (names.size() % 3))) +
+                            (names.size() >= 3 ? std::to_string(names.size() / 3) : ""));
+        }
+        if (size.empty() || size.find_first_not_of("0123456789") != std::string::npos ||
+            size.size() > 6 || std::stoul(size) == 0)
+            BRAID_THROW(ValueError, "mesh \"{}\": axis size \"{}\" is not a number from 1; "
+                        "expected e.g. 2x2 or dp=2,tp=2", text, size);
+        shape.push_back(uint32_t(std::stoul(size)));
+        begin = end + 1;
+    }
+    return Mesh(std::move(shape), std::move(names));
+}
+
 } // namespace braid::parallel

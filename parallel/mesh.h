@@ -94,6 +94,13 @@ private:
 };
 
 /*!
+ * A mesh of ranks 0 .. N-1 from text: "dp=2,tp=4" (named axes) or "2x4" (axes named x, y, z,
+ * ...; "4" is one axis x). Throws ValueError naming the text for anything else, a size of 0 or a
+ * name given twice.
+ */
+Mesh parse_mesh(const std::string& text);
+
+/*!
  * One rank's collective groups on a mesh, one per axis, made on first use and kept, so the
  * collectives it inserts over one axis get successive keys. Every rank must insert its
  * collectives over each axis in the same order. Not thread-safe: one per rank (per graph

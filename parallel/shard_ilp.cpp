@@ -249,7 +249,8 @@ std::vector<ShardSolution> solve_shard_ilp(const ShardProblem& problem, double t
                 BRAID_THROW(TimeoutError, "sharding ILP: no plan found within the time limit of "
                             "{} s ({} nodes, {} edges)", time_limit_s, n, f.edges.size());
             BRAID_THROW(ValueError, "sharding ILP: no plan fits the memory limit of {} bytes per "
-                        "device; the least any plan needs is {:.0f} bytes",
+                        "device; no plan needs less than {:.0f} bytes (the least of each "
+                        "operator's strategies, before resharding)",
                         problem.memory_limit, least_memory());
         }
         ShardSolution s;

@@ -58,7 +58,7 @@ struct ShardSolution {
 /*!
  * Solves the problem with GLPK and returns the best plan, then up to `runner_ups` next-best
  * plans (each solved again with the plans before it excluded). Throws ValueError when no plan
- * fits the memory limit (naming the limit and the least memory any plan needs), and
+ * fits the memory limit (naming the limit and a lower bound of what any plan needs), and
  * TimeoutError when the time limit passes before any plan was found.
  */
 std::vector<ShardSolution> solve_shard_ilp(const ShardProblem& problem, double time_limit_s,

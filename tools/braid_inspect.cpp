@@ -5,6 +5,8 @@
 //
 //     braid-inspect model.braid            braid-inspect model.braid --dot | dot -Tsvg > g.svg
 //     braid-inspect dp.braid --ranks 4
+//     braid-inspect model.braid --auto-shard dp=2,tp=2 [--memory-limit BYTES] [--json]
+//         the automatic sharding plan (parallel/auto_shard.h) and every rank's static plan
 //     braid-inspect --pipeline-mlp 2048,8192,2048,8192,2048 --microbatches 2 [--json]
 //         the Alpa-style stage profiles of an MLP trained on a pipeline (parallel/
 //         pipeline_profile.h): static memory figures; compute_cost with --measure N steps
@@ -18,6 +20,7 @@
 #include "parallel/pipeline_model.h"
 #include "parallel/pipeline_profile.h"
 #include "parallel/rank_plan.h"
+#include "tools/auto_shard_report.h"
 #include "tools/mem_summary.h"
 #include "tools/printable.h"
 #include "tools/run_model.h"
@@ -309,14 +312,37 @@ int main(int argc, char** argv) {
                    "With --pipeline-mlp: run N steps to measure compute_cost")
         ->check(CLI::Range(0, 1000))
         ->needs(pipeline_opt);
-    app.add_flag("--json", pp.json, "With --pipeline-mlp: one JSON line instead of the table")
-        ->needs(pipeline_opt);
+    auto* json_flag = app.add_flag("--json", pp.json,
+                                   "With --pipeline-mlp or --auto-shard: one JSON line instead of "
+                                   "the table");
     auto* dot_flag = app.add_flag("--dot", dot, "Print the graph in Graphviz dot format instead");
     app.add_option("--ranks", ranks,
                    "Print the plan of every rank of an N-rank run instead of the memory plan: "
                    "arena and parameter bytes, each collective's group and bytes")
         ->check(CLI::Range(1u, 4096u))
         ->excludes(dot_flag);
+    AutoShardRequest shard;
+    std::map<std::string, std::string> shapes;
+    auto* shard_opt =
+        app.add_option("--auto-shard", shard.mesh,
+                       "Plan the sharding of every operator on this mesh (2x2 or dp=2,tp=2) and "
+                       "print the plan, its runner-ups and every rank's static plan")
+            ->excludes(dot_flag)
+            ->needs(model_opt);
+    app.add_option("--memory-limit", shard.memory_limit,
+                   "With --auto-shard: bytes each rank may hold (parameters and activations)")
+        ->needs(shard_opt);
+    app.add_option("--time-limit", shard.time_limit_s, "With --auto-shard: seconds for the ILP")
+        ->check(CLI::Range(0.1, 3600.0))
+        ->needs(shard_opt);
+    app.add_flag("--analytic", shard.analytic,
+                 "With --auto-shard: estimate operator times from flops and bytes instead of "
+                 "measuring them")
+        ->needs(shard_opt);
+    app.add_option("--input-shape", shapes,
+                   "With --auto-shard: NAME=DIMS (e.g. x=64x784) for an input whose shape the "
+                   "model leaves open")
+        ->needs(shard_opt);
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {
@@ -327,6 +353,11 @@ int main(int argc, char** argv) {
         return EXIT_USAGE;
     }
     if (!std::getenv("BRAID_LOG_LEVEL")) logger()->set_level(spdlog::level::critical);
+    if (*json_flag && !*pipeline_opt && shard.mesh.empty()) {
+        std::fprintf(stderr, "braid-inspect: error: --json goes with --pipeline-mlp or "
+                             "--auto-shard (see braid-inspect --help)\n");
+        return EXIT_USAGE;
+    }
     if (!*model_opt && !*pipeline_opt) {
         std::fprintf(stderr, "braid-inspect: error: a model file or --pipeline-mlp is required "
                              "(see braid-inspect --help)\n");
@@ -354,6 +385,13 @@ int main(int argc, char** argv) {
             print_imported(path, model);
             print_subgraphs(*model.graph);
             print_memory(model);
+            return EXIT_OK;
+        }
+        if (*shard_opt) {
+            shard.json = pp.json;
+            LoadOptions opt;
+            for (auto& [name, dims] : shapes) opt.input_shapes[name] = parse_shape(dims, name);
+            print_auto_shard(embed::open_model(path, opt)->impl().loaded, shard);
             return EXIT_OK;
         }
         auto desc = describe_model(path);
