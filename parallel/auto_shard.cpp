@@ -99,6 +99,35 @@ std::vector<int> reshape_map(const TensorShape& in, const TensorShape& out) {
     return m;
 }
 
+bool is_source(const OperatorNode& opr) {
+    std::string t = opr.type_name();
+    return t == "Input" || t == "SharedParam" || t == "ImmutableTensor";
+}
+
+//! An operator whose outputs are known at build time (GetVarShape, arithmetic on constants):
+//! planned and lowered as a constant of its global value, whatever its inputs' placements.
+bool is_constant(const OperatorNode& opr) {
+    if (is_source(opr) || opr.outputs().empty()) return false;
+    for (auto* out : opr.outputs())
+        if (!out->static_value()) return false;
+    return true;
+}
+
+//! Inputs whose placement the operator does not care about: a ParamUpdate's inputs after the
+//! parameter and its gradient only order it; a constant operator reads only shapes.
+bool ignores_placement(const OperatorNode& opr, size_t k) {
+    return (std::string(opr.type_name()) == "ParamUpdate" && k >= 2) || is_constant(opr);
+}
+
+//! Inputs that must be their producer's var itself: a ParamUpdate updates its SharedParam in
+//! place, so the parameter's placement is the update's.
+bool forbids_reshard(const OperatorNode& opr, size_t k) {
+    return std::string(opr.type_name()) == "ParamUpdate" && k == 0;
+}
+
+//! The price of a forbidden resharding: the ILP never chooses it.
+constexpr double FORBIDDEN_S = std::numeric_limits<double>::infinity();
+
 std::optional<OpDims> op_dims(const OperatorNode& opr) {
     std::string type = opr.type_name();
     auto in_shape = [&](size_t k) -> const TensorShape& { return opr.input(k)->shape(); };
@@ -165,7 +194,9 @@ std::optional<OpDims> op_dims(const OperatorNode& opr) {
         od.in_map.push_back(std::move(map));
         return od;
     }
-    if ((type == "Reshape" && opr.inputs().size() == 1) || type == "AxisAddRemove") {
+    if (type == "Reshape" || type == "AxisAddRemove") {
+        // A reshape to a static shape (given as params or as a shape input, which is then read
+        // replicated and ignored by the lowering).
         OpDims od = over_output_dims(opr);
         auto map = reshape_map(in_shape(0), opr.output(0)->shape());
         std::vector<bool> mapped(od.iter_size.size(), false);
@@ -174,6 +205,27 @@ std::optional<OpDims> op_dims(const OperatorNode& opr) {
         for (size_t it = 0; it < mapped.size(); ++it)
             if (!mapped[it]) od.splittable[it] = false;
         od.in_map.push_back(std::move(map));
+        for (size_t k = 1; k < opr.inputs().size(); ++k)
+            od.in_map.push_back(std::vector<int>(in_shape(k).ndim(), -1));
+        return od;
+    }
+    if (type == "Broadcast") {
+        // To a static shape: the input aligned as numpy aligns it; a shape input is ignored by
+        // the lowering, which broadcasts to the local shape.
+        OpDims od = over_output_dims(opr);
+        od.in_map.push_back(broadcast_map(in_shape(0), opr.output(0)->shape()));
+        for (size_t k = 1; k < opr.inputs().size(); ++k)
+            od.in_map.push_back(std::vector<int>(in_shape(k).ndim(), -1));
+        od.flops = double(opr.output(0)->shape().total_nr_elems());
+        return od;
+    }
+    if (type == "ParamUpdate") {
+        // Elementwise over the parameter and its gradient; the inputs after them only order it.
+        OpDims od = over_output_dims(opr);
+        for (size_t k = 0; k < opr.inputs().size(); ++k)
+            od.in_map.push_back(k < 2 ? identity_map(in_shape(k).ndim())
+                                      : std::vector<int>(in_shape(k).ndim(), -1));
+        od.flops = 4.0 * double(in_shape(0).total_nr_elems());
         return od;
     }
     if (type == "Reduce") {
@@ -182,8 +234,12 @@ std::optional<OpDims> op_dims(const OperatorNode& opr) {
         OpDims od;
         std::vector<bool> reduced(in.ndim(), p.axes.empty());
         for (int a : p.axes) reduced[a < 0 ? a + int(in.ndim()) : a] = true;
+        // A mean over split dims is the sum of the ranks' means over their slices, each scaled
+        // by the rank's share (the lowering scales it).
         std::optional<ReduceOp> op;
-        if (p.mode == opr::ReduceMode::SUM || p.mode == opr::ReduceMode::SUM_SQR) op = ReduceOp::SUM;
+        if (p.mode == opr::ReduceMode::SUM || p.mode == opr::ReduceMode::SUM_SQR ||
+            (p.mode == opr::ReduceMode::MEAN && opr.output(0)->dtype().is_float()))
+            op = ReduceOp::SUM;
         if (p.mode == opr::ReduceMode::MAX) op = ReduceOp::MAX;
         if (p.mode == opr::ReduceMode::MIN) op = ReduceOp::MIN;
         std::vector<int> out_map;
@@ -256,7 +312,7 @@ MeshPlacement placement_of(const std::vector<int>& map, const std::vector<int>& 
 std::vector<OperatorStrategy> enumerate_strategies(const OperatorNode& opr, const Mesh& mesh,
                                                    double full_time) {
     const auto& shape = mesh.shape();
-    auto od = op_dims(opr);
+    auto od = is_constant(opr) ? std::nullopt : op_dims(opr);
     auto replicated = [&] {
         OperatorStrategy s;
         s.name = "replicated";
@@ -314,11 +370,6 @@ std::vector<OperatorStrategy> enumerate_strategies(const OperatorNode& opr, cons
         if (a == pick.size()) break;
     }
     return result;
-}
-
-bool is_source(const OperatorNode& opr) {
-    std::string t = opr.type_name();
-    return t == "Input" || t == "SharedParam" || t == "ImmutableTensor";
 }
 
 bool can_follow(const OperatorNode& opr) {
@@ -395,6 +446,14 @@ struct AutoSharder::Impl {
             if (bytes) *bytes += CommModel::bytes_sent(s, mesh.shape(), elem);
         }
         return t;
+    }
+
+    //! The price of input k of operator v placed `from` by its producer and read as `to`.
+    double edge_cost(size_t v, size_t k, const MeshPlacement& from, const MeshPlacement& to,
+                     double* memory = nullptr, size_t* bytes = nullptr) const {
+        if (ignores_placement(*oprs[v], k)) return 0;
+        if (forbids_reshard(*oprs[v], k) && from != to) return FORBIDDEN_S;
+        return reshard_cost(oprs[v]->input(k), from, to, memory, bytes);
     }
 
     double output_memory(size_t v, const OperatorStrategy& s) const {
@@ -523,7 +582,6 @@ void AutoSharder::Impl::build_groups(bool merge) {
                 Group& g = groups[group_of[*from]];
                 size_t member_of_from =
                     std::find(g.members.begin(), g.members.end(), *from) - g.members.begin();
-                const VarNode* var = oprs[v]->input(input_k);
                 for (auto& choice : g.member_choice) {
                     const MeshPlacement& given =
                         cands[*from][choice[member_of_from]].outputs[0];
@@ -531,7 +589,7 @@ void AutoSharder::Impl::build_groups(bool merge) {
                     double best_cost = std::numeric_limits<double>::infinity();
                     for (size_t j = 0; j < cands[v].size(); ++j) {
                         double c = cands[v][j].compute_s +
-                                   reshard_cost(var, given, cands[v][j].inputs[input_k]);
+                                   edge_cost(v, input_k, given, cands[v][j].inputs[input_k]);
                         if (c < best_cost) {
                             best_cost = c;
                             best = j;
@@ -569,7 +627,7 @@ void AutoSharder::Impl::build_groups(bool merge) {
             size_t best = 0;
             double best_cost = std::numeric_limits<double>::infinity(), best_memory = 0;
             for (size_t j = 0; j < cands[v].size(); ++j) {
-                double cost = reshard_cost(oprs[v]->output(0), cands[v][j].outputs[0], want);
+                double cost = edge_cost(c, k, cands[v][j].outputs[0], want);
                 double memory = output_memory(v, cands[v][j]);
                 if (cost < best_cost || (cost == best_cost && memory < best_memory)) {
                     best_cost = cost;
@@ -613,8 +671,7 @@ void AutoSharder::Impl::build_problem() {
                     auto [u, o] = producers[v][k];
                     if (group_of[u] != group_of[v]) continue;
                     size_t mu = std::find(g.members.begin(), g.members.end(), u) - g.members.begin();
-                    cost += reshard_cost(oprs[v]->input(k), cands[u][choice[mu]].outputs[o],
-                                         s.inputs[k], &memory);
+                    cost += edge_cost(v, k, cands[u][choice[mu]].outputs[o], s.inputs[k], &memory);
                 }
             }
             node.cost.push_back(cost);
@@ -637,8 +694,8 @@ void AutoSharder::Impl::build_problem() {
             for (auto& cu : GU.member_choice)
                 for (auto& cv : GV.member_choice) {
                     double memory = 0;
-                    e.cost.push_back(reshard_cost(oprs[v]->input(k), cands[u][cu[mu]].outputs[o],
-                                                  cands[v][cv[mv]].inputs[k], &memory));
+                    e.cost.push_back(edge_cost(v, k, cands[u][cu[mu]].outputs[o],
+                                               cands[v][cv[mv]].inputs[k], &memory));
                     e.memory.push_back(memory);
                 }
             problem.edges.push_back(std::move(e));
@@ -656,8 +713,8 @@ ShardPlan AutoSharder::Impl::evaluate(const std::vector<size_t>& choice) const {
         plan.memory_bytes += output_memory(v, s);
         for (size_t k = 0; k < producers[v].size(); ++k) {
             auto [u, o] = producers[v][k];
-            plan.comm_s += reshard_cost(oprs[v]->input(k), cands[u][choice[u]].outputs[o],
-                                        s.inputs[k], &plan.memory_bytes, &plan.comm_bytes);
+            plan.comm_s += edge_cost(v, k, cands[u][choice[u]].outputs[o], s.inputs[k],
+                                     &plan.memory_bytes, &plan.comm_bytes);
         }
         if (auto* in = dynamic_cast<InputNode*>(oprs[v])) {
             const VarNode* var = oprs[v]->output(0);
@@ -801,6 +858,7 @@ SpmdFunction lower_plan(const AutoSharder& planner, const ShardPlan& plan) {
         std::unordered_map<const VarNode*, MeshPlacement> placed;
         auto read = [&](const VarNode* var, const MeshPlacement& want) {
             auto& have = local.at(var);
+            if (want.empty()) return have.front().second; // placement ignored
             for (auto& [p, v] : have)
                 if (p == want) return v;
             auto steps = reshard_steps(var->shape(), placed.at(var), want, mesh.shape());
@@ -816,13 +874,22 @@ SpmdFunction lower_plan(const AutoSharder& planner, const ShardPlan& plan) {
             SymbolVarArray outs;
             if (type == "Input") {
                 outs = {args.at(next_arg++)};
+            } else if (is_constant(opr)) {
+                for (auto* out : opr.outputs())
+                    outs.push_back(opr::ImmutableTensor::make(g, *out->static_value(),
+                                                              OperatorConfig(opr.name())));
             } else if (type == "SharedParam" || type == "ImmutableTensor") {
                 const Tensor& whole = type == "SharedParam"
                                           ? *static_cast<opr::SharedParam&>(opr).param()
                                           : static_cast<opr::ImmutableTensor&>(opr).value();
                 bool replicated = s.outputs[0] == replicated_placement(mesh.ndim());
+                // A parameter that training updates gets a copy per rank; one only read is
+                // shared by the ranks of this process.
+                bool updated = false;
+                for (auto* reader : opr.output(0)->readers())
+                    updated |= std::string(reader->type_name()) == "ParamUpdate";
                 std::shared_ptr<Tensor> piece;
-                if (replicated && type == "SharedParam") {
+                if (replicated && type == "SharedParam" && !updated) {
                     piece = static_cast<opr::SharedParam&>(opr).param();
                 } else {
                     auto spec = mesh_placement_spec(whole.shape().ndim(), s.outputs[0], mesh.shape());
@@ -835,14 +902,27 @@ SpmdFunction lower_plan(const AutoSharder& planner, const ShardPlan& plan) {
             } else {
                 SymbolVarArray inputs;
                 for (size_t k = 0; k < opr.inputs().size(); ++k)
-                    inputs.push_back(read(opr.input(k), s.inputs[k]));
-                if (type == "Reshape" || type == "AxisAddRemove") {
+                    inputs.push_back(read(opr.input(k), ignores_placement(opr, k)
+                                                            ? MeshPlacement{}
+                                                            : s.inputs[k]));
+                if (type == "Reshape" || type == "AxisAddRemove" || type == "Broadcast") {
+                    // To the local shape (a shape input, global, is not read).
                     auto shape = mesh_local_shape(opr.output(0)->shape(), s.outputs[0], mesh.shape());
                     std::vector<long> target(shape.ndim());
                     for (size_t d = 0; d < shape.ndim(); ++d) target[d] = long(shape[d]);
-                    outs = {inputs[0].reshape(target)};
+                    outs = {type == "Broadcast" ? opr::Broadcast::make(inputs[0], shape)
+                                                : inputs[0].reshape(target)};
                 } else {
                     outs = copy_operator(opr, g, inputs);
+                    if (type == "Reduce" &&
+                        static_cast<opr::Reduce&>(opr).param().mode == opr::ReduceMode::MEAN) {
+                        // Means over split dims: each rank's share of the sum of means.
+                        double ways = 1;
+                        for (size_t a = 0; a < mesh.ndim(); ++a)
+                            if (std::holds_alternative<Partial>(s.outputs[0][a]))
+                                ways *= mesh.shape()[a];
+                        if (ways > 1) outs[0] = outs[0] * (1.0 / ways);
+                    }
                 }
             }
             for (size_t k = 0; k < opr.outputs().size(); ++k) {

@@ -127,10 +127,27 @@ std::vector<ShardSolution> solve_shard_ilp(const ShardProblem& problem, double t
     auto start = std::chrono::steady_clock::now();
     FoldedProblem f = fold(problem);
     const size_t n = f.cost.size();
+    if (!std::isfinite(f.constant_cost))
+        BRAID_THROW(ValueError, "sharding ILP: every plan takes a forbidden choice (two operators "
+                    "with one strategy each joined by a forbidden edge)");
 
     GlpkProb prob;
     glp_set_obj_dir(prob.p, GLP_MIN);
-    glp_set_obj_coef(prob.p, 0, f.constant_cost);
+    // GLPK's tolerances are absolute: costs of microseconds would fall below them, so the
+    // objective is scaled to put the largest finite cost at 1e3. Infinite costs forbid their
+    // choice (the column is fixed at 0).
+    double largest = 0;
+    for (auto& c : f.cost)
+        for (double x : c)
+            if (std::isfinite(x)) largest = std::max(largest, std::abs(x));
+    for (auto& e : f.edges)
+        for (double x : e.cost)
+            if (std::isfinite(x)) largest = std::max(largest, std::abs(x));
+    const double scale = largest > 0 ? 1e3 / largest : 1.0;
+    auto coef = [&](int col, double cost) {
+        if (std::isfinite(cost)) glp_set_obj_coef(prob.p, col, cost * scale);
+        else glp_set_col_bnds(prob.p, col, GLP_FX, 0.0, 0.0);
+    };
     // Columns: s[v][i] for every node with a choice, then e[edge][i][j].
     std::vector<int> s_col(n, 0); // first column of node v (1-based), 0: no choice
     int cols = 0;
@@ -149,13 +166,13 @@ std::vector<ShardSolution> solve_shard_ilp(const ShardProblem& problem, double t
         for (size_t i = 0; s_col[v] && i < f.cost[v].size(); ++i) {
             int c = s_col[v] + int(i);
             glp_set_col_kind(prob.p, c, GLP_BV);
-            glp_set_obj_coef(prob.p, c, f.cost[v][i]);
+            coef(c, f.cost[v][i]);
         }
     for (size_t k = 0; k < f.edges.size(); ++k)
         for (size_t cell = 0; cell < f.edges[k].cost.size(); ++cell) {
             int c = e_col[k] + int(cell);
             glp_set_col_bnds(prob.p, c, GLP_DB, 0.0, 1.0);
-            glp_set_obj_coef(prob.p, c, f.edges[k].cost[cell]);
+            coef(c, f.edges[k].cost[cell]);
         }
 
     std::vector<int> ia{0}, ja{0};
@@ -290,7 +307,7 @@ ShardSolution solve_shard_brute_force(const ShardProblem& problem, size_t max_co
         double m = problem.memory(choice);
         if (problem.memory_limit <= 0 || m <= problem.memory_limit) {
             double obj = problem.objective(choice);
-            if (obj < best.objective) {
+            if (std::isfinite(obj) && obj < best.objective) {
                 best.objective = obj;
                 best.memory = m;
                 best.choice = choice;

@@ -9,6 +9,7 @@
 //              e >= 0                          cell (i, j), so e need not be integer
 //              Σ_v Σ_i m[v][i] s[v][i] + Σ_(u,v) Σ_ij w[uv][i][j] e[uv][i][j] <= limit
 //
+// An infinite cost forbids its choice (a strategy, or a pair of strategies on an edge).
 // An edge whose end has a single strategy is folded into the other end's node costs before
 // solving (its cost no longer depends on a choice of two), and parallel edges are summed.
 // The solver is GLPK's branch and cut (Debian's libglpk-dev) with a time limit; when the limit

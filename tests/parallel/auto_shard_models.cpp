@@ -75,6 +75,36 @@ PlacementRule data_parallel_placement(const Mesh& mesh) {
     };
 }
 
+PlacementRule data_parallel_training_placement(const Mesh& mesh, size_t rows) {
+    return [mesh, rows](const OperatorNode& opr) {
+        MeshPlacement p = replicated_placement(mesh.ndim());
+        std::string type = opr.type_name();
+        if (type == "SharedParam" || type == "ImmutableTensor" || type == "ParamUpdate") return p;
+        const TensorShape& shape = opr.output(0)->shape();
+        Placement each = Replicate{};
+        if (shape.ndim() > 0 && shape[0] == rows && type != "GetVarShape")
+            each = Shard{0};
+        else if (type == "MatMul" || type == "Reduce")
+            each = Partial{};
+        for (size_t a = 0; a < mesh.ndim(); ++a)
+            if (mesh.shape()[a] > 1) p[a] = each;
+        return p;
+    };
+}
+
+SymbolVarArray training_step(ComputingGraph& graph, const AutoShardModel& model, float lr) {
+    SymbolVarArray params;
+    for (auto& o : graph.operators())
+        if (std::string(o->type_name()) == "SharedParam") params.push_back(SymbolVar(o->output(0)));
+    auto y = model.outputs.at(0);
+    auto loss = opr::reduce_mean(y * y);
+    opr::OptimizerConfig sgd;
+    sgd.lr = lr;
+    SymbolVarArray outs = opr::minimize(loss, params, sgd);
+    outs.push_back(loss);
+    return outs;
+}
+
 PlacementRule megatron_placement(const Mesh& mesh, const std::string& dp_axis,
                                  const std::string& tp_axis) {
     auto placed = std::make_shared<std::map<const VarNode*, Placement>>();

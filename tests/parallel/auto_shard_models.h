@@ -32,6 +32,11 @@ AutoShardModel build_auto_shard_transformer(ComputingGraph& graph, size_t batch,
 using PlacementRule = std::function<parallel::MeshPlacement(const OperatorNode&)>;
 //! Pure data parallelism over every axis of `mesh`.
 PlacementRule data_parallel_placement(const parallel::Mesh& mesh);
+//! Data-parallel training on a batch of `rows` rows: activations (dim 0 of `rows`) split over
+//! every axis, weight and bias gradients partial sums, parameters and their updates replicated.
+PlacementRule data_parallel_training_placement(const parallel::Mesh& mesh, size_t rows);
+//! One SGD training step of a model: the updates of every parameter and the loss mean(y * y).
+SymbolVarArray training_step(ComputingGraph& graph, const AutoShardModel& model, float lr);
 //! Megatron over `tp_axis`, data parallelism over `dp_axis`. Call the rule on the operators in
 //! execution order (it follows the placements it gave their inputs).
 PlacementRule megatron_placement(const parallel::Mesh& mesh, const std::string& dp_axis,
