@@ -10,7 +10,7 @@
 // predicted by the same cost model and measured (ranks as threads of this process, median step
 // time), with the ratios auto / best hand-written plan in the same run.
 //
-//     bench_auto_shard [--json] [--blocks 24] [--mesh dp=2,tp=2] [--iterations 50] [--skip-plans]
+//     bench_auto_shard [--json] [--blocks 24] [--mesh dp=2,tp=2] [--iterations 50] [--skip-plans] [--merge auto|on|off]
 #include "auto_shard_models.h"
 #include "base/cpu_isa.h"
 #include "bench/bench_cli.h"
@@ -87,6 +87,9 @@ int main(int argc, char** argv) {
     app.add_option("--mesh", mesh_arg, "Mesh of the planning case (e.g. dp=2,tp=2)");
     app.add_option("--iterations", iterations, "Measured steps per plan");
     app.add_flag("--skip-plans", skip_plans, "Only the planning case");
+    std::string merge = "auto";
+    app.add_option("--merge", merge, "Planning case: merge followers (auto, on, off)")
+        ->check(CLI::IsMember({"auto", "on", "off"}));
     if (auto rc = bench::parse_command_line(app, argc, argv)) return *rc;
     register_all_operators();
     if (json)
@@ -101,23 +104,28 @@ int main(int argc, char** argv) {
         for (size_t b = 0; b < blocks; ++b)
             x = test::build_auto_shard_transformer(*g, 8, 64, 256, 8, 1024, fmt::format("b{}.", b), x)
                     .outputs[0];
+        AutoShardOptions options;
+        if (merge != "auto") options.merge_followers = merge == "on";
         auto t0 = Clock::now();
-        AutoSharder planner({x}, mesh);
+        AutoSharder planner({x}, mesh, options);
         double analysis = seconds_since(t0);
         ShardPlan plan = planner.solve();
         double total = seconds_since(t0);
         if (json)
             std::printf("{\"case\":\"planning\",\"blocks\":%zu,\"mesh\":\"%s\",\"operators\":%zu,"
                         "\"ilp_nodes\":%zu,\"ilp_edges\":%zu,\"analysis_s\":%.3f,\"total_s\":%.3f,"
-                        "\"optimal\":%s}\n",
+                        "\"optimal\":%s,\"predicted_ms\":%.4f}\n",
                         blocks, mesh.to_string().c_str(), planner.nr_operators(), plan.ilp_nodes,
-                        plan.ilp_edges, analysis, total, plan.optimal ? "true" : "false");
+                        plan.ilp_edges, analysis, total, plan.optimal ? "true" : "false",
+                        plan.predicted_s * 1e3);
         else
             std::printf("planning: %zu transformer blocks on %s: %zu operators -> ILP %zu nodes, "
-                        "%zu edges; %.2f s (analysis %.2f s), %s (target: under 30 s)\n",
+                        "%zu edges; %.2f s (analysis %.2f s), %s, predicted step %.3f ms (target: "
+                        "under 30 s)\n",
                         blocks, mesh.to_string().c_str(), planner.nr_operators(), plan.ilp_nodes,
                         plan.ilp_edges, total, analysis,
-                        plan.optimal ? "optimal" : "best found at the time limit");
+                        plan.optimal ? "optimal" : "best found at the time limit",
+                        plan.predicted_s * 1e3);
     }
     if (skip_plans) return 0;
 
