@@ -10,7 +10,8 @@
 // predicted by the same cost model and measured (ranks as threads of this process, median step
 // time), with the ratios auto / best hand-written plan in the same run.
 //
-//     bench_auto_shard [--json] [--blocks 24] [--mesh dp=2,tp=2] [--iterations 50] [--skip-plans] [--merge auto|on|off]
+//     bench_auto_shard [--json] [--blocks 24] [--mesh dp=2,tp=2] [--iterations 50] [--skip-plans]
+//     [--merge auto|on|off]
 #include "auto_shard_models.h"
 #include "base/cpu_isa.h"
 #include "bench/bench_cli.h"
@@ -102,7 +103,8 @@ int main(int argc, char** argv) {
         auto g = ComputingGraph::make();
         SymbolVar x;
         for (size_t b = 0; b < blocks; ++b)
-            x = test::build_auto_shard_transformer(*g, 8, 64, 256, 8, 1024, fmt::format("b{}.", b), x)
+            x = test::build_auto_shard_transformer(*g, 8, 64, 256, 8, 1024, fmt::format("b{}.", b),
+                                                   x)
                     .outputs[0];
         AutoShardOptions options;
         if (merge != "auto") options.merge_followers = merge == "on";
@@ -170,7 +172,8 @@ int main(int argc, char** argv) {
                             autop.predicted_s / best_pred, t_auto / best_meas, same);
             else
                 std::printf("%-18s %-4s predicted ms: auto %.3f, dp %.3f, megatron %.3f (ratio "
-                            "%.2f) | measured ms: auto %.3f, dp %.3f, megatron %.3f (ratio %.2f); auto = %s\n",
+                            "%.2f) | measured ms: auto %.3f, dp %.3f, megatron %.3f (ratio %.2f); "
+                            "auto = %s\n",
                             m.name, ms.c_str(), autop.predicted_s * 1e3, dp.predicted_s * 1e3,
                             mg.predicted_s * 1e3, autop.predicted_s / best_pred, t_auto * 1e3,
                             t_dp * 1e3, t_mg * 1e3, t_auto / best_meas, same);

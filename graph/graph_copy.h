@@ -36,6 +36,7 @@ SymbolVarArray copy_graph(const SymbolVarArray& outputs, ComputingGraph& target,
  * copy takes the comp node of its first input, or the target's default. Throws GraphError as
  * copy_graph() does, and for a wrong number of inputs.
  */
-SymbolVarArray copy_operator(OperatorNode& opr, ComputingGraph& target, const SymbolVarArray& inputs);
+SymbolVarArray copy_operator(OperatorNode& opr, ComputingGraph& target,
+                             const SymbolVarArray& inputs);
 
 } // namespace braid

@@ -303,8 +303,10 @@ MeshPlacement placement_of(const std::vector<int>& map, const std::vector<int>& 
     for (size_t a = 0; a < split.size(); ++a) {
         if (split[a] < 0) continue;
         auto it = std::find(map.begin(), map.end(), split[a]);
-        if (it != map.end()) p[a] = Shard{int(it - map.begin())};
-        else if (is_output && od.reduction[split[a]]) p[a] = Partial{*od.reduction[split[a]]};
+        if (it != map.end())
+            p[a] = Shard{int(it - map.begin())};
+        else if (is_output && od.reduction[split[a]])
+            p[a] = Partial{*od.reduction[split[a]]};
     }
     return p;
 }
@@ -390,11 +392,11 @@ size_t CommModel::bytes_sent(const ReshardStep& step, const std::vector<uint32_t
     double after = double(step.local_after.total_nr_elems() * elem_bytes);
     bool to_rep = std::holds_alternative<Replicate>(step.to);
     bool from_partial = std::holds_alternative<Partial>(step.from);
-    if (std::holds_alternative<Replicate>(step.from)) return 0; // a local slice
+    if (std::holds_alternative<Replicate>(step.from)) return 0;          // a local slice
     if (from_partial && to_rep) return size_t(2 * (n - 1) / n * before); // all-reduce
-    if (from_partial) return size_t((n - 1) / n * before);                // reduce-scatter
-    if (to_rep) return size_t((n - 1) / n * after);                       // all-gather
-    return size_t((n - 1) / n * before);                                  // all-to-all
+    if (from_partial) return size_t((n - 1) / n * before);               // reduce-scatter
+    if (to_rep) return size_t((n - 1) / n * after);                      // all-gather
+    return size_t((n - 1) / n * before);                                 // all-to-all
 }
 
 double CommModel::seconds(const ReshardStep& step, const std::vector<uint32_t>& mesh_shape,
@@ -420,7 +422,8 @@ struct AutoSharder::Impl {
     //! Per operator input k: (producer index, its output index).
     std::vector<std::vector<std::pair<size_t, size_t>>> producers;
     std::vector<std::vector<size_t>> consumers;
-    std::vector<std::vector<size_t>> sink_outputs; //!< per operator: its outputs that are graph outputs
+    std::vector<std::vector<size_t>>
+        sink_outputs; //!< per operator: its outputs that are graph outputs
 
     // Groups of merged operators: per group its members (head first) and, per group strategy,
     // each member's strategy.
@@ -487,6 +490,7 @@ void AutoSharder::Impl::analyse(const SymbolVarArray& user_outputs) {
     go.enable_fusion = false;
     graph = ComputingGraph::make(go);
     outputs = copy_graph(user_outputs, *graph, {}, false);
+    for (size_t i = 0; i < outputs.size(); ++i) outputs[i].node()->set_name(user_outputs[i].name());
     for (auto& o : graph->operators()) {
         index[o.get()] = oprs.size();
         oprs.push_back(o.get());
@@ -506,8 +510,10 @@ void AutoSharder::Impl::analyse(const SymbolVarArray& user_outputs) {
     for (auto& out : outputs) {
         auto [v, k] = made_by.at(out.node());
         if (!out.node()->shape_known())
-            BRAID_THROW(ValueError, "auto-shard: the shape of output \"{}\" is not static; give "
-                        "the inputs static shapes", out.name());
+            BRAID_THROW(ValueError,
+                        "auto-shard: the shape of output \"{}\" is not static; give "
+                        "the inputs static shapes",
+                        out.name());
         sink_outputs[v].push_back(k);
     }
     std::vector<double> times = operator_times();
@@ -549,7 +555,8 @@ std::vector<double> AutoSharder::Impl::operator_times() {
     std::vector<double> current(oprs.size(), 0.0);
     exec->set_step_observer([&](const OperatorNode& o, auto begin, auto end) {
         auto it = index.find(&o);
-        if (it != index.end()) current[it->second] += std::chrono::duration<double>(end - begin).count();
+        if (it != index.end())
+            current[it->second] += std::chrono::duration<double>(end - begin).count();
     });
     exec->run(); // warm-up
     for (int r = 0; r < std::max(options.measure_repeats, 1); ++r) {
@@ -583,8 +590,7 @@ void AutoSharder::Impl::build_groups(bool merge) {
                 size_t member_of_from =
                     std::find(g.members.begin(), g.members.end(), *from) - g.members.begin();
                 for (auto& choice : g.member_choice) {
-                    const MeshPlacement& given =
-                        cands[*from][choice[member_of_from]].outputs[0];
+                    const MeshPlacement& given = cands[*from][choice[member_of_from]].outputs[0];
                     size_t best = 0;
                     double best_cost = std::numeric_limits<double>::infinity();
                     for (size_t j = 0; j < cands[v].size(); ++j) {
@@ -620,8 +626,9 @@ void AutoSharder::Impl::build_groups(bool merge) {
         size_t c = consumers[v][0];
         Group& g = groups[group_of[c]];
         size_t mc = std::find(g.members.begin(), g.members.end(), c) - g.members.begin();
-        size_t k = std::find(oprs[c]->inputs().begin(), oprs[c]->inputs().end(), oprs[v]->output(0)) -
-                   oprs[c]->inputs().begin();
+        size_t k =
+            std::find(oprs[c]->inputs().begin(), oprs[c]->inputs().end(), oprs[v]->output(0)) -
+            oprs[c]->inputs().begin();
         for (auto& choice : g.member_choice) {
             const MeshPlacement& want = cands[c][choice[mc]].inputs[k];
             size_t best = 0;
@@ -670,7 +677,8 @@ void AutoSharder::Impl::build_problem() {
                 for (size_t k = 0; k < producers[v].size(); ++k) {
                     auto [u, o] = producers[v][k];
                     if (group_of[u] != group_of[v]) continue;
-                    size_t mu = std::find(g.members.begin(), g.members.end(), u) - g.members.begin();
+                    size_t mu =
+                        std::find(g.members.begin(), g.members.end(), u) - g.members.begin();
                     cost += edge_cost(v, k, cands[u][choice[mu]].outputs[o], s.inputs[k], &memory);
                 }
             }
@@ -718,9 +726,9 @@ ShardPlan AutoSharder::Impl::evaluate(const std::vector<size_t>& choice) const {
         }
         if (auto* in = dynamic_cast<InputNode*>(oprs[v])) {
             const VarNode* var = oprs[v]->output(0);
-            plan.args.push_back({in->input_name(), var->shape(), var->dtype(),
-                                 mesh_placement_spec(var->shape().ndim(), s.outputs[0],
-                                                     mesh.shape())});
+            plan.args.push_back(
+                {in->input_name(), var->shape(), var->dtype(),
+                 mesh_placement_spec(var->shape().ndim(), s.outputs[0], mesh.shape())});
         }
     }
     plan.predicted_s = plan.compute_s + plan.comm_s;
@@ -739,13 +747,21 @@ AutoSharder::AutoSharder(const SymbolVarArray& outputs, Mesh mesh, AutoShardOpti
 
 AutoSharder::~AutoSharder() = default;
 
-size_t AutoSharder::nr_operators() const { return m_impl->oprs.size(); }
-OperatorNode& AutoSharder::operator_at(size_t i) const { return *m_impl->oprs.at(i); }
+size_t AutoSharder::nr_operators() const {
+    return m_impl->oprs.size();
+}
+OperatorNode& AutoSharder::operator_at(size_t i) const {
+    return *m_impl->oprs.at(i);
+}
 const std::vector<OperatorStrategy>& AutoSharder::candidates(size_t i) const {
     return m_impl->cands.at(i);
 }
-const ShardProblem& AutoSharder::problem() const { return m_impl->problem; }
-const SymbolVarArray& AutoSharder::outputs() const { return m_impl->outputs; }
+const ShardProblem& AutoSharder::problem() const {
+    return m_impl->problem;
+}
+const SymbolVarArray& AutoSharder::outputs() const {
+    return m_impl->outputs;
+}
 
 ShardPlan AutoSharder::solve() const {
     auto& I = *m_impl;
@@ -768,8 +784,8 @@ ShardPlan AutoSharder::solve() const {
     return plan;
 }
 
-ShardPlan AutoSharder::plan_where(
-    const std::function<MeshPlacement(const OperatorNode&)>& want) const {
+ShardPlan
+AutoSharder::plan_where(const std::function<MeshPlacement(const OperatorNode&)>& want) const {
     auto& I = *m_impl;
     std::vector<size_t> choice(I.oprs.size());
     for (size_t v = 0; v < I.oprs.size(); ++v) {
@@ -792,19 +808,18 @@ ShardPlan AutoSharder::plan_where(
 
 std::string ShardPlan::to_string() const {
     std::string s = fmt::format("automatic sharding on {}\n", mesh.to_string());
-    s += fmt::format("{:<40} {:<22} {:<28} {:>10}\n", "operator", "strategy", "output",
-                     "compute");
+    s += fmt::format("{:<40} {:<22} {:<28} {:>10}\n", "operator", "strategy", "output", "compute");
     for (auto& c : operators) {
         std::string label = fmt::format("{} {}", c.opr->type_name(), c.opr->name());
         if (label.size() > 40) label = label.substr(0, 37) + "...";
         s += fmt::format("{:<40} {:<22} {:<28} {:>8.1f}us\n", label, c.strategy.name,
-                         c.strategy.outputs.empty()
-                             ? std::string("-")
-                             : mesh_placement_name(c.strategy.outputs[0]),
+                         c.strategy.outputs.empty() ? std::string("-")
+                                                    : mesh_placement_name(c.strategy.outputs[0]),
                          c.strategy.compute_s * 1e6);
     }
-    s += fmt::format("predicted step time: {:.1f} us (compute {:.1f} us, communication {:.1f} us)\n",
-                     predicted_s * 1e6, compute_s * 1e6, comm_s * 1e6);
+    s +=
+        fmt::format("predicted step time: {:.1f} us (compute {:.1f} us, communication {:.1f} us)\n",
+                    predicted_s * 1e6, compute_s * 1e6, comm_s * 1e6);
     s += fmt::format("per rank: memory <= {:.2f} MiB (upper bound), {} bytes sent per step\n",
                      memory_bytes / 1048576.0, comm_bytes);
     if (solved)
@@ -841,7 +856,8 @@ std::string ShardPlan::to_json() const {
     j["ilp_nodes"] = ilp_nodes;
     j["ilp_edges"] = ilp_edges;
     auto ru = nlohmann::ordered_json::array();
-    for (auto& r : runner_ups) ru.push_back({{"predicted_s", r.predicted_s}, {"memory_bytes", r.memory_bytes}});
+    for (auto& r : runner_ups)
+        ru.push_back({{"predicted_s", r.predicted_s}, {"memory_bytes", r.memory_bytes}});
     j["runner_ups"] = ru;
     return j.dump();
 }
@@ -849,8 +865,9 @@ std::string ShardPlan::to_json() const {
 // ---------------------------------------------------------------------------------------------
 // Lowering.
 
-SpmdFunction lower_plan(const AutoSharder& planner, const ShardPlan& plan) {
-    return [&planner, &plan](SpmdContext& ctx, const SymbolVarArray& args) -> SymbolVarArray {
+SpmdFunction lower_plan(const AutoSharder& planner, const ShardPlan& plan, LowerOptions options) {
+    return [&planner, &plan, options](SpmdContext& ctx,
+                                      const SymbolVarArray& args) -> SymbolVarArray {
         const Mesh& mesh = plan.mesh;
         ComputingGraph& g = ctx.graph();
         // Local var of each analysed var, per placement (a placement made once is reused).
@@ -872,12 +889,21 @@ SpmdFunction lower_plan(const AutoSharder& planner, const ShardPlan& plan) {
             const auto& s = c.strategy;
             std::string type = opr.type_name();
             SymbolVarArray outs;
+            OperatorConfig config(opr.name(), options.comp_node);
             if (type == "Input") {
                 outs = {args.at(next_arg++)};
+                if (options.global_inputs) {
+                    // The whole input: read from it, each rank takes its slice once.
+                    local[opr.output(0)] = {{replicated_placement(mesh.ndim()), outs[0]}};
+                    placed[opr.output(0)] = replicated_placement(mesh.ndim());
+                    SymbolVar piece = read(opr.output(0), s.outputs[0]);
+                    local[opr.output(0)] = {{s.outputs[0], piece}};
+                    placed[opr.output(0)] = s.outputs[0];
+                    continue;
+                }
             } else if (is_constant(opr)) {
                 for (auto* out : opr.outputs())
-                    outs.push_back(opr::ImmutableTensor::make(g, *out->static_value(),
-                                                              OperatorConfig(opr.name())));
+                    outs.push_back(opr::ImmutableTensor::make(g, *out->static_value(), config));
             } else if (type == "SharedParam" || type == "ImmutableTensor") {
                 const Tensor& whole = type == "SharedParam"
                                           ? *static_cast<opr::SharedParam&>(opr).param()
@@ -892,22 +918,22 @@ SpmdFunction lower_plan(const AutoSharder& planner, const ShardPlan& plan) {
                 if (replicated && type == "SharedParam" && !updated) {
                     piece = static_cast<opr::SharedParam&>(opr).param();
                 } else {
-                    auto spec = mesh_placement_spec(whole.shape().ndim(), s.outputs[0], mesh.shape());
+                    auto spec =
+                        mesh_placement_spec(whole.shape().ndim(), s.outputs[0], mesh.shape());
                     piece = std::make_shared<Tensor>(
                         ShardedTensor::split(whole, spec).shard_of(mesh, ctx.rank()));
                 }
-                outs = {type == "SharedParam"
-                            ? opr::SharedParam::make(g, piece, OperatorConfig(opr.name()))
-                            : opr::ImmutableTensor::make(g, *piece, OperatorConfig(opr.name()))};
+                outs = {type == "SharedParam" ? opr::SharedParam::make(g, piece, config)
+                                              : opr::ImmutableTensor::make(g, *piece, config)};
             } else {
                 SymbolVarArray inputs;
                 for (size_t k = 0; k < opr.inputs().size(); ++k)
-                    inputs.push_back(read(opr.input(k), ignores_placement(opr, k)
-                                                            ? MeshPlacement{}
-                                                            : s.inputs[k]));
+                    inputs.push_back(read(opr.input(k), ignores_placement(opr, k) ? MeshPlacement{}
+                                                                                  : s.inputs[k]));
                 if (type == "Reshape" || type == "AxisAddRemove" || type == "Broadcast") {
                     // To the local shape (a shape input, global, is not read).
-                    auto shape = mesh_local_shape(opr.output(0)->shape(), s.outputs[0], mesh.shape());
+                    auto shape =
+                        mesh_local_shape(opr.output(0)->shape(), s.outputs[0], mesh.shape());
                     std::vector<long> target(shape.ndim());
                     for (size_t d = 0; d < shape.ndim(); ++d) target[d] = long(shape[d]);
                     outs = {type == "Broadcast" ? opr::Broadcast::make(inputs[0], shape)

@@ -46,8 +46,8 @@ namespace braid::parallel {
 
 //! The time of moving data between ranks: latency + bytes / bandwidth per collective.
 struct CommModel {
-    double latency_s = 20e-6;    //!< per collective call
-    double bytes_per_s = 5e9;    //!< per rank link
+    double latency_s = 20e-6; //!< per collective call
+    double bytes_per_s = 5e9; //!< per rank link
     //! Seconds of one resharding step on a mesh of `mesh_shape`, for elements of `elem_bytes`.
     double seconds(const ReshardStep& step, const std::vector<uint32_t>& mesh_shape,
                    size_t elem_bytes) const;
@@ -60,20 +60,20 @@ struct CommModel {
 struct AutoShardOptions {
     enum class Costs : uint8_t { ANALYTIC, MEASURED };
     Costs costs = Costs::ANALYTIC;
-    int measure_repeats = 5; //!< runs per operator time (median) with Costs::MEASURED
-    double flops_per_s = 5e10; //!< Costs::ANALYTIC: arithmetic rate of one rank
+    int measure_repeats = 5;          //!< runs per operator time (median) with Costs::MEASURED
+    double flops_per_s = 5e10;        //!< Costs::ANALYTIC: arithmetic rate of one rank
     double memory_bytes_per_s = 1e10; //!< Costs::ANALYTIC: memory bandwidth of one rank
     CommModel comm;
-    size_t memory_limit = 0;  //!< bytes per rank (0: none)
-    double time_limit_s = 30; //!< the ILP's
-    size_t runner_ups = 2;    //!< next-best plans to report
+    size_t memory_limit = 0;             //!< bytes per rank (0: none)
+    double time_limit_s = 30;            //!< the ILP's
+    size_t runner_ups = 2;               //!< next-best plans to report
     std::optional<bool> merge_followers; //!< unset: merge in graphs of over 200 operators
 };
 
 //! One candidate strategy of one operator.
 struct OperatorStrategy {
-    std::string name;             //!< "m@x n@y", "replicated"
-    std::vector<int> split;       //!< per mesh axis: the iteration dim split over it, or -1
+    std::string name;       //!< "m@x n@y", "replicated"
+    std::vector<int> split; //!< per mesh axis: the iteration dim split over it, or -1
     std::vector<MeshPlacement> inputs, outputs;
     double compute_s = 0;
 };
@@ -142,11 +142,23 @@ private:
     std::unique_ptr<Impl> m_impl;
 };
 
+//! How lower_plan() builds a rank.
+struct LowerOptions {
+    //! The function's arguments are the whole inputs (every rank fed the same values), sliced
+    //! by each rank as the plan places them; otherwise they are the rank's pieces (as Pmap and
+    //! build_spmd_rank make them from ShardPlan::args).
+    bool global_inputs = false;
+    //! Comp node of the parameters and constants the lowering creates; invalid: the graph's
+    //! default.
+    CompNode comp_node;
+};
+
 /*!
  * The per-rank computation of a plan: builds one rank's graph from the analysed graph, each
  * operator on its local pieces, with the plan's reshardings as collectives; returns the graph's
- * outputs, replicated. The planner must outlive the function.
+ * outputs, replicated. The planner and the plan must outlive the function.
  */
-SpmdFunction lower_plan(const AutoSharder& planner, const ShardPlan& plan);
+SpmdFunction lower_plan(const AutoSharder& planner, const ShardPlan& plan,
+                        LowerOptions options = {});
 
 } // namespace braid::parallel

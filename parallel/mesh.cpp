@@ -214,8 +214,10 @@ Mesh parse_mesh(const std::string& text) {
         }
         if (size.empty() || size.find_first_not_of("0123456789") != std::string::npos ||
             size.size() > 6 || std::stoul(size) == 0)
-            BRAID_THROW(ValueError, "mesh \"{}\": axis size \"{}\" is not a number from 1; "
-                        "expected e.g. 2x2 or dp=2,tp=2", text, size);
+            BRAID_THROW(ValueError,
+                        "mesh \"{}\": axis size \"{}\" is not a number from 1; "
+                        "expected e.g. 2x2 or dp=2,tp=2",
+                        text, size);
         shape.push_back(uint32_t(std::stoul(size)));
         begin = end + 1;
     }

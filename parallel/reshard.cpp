@@ -42,7 +42,8 @@ bool placement_fits(const TensorShape& global, const MeshPlacement& p,
 TensorShape mesh_local_shape(const TensorShape& global, const MeshPlacement& p,
                              const std::vector<uint32_t>& mesh_shape) {
     if (!placement_fits(global, p, mesh_shape))
-        BRAID_THROW(ValueError, "placement {} does not fit shape {} on a mesh of shape {}: a "
+        BRAID_THROW(ValueError,
+                    "placement {} does not fit shape {} on a mesh of shape {}: a "
                     "sharded dim does not divide by its axes' sizes",
                     mesh_placement_name(p), global.to_string(), fmt::join(mesh_shape, "x"));
     TensorShape local = global;

@@ -15,7 +15,9 @@ namespace braid::parallel {
 
 namespace {
 
-double at_or_zero(const std::vector<double>& v, size_t i) { return v.empty() ? 0.0 : v[i]; }
+double at_or_zero(const std::vector<double>& v, size_t i) {
+    return v.empty() ? 0.0 : v[i];
+}
 
 //! The problem after folding: edges between two nodes that both have a choice, summed per
 //! ordered pair; everything else moved into node costs or the constant.
@@ -91,18 +93,23 @@ void ShardProblem::validate() const {
         if (n.cost.empty())
             BRAID_THROW(ValueError, "sharding problem: node \"{}\" has no strategy", n.name);
         if (!n.memory.empty() && n.memory.size() != n.cost.size())
-            BRAID_THROW(ValueError, "sharding problem: node \"{}\" has {} memory figures for {} "
-                        "strategies", n.name, n.memory.size(), n.cost.size());
+            BRAID_THROW(ValueError,
+                        "sharding problem: node \"{}\" has {} memory figures for {} "
+                        "strategies",
+                        n.name, n.memory.size(), n.cost.size());
     }
     for (auto& e : edges) {
         if (e.from >= nodes.size() || e.to >= nodes.size())
-            BRAID_THROW(ValueError, "sharding problem: an edge names node {} -> {}, but there "
-                        "are {} nodes", e.from, e.to, nodes.size());
+            BRAID_THROW(ValueError,
+                        "sharding problem: an edge names node {} -> {}, but there "
+                        "are {} nodes",
+                        e.from, e.to, nodes.size());
         size_t cells = nodes[e.from].cost.size() * nodes[e.to].cost.size();
         if (e.cost.size() != cells || (!e.memory.empty() && e.memory.size() != cells))
-            BRAID_THROW(ValueError, "sharding problem: edge \"{}\" -> \"{}\" has {} costs for {} "
-                        "strategy pairs", nodes[e.from].name, nodes[e.to].name, e.cost.size(),
-                        cells);
+            BRAID_THROW(ValueError,
+                        "sharding problem: edge \"{}\" -> \"{}\" has {} costs for {} "
+                        "strategy pairs",
+                        nodes[e.from].name, nodes[e.to].name, e.cost.size(), cells);
     }
 }
 
@@ -129,7 +136,7 @@ std::vector<ShardSolution> solve_shard_ilp(const ShardProblem& problem, double t
     const size_t n = f.cost.size();
     if (!std::isfinite(f.constant_cost))
         BRAID_THROW(ValueError, "sharding ILP: every plan takes a forbidden choice (two operators "
-                    "with one strategy each joined by a forbidden edge)");
+                                "with one strategy each joined by a forbidden edge)");
 
     GlpkProb prob;
     glp_set_obj_dir(prob.p, GLP_MIN);
@@ -145,8 +152,10 @@ std::vector<ShardSolution> solve_shard_ilp(const ShardProblem& problem, double t
             if (std::isfinite(x)) largest = std::max(largest, std::abs(x));
     const double scale = largest > 0 ? 1e3 / largest : 1.0;
     auto coef = [&](int col, double cost) {
-        if (std::isfinite(cost)) glp_set_obj_coef(prob.p, col, cost * scale);
-        else glp_set_col_bnds(prob.p, col, GLP_FX, 0.0, 0.0);
+        if (std::isfinite(cost))
+            glp_set_obj_coef(prob.p, col, cost * scale);
+        else
+            glp_set_col_bnds(prob.p, col, GLP_FX, 0.0, 0.0);
     };
     // Columns: s[v][i] for every node with a choice, then e[edge][i][j].
     std::vector<int> s_col(n, 0); // first column of node v (1-based), 0: no choice
@@ -213,7 +222,8 @@ std::vector<ShardSolution> solve_shard_ilp(const ShardProblem& problem, double t
                 if (f.memory[v][i] != 0) put(r, s_col[v] + int(i), f.memory[v][i]);
         for (size_t k = 0; k < f.edges.size(); ++k)
             for (size_t cell = 0; cell < f.edges[k].memory.size(); ++cell)
-                if (f.edges[k].memory[cell] != 0) put(r, e_col[k] + int(cell), f.edges[k].memory[cell]);
+                if (f.edges[k].memory[cell] != 0)
+                    put(r, e_col[k] + int(cell), f.edges[k].memory[cell]);
     }
     if (ia.size() > 1) glp_load_matrix(prob.p, int(ia.size() - 1), ia.data(), ja.data(), ar.data());
 
@@ -242,12 +252,15 @@ std::vector<ShardSolution> solve_shard_ilp(const ShardProblem& problem, double t
                 }
             glp_set_mat_row(prob.p, r, int(idx.size() - 1), idx.data(), val.data());
         }
-        double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        double elapsed =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         double left = time_limit_s - elapsed;
         if (left <= 0) {
             if (round == 0)
-                BRAID_THROW(TimeoutError, "sharding ILP: the time limit of {} s passed before "
-                            "solving began", time_limit_s);
+                BRAID_THROW(TimeoutError,
+                            "sharding ILP: the time limit of {} s passed before "
+                            "solving began",
+                            time_limit_s);
             break;
         }
         glp_iocp parm;
@@ -263,9 +276,12 @@ std::vector<ShardSolution> solve_shard_ilp(const ShardProblem& problem, double t
         if (status != GLP_OPT && status != GLP_FEAS) {
             if (round > 0) break; // no further plan
             if (rc == GLP_ETMLIM)
-                BRAID_THROW(TimeoutError, "sharding ILP: no plan found within the time limit of "
-                            "{} s ({} nodes, {} edges)", time_limit_s, n, f.edges.size());
-            BRAID_THROW(ValueError, "sharding ILP: no plan fits the memory limit of {} bytes per "
+                BRAID_THROW(TimeoutError,
+                            "sharding ILP: no plan found within the time limit of "
+                            "{} s ({} nodes, {} edges)",
+                            time_limit_s, n, f.edges.size());
+            BRAID_THROW(ValueError,
+                        "sharding ILP: no plan fits the memory limit of {} bytes per "
                         "device; no plan needs less than {:.0f} bytes (the least of each "
                         "operator's strategies, before resharding)",
                         problem.memory_limit, least_memory());
@@ -298,8 +314,10 @@ ShardSolution solve_shard_brute_force(const ShardProblem& problem, size_t max_co
     double combos = 1;
     for (auto& nd : problem.nodes) combos *= double(nd.cost.size());
     if (combos > double(max_combinations))
-        BRAID_THROW(ValueError, "sharding brute force: {:.0f} combinations, more than the {} "
-                    "allowed", combos, max_combinations);
+        BRAID_THROW(ValueError,
+                    "sharding brute force: {:.0f} combinations, more than the {} "
+                    "allowed",
+                    combos, max_combinations);
     std::vector<size_t> choice(problem.nodes.size(), 0);
     ShardSolution best;
     best.objective = std::numeric_limits<double>::infinity();
@@ -318,8 +336,10 @@ ShardSolution solve_shard_brute_force(const ShardProblem& problem, size_t max_co
         if (v == choice.size()) break;
     }
     if (best.choice.empty() && !problem.nodes.empty())
-        BRAID_THROW(ValueError, "sharding brute force: no combination fits the memory limit of "
-                    "{} bytes", problem.memory_limit);
+        BRAID_THROW(ValueError,
+                    "sharding brute force: no combination fits the memory limit of "
+                    "{} bytes",
+                    problem.memory_limit);
     best.optimal = true;
     return best;
 }

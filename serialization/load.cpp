@@ -5,6 +5,7 @@
 #include "graph/input_node.h"
 #include "memory/memory_budget.h"
 #include "serialization/format.h"
+#include "serialization/sharded_model.h"
 
 #include <fmt/ranges.h>
 
@@ -144,14 +145,92 @@ private:
     mutable std::set<std::string> m_read;
 };
 
+//! The part of a sharded model (serialization/sharded_model.h) that one rank loads.
+struct ShardedPart {
+    uint32_t rank = 0;
+    std::string suffix;       //!< "@<rank>": its inputs' and outputs' names end with it
+    std::vector<bool> needed; //!< per operator: computes one of its outputs
+};
+
+std::optional<ShardedPart> sharded_part(const ModelDescription& desc, const LoadOptions& options,
+                                        const std::string& src,
+                                        const std::vector<uint32_t>& output_vars) {
+    std::string ranks_text, mesh = "?";
+    for (auto& [k, v] : desc.info.metadata) {
+        if (k == SHARDED_RANKS_KEY) ranks_text = v;
+        if (k == SHARDED_MESH_KEY) mesh = v;
+    }
+    if (ranks_text.empty()) return std::nullopt;
+    long ranks =
+        ranks_text.size() <= 6 && ranks_text.find_first_not_of("0123456789") == std::string::npos
+            ? std::stol(ranks_text)
+            : 0;
+    if (ranks < 1)
+        BRAID_THROW(SerializationError,
+                    "{}: metadata \"{}\" is \"{}\"; expected a number of "
+                    "ranks from 1",
+                    src, SHARDED_RANKS_KEY, ranks_text);
+    const CollectiveBinding& bind = options.collective;
+    if (bind.rank < 0)
+        BRAID_THROW(SerializationError,
+                    "{}: a model sharded over {} ranks ({}); load it as one "
+                    "of its ranks: braid-run --devices {}, mpirun -np {} braid-run --backend "
+                    "mpi, or braid-launch -n {}",
+                    src, ranks, mesh, ranks, ranks, ranks);
+    if (bind.rank >= ranks || (bind.world_size > 0 && bind.world_size != ranks))
+        BRAID_THROW(SerializationError,
+                    "{}: a model sharded over {} ranks ({}), loaded as rank "
+                    "{} of {}; run it on {} ranks",
+                    src, ranks, mesh, bind.rank, bind.world_size > 0 ? bind.world_size : ranks,
+                    ranks);
+    ShardedPart part;
+    part.rank = uint32_t(bind.rank);
+    part.suffix = "@" + std::to_string(bind.rank);
+    auto mine = [&](const std::string& name) {
+        return name.size() > part.suffix.size() &&
+               name.compare(name.size() - part.suffix.size(), part.suffix.size(), part.suffix) == 0;
+    };
+    std::vector<long> producer(desc.vars.size(), -1);
+    for (size_t i = 0; i < desc.operators.size(); ++i)
+        for (uint32_t v : desc.operators[i].outputs)
+            if (v < producer.size()) producer[v] = long(i);
+    part.needed.assign(desc.operators.size(), false);
+    std::vector<uint32_t> stack;
+    for (size_t i = 0; i < desc.outputs.size(); ++i)
+        if (mine(desc.outputs[i].name)) stack.push_back(output_vars.at(i));
+    while (!stack.empty()) {
+        uint32_t v = stack.back();
+        stack.pop_back();
+        if (v >= producer.size() || producer[v] < 0 || part.needed[producer[v]]) continue;
+        part.needed[producer[v]] = true;
+        for (uint32_t in : desc.operators[producer[v]].inputs) stack.push_back(in);
+    }
+    return part;
+}
+
 LoadedModel build_graph(const ModelImage& image, const LoadOptions& options) {
     register_all_operators();
     const fbs::Model* model = image.root();
     const ModelDescription& desc = image.description();
     const std::string& src = image.source();
 
+    // A sharded model: only the loading rank's part, under plain names, its collectives as
+    // recorded (the binding's rank and world size chose the part).
+    std::vector<uint32_t> output_vars;
+    for (size_t i = 0; i < desc.outputs.size(); ++i)
+        output_vars.push_back(model->outputs()->Get(flatbuffers::uoffset_t(i))->var());
+    const std::optional<ShardedPart> part = sharded_part(desc, options, src, output_vars);
+    CollectiveBinding binding = options.collective;
+    std::map<std::string, TensorShape> input_shapes = options.input_shapes;
+    if (part) {
+        binding.rank = -1;
+        binding.world_size = 0;
+        input_shapes.clear();
+        for (auto& [name, shape] : options.input_shapes) input_shapes[name + part->suffix] = shape;
+    }
+
     // Load-time input shapes must name inputs and fit their recorded shapes.
-    for (auto& [name, shape] : options.input_shapes) {
+    for (auto& [name, shape] : input_shapes) {
         const ModelIO* io = nullptr;
         for (auto& in : desc.inputs)
             if (in.name == name) io = &in;
@@ -172,9 +251,8 @@ LoadedModel build_graph(const ModelImage& image, const LoadOptions& options) {
     MemoryBudget budget = MemoryBudget::resolve(gopt.memory_budget);
     // The shape each input is fed with when nothing else is given must fit the budget too.
     for (auto& in : desc.inputs) {
-        auto given = options.input_shapes.find(in.name);
-        const TensorShape& shape =
-            given != options.input_shapes.end() ? given->second : in.default_shape;
+        auto given = input_shapes.find(in.name);
+        const TensorShape& shape = given != input_shapes.end() ? given->second : in.default_shape;
         budget.check(shape.nr_bytes(in.dtype), fmt::format("{}: input \"{}\" {} {}", src, in.name,
                                                            shape.to_string(), in.dtype.name()));
     }
@@ -183,13 +261,14 @@ LoadedModel build_graph(const ModelImage& image, const LoadOptions& options) {
 
     std::vector<SymbolVar> vars(desc.vars.size());
     auto& registry = OperatorRegistry::instance();
-    bool shapes_as_recorded = options.input_shapes.empty();
+    bool shapes_as_recorded = input_shapes.empty();
     // Vars computed from a collective's output may take other shapes than recorded when the
     // binding gives another world size (ALL_GATHER's dim 0 is N times its input's).
-    bool world_rebound = options.collective.world_size > 0;
+    bool world_rebound = binding.world_size > 0;
     std::vector<bool> after_collective(desc.vars.size(), false);
 
     for (size_t i = 0; i < desc.operators.size(); ++i) {
+        if (part && !part->needed[i]) continue; // another rank's
         const ModelOperator& mo = desc.operators[i];
         std::string what = fmt::format("{}: operator #{} {} \"{}\"", src, i, mo.type_name, mo.name);
         const OperatorDescriptor* traits = registry.find(mo.type_name);
@@ -232,9 +311,8 @@ LoadedModel build_graph(const ModelImage& image, const LoadOptions& options) {
                            fmt::format("{} \"{}\"", mo.type_name, mo.name));
             CompNode cn = forced_cn.valid() ? forced_cn : CompNode::load(mo.comp_node);
             OperatorConfig config(mo.name, cn);
-            OprLoadContext ctx{
-                *res.graph,          inputs, *reader, config, options.collective, options.bindings,
-                options.input_shapes};
+            OprLoadContext ctx{*res.graph, inputs,           *reader,     config,
+                               binding,    options.bindings, input_shapes};
             outs = traits->load(ctx);
         } catch (const SerializationError& e) {
             BRAID_THROW(SerializationError, "{}: {}", src, e.what());
@@ -276,6 +354,7 @@ LoadedModel build_graph(const ModelImage& image, const LoadOptions& options) {
         auto* list = is_input ? model->inputs() : model->outputs();
         for (size_t i = 0; i < ios.size(); ++i) {
             ModelIO& io = ios[i];
+            if (part && !io.name.ends_with(part->suffix)) continue; // another rank's
             uint32_t idx = list->Get(flatbuffers::uoffset_t(i))->var();
             SymbolVar v = vars[idx];
             std::string what =
@@ -293,8 +372,8 @@ LoadedModel build_graph(const ModelImage& image, const LoadOptions& options) {
                                 "{}: corrupt: var #{} is not the output of an input operator of "
                                 "that name",
                                 what, idx);
-                auto it = options.input_shapes.find(io.name);
-                if (it != options.input_shapes.end()) io.default_shape = it->second;
+                auto it = input_shapes.find(io.name);
+                if (it != input_shapes.end()) io.default_shape = it->second;
             }
             io.var = v;
         }
@@ -313,6 +392,14 @@ LoadedModel build_graph(const ModelImage& image, const LoadOptions& options) {
                             res.outputs[a].name);
     bind(res.inputs, true);
     bind(res.outputs, false);
+    if (part) {
+        // This rank's inputs and outputs, under the model's plain names.
+        for (auto* ios : {&res.inputs, &res.outputs}) {
+            std::erase_if(*ios,
+                          [&](const ModelIO& io) { return !io.name.ends_with(part->suffix); });
+            for (auto& io : *ios) io.name.resize(io.name.size() - part->suffix.size());
+        }
+    }
     if (res.outputs.empty()) BRAID_THROW(SerializationError, "{}: corrupt: no outputs", src);
 
     res.info = desc.info;

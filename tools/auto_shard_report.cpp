@@ -14,8 +14,8 @@ void print_auto_shard(const LoadedModel& model, const AutoShardRequest& request)
     using namespace braid::parallel;
     Mesh mesh = parse_mesh(request.mesh);
     AutoShardOptions options;
-    options.costs = request.analytic ? AutoShardOptions::Costs::ANALYTIC
-                                     : AutoShardOptions::Costs::MEASURED;
+    options.costs =
+        request.analytic ? AutoShardOptions::Costs::ANALYTIC : AutoShardOptions::Costs::MEASURED;
     options.memory_limit = request.memory_limit;
     options.time_limit_s = request.time_limit_s;
     SymbolVarArray outputs;

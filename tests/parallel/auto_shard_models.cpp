@@ -21,8 +21,8 @@ std::shared_ptr<Tensor> uniform(const TensorShape& shape, std::mt19937& rng, flo
 
 SymbolVar linear(ComputingGraph& g, SymbolVar x, size_t in, size_t out, const std::string& name,
                  std::mt19937& rng) {
-    auto w = opr::SharedParam::make(g, uniform({in, out}, rng, 1.f / std::sqrt(float(in))),
-                                    name + ".w");
+    auto w =
+        opr::SharedParam::make(g, uniform({in, out}, rng, 1.f / std::sqrt(float(in))), name + ".w");
     auto b = opr::SharedParam::make(g, uniform({out}, rng, 0.02f), name + ".b");
     return opr::matmul(x, w) + b;
 }
@@ -44,9 +44,9 @@ AutoShardModel build_auto_shard_transformer(ComputingGraph& graph, size_t batch,
     auto norm = [&](SymbolVar in, const std::string& name) {
         auto gain = uniform({d}, rng, 0.1f);
         for (size_t i = 0; i < d; ++i) gain->ptr<float>()[i] += 1.f;
-        return opr::layer_norm(in, opr::SharedParam::make(graph, gain, prefix + name + ".gain"),
-                               opr::SharedParam::make(graph, uniform({d}, rng, 0.02f),
-                                                      prefix + name + ".bias"));
+        return opr::layer_norm(
+            in, opr::SharedParam::make(graph, gain, prefix + name + ".gain"),
+            opr::SharedParam::make(graph, uniform({d}, rng, 0.02f), prefix + name + ".bias"));
     };
     long b = long(batch), s = long(seq), h = long(heads), dh = long(d / heads);
     auto split_heads = [&](SymbolVar t) {
@@ -122,11 +122,15 @@ PlacementRule megatron_placement(const Mesh& mesh, const std::string& dp_axis,
             bool column = has(".q.") || has(".k.") || has(".v.") || has("fc1.");
             bool row = has(".out.") || has("fc2.");
             bool weight = opr.output(0)->shape().ndim() == 2;
-            if (column) t = Shard{weight ? 1 : 0};
-            else if (row && weight) t = Shard{0};
+            if (column)
+                t = Shard{weight ? 1 : 0};
+            else if (row && weight)
+                t = Shard{0};
         } else if (type == "MatMul") {
-            if (in(1) == Placement{Shard{1}}) t = Shard{1};
-            else if (in(1) == Placement{Shard{0}}) t = Partial{};
+            if (in(1) == Placement{Shard{1}})
+                t = Shard{1};
+            else if (in(1) == Placement{Shard{0}})
+                t = Partial{};
         } else if (type == "Elemwise") {
             for (size_t k = 0; k < opr.inputs().size(); ++k) {
                 Placement pk = in(k);

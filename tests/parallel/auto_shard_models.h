@@ -26,8 +26,7 @@ AutoShardModel build_auto_shard_mlp(ComputingGraph& graph, size_t tokens, size_t
 //! (invalid: a new Input "x") chains blocks.
 AutoShardModel build_auto_shard_transformer(ComputingGraph& graph, size_t batch, size_t seq,
                                             size_t d, size_t heads, size_t d_ff,
-                                            const std::string& prefix = "",
-                                            SymbolVar x = {});
+                                            const std::string& prefix = "", SymbolVar x = {});
 
 using PlacementRule = std::function<parallel::MeshPlacement(const OperatorNode&)>;
 //! Pure data parallelism over every axis of `mesh`.

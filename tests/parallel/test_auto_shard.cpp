@@ -152,8 +152,8 @@ TEST_F(AutoShardTest, PlansOfSmallGraphsAreTheBruteForceOptimaOfTheirProblems) {
         std::vector<std::string> names;
         bool first_layer_only;
     };
-    for (auto& c : {Case{{2}, {"x"}, false}, Case{{3}, {"x"}, false},
-                    Case{{2, 2}, {"x", "y"}, true}}) {
+    for (auto& c :
+         {Case{{2}, {"x"}, false}, Case{{3}, {"x"}, false}, Case{{2, 2}, {"x", "y"}, true}}) {
         for (size_t width : {24, 192}) {
             Mesh mesh(c.shape, c.names);
             SCOPED_TRACE(fmt::format("{}, width {}", mesh.to_string(), width));
@@ -187,9 +187,8 @@ std::vector<Tensor> run_plan(const AutoSharder& planner, const ShardPlan& plan,
                              const std::vector<Tensor>& inputs) {
     std::vector<ShardingSpec> out_specs;
     for (auto& out : planner.outputs())
-        out_specs.push_back(mesh_placement_spec(out.shape().ndim(),
-                                                replicated_placement(plan.mesh.ndim()),
-                                                plan.mesh.shape()));
+        out_specs.push_back(mesh_placement_spec(
+            out.shape().ndim(), replicated_placement(plan.mesh.ndim()), plan.mesh.shape()));
     Pmap f(lower_plan(planner, plan), plan.mesh, plan.args, out_specs);
     return f(inputs);
 }
@@ -228,7 +227,8 @@ void check_model_on_meshes(const std::function<test::AutoShardModel(ComputingGra
 
         std::mt19937 rng(3);
         std::vector<Tensor> inputs;
-        for (auto& arg : plan.args) inputs.push_back(random_tensor(arg.global_shape, arg.dtype, rng));
+        for (auto& arg : plan.args)
+            inputs.push_back(random_tensor(arg.global_shape, arg.dtype, rng));
         std::vector<std::string> names;
         for (auto& arg : plan.args) names.push_back(arg.name);
         auto expected = run_one_device(model.outputs, inputs, names);
@@ -248,7 +248,8 @@ TEST_F(AutoShardTest, MlpPlansOnFourMeshesGiveOneDeviceResultsAndBeatHandWritten
         [](ComputingGraph& g) { return test::build_auto_shard_mlp(g, 96, 192, 768); });
 }
 
-TEST_F(AutoShardTest, TransformerBlockPlansOnFourMeshesGiveOneDeviceResultsAndBeatHandWrittenPlans) {
+TEST_F(AutoShardTest,
+       TransformerBlockPlansOnFourMeshesGiveOneDeviceResultsAndBeatHandWrittenPlans) {
     check_model_on_meshes([](ComputingGraph& g) {
         return test::build_auto_shard_transformer(g, /*batch=*/12, /*seq=*/16, /*d=*/48,
                                                   /*heads=*/6, /*d_ff=*/192);
@@ -278,9 +279,8 @@ void check_training_on_meshes(const std::function<test::AutoShardModel(Computing
         // graph's own.
         std::vector<ShardingSpec> out_specs;
         for (auto& out : planner.outputs())
-            out_specs.push_back(mesh_placement_spec(out.shape().ndim(),
-                                                    replicated_placement(mesh.ndim()),
-                                                    mesh.shape()));
+            out_specs.push_back(mesh_placement_spec(
+                out.shape().ndim(), replicated_placement(mesh.ndim()), mesh.shape()));
         for (const ShardPlan* p : {&plan, &dp}) {
             Pmap f(lower_plan(planner, *p), mesh, p->args, out_specs);
             std::vector<Tensor> got;
@@ -314,9 +314,7 @@ TEST_F(AutoShardTest, MlpTrainingPlansOnFourMeshesMatchOneDeviceAfterFiveSteps) 
 
 TEST_F(AutoShardTest, TransformerTrainingPlansOnFourMeshesMatchOneDeviceAfterFiveSteps) {
     check_training_on_meshes(
-        [](ComputingGraph& g) {
-            return test::build_auto_shard_transformer(g, 12, 16, 48, 6, 192);
-        },
+        [](ComputingGraph& g) { return test::build_auto_shard_transformer(g, 12, 16, 48, 6, 192); },
         12 * 16);
 }
 
@@ -335,8 +333,7 @@ TEST_F(AutoShardTest, MergingFollowersAndParametersShrinksTheIlpAndKeepsTheResul
     std::mt19937 rng(4);
     std::vector<Tensor> inputs{random_tensor(plan.args.at(0).global_shape, dtype::Float32(), rng)};
     auto expected = run_one_device(model.outputs, inputs, {"x"});
-    expect_tensor_near(run_plan(planner, plan, inputs).at(0), expected.at(0), 1e-5, 1e-5,
-                       "output");
+    expect_tensor_near(run_plan(planner, plan, inputs).at(0), expected.at(0), 1e-5, 1e-5, "output");
 }
 
 TEST_F(AutoShardTest, AMemoryLimitBelowDataParallelismsNeedGivesAPlanThatFitsAndRuns) {
@@ -366,5 +363,3 @@ TEST_F(AutoShardTest, AMemoryLimitBelowDataParallelismsNeedGivesAPlanThatFitsAnd
     AutoSharder impossible(model.outputs, mesh, options);
     EXPECT_THROW(impossible.solve(), ValueError);
 }
-
-

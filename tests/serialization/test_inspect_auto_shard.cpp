@@ -48,8 +48,8 @@ TEST(BraidInspectAutoShard, AMemoryLimitShrinksThePlanOrIsRefusedNamingTheLimit)
                                       "--memory-limit", std::to_string(size_t(need * 0.9))});
     ASSERT_EQ(limited.status, 0) << limited.err;
     EXPECT_LE(nlohmann::json::parse(limited.out)["memory_bytes"].get<double>(), need * 0.9);
-    auto none = run_tool(INSPECT, {BLOCK, "--auto-shard", "tp=2", "--analytic",
-                                   "--memory-limit", "1000"});
+    auto none =
+        run_tool(INSPECT, {BLOCK, "--auto-shard", "tp=2", "--analytic", "--memory-limit", "1000"});
     EXPECT_EQ(none.status, 3);
     EXPECT_THAT(none.err, HasSubstr("no plan fits the memory limit of 1000 bytes"));
 }
