@@ -98,7 +98,9 @@ TEST_F(AutoShardTest, IlpOptimumEqualsBruteForceOnRandomProblemsOfUpToTwelveNode
         EXPECT_TRUE(ilp[0].optimal);
         EXPECT_NEAR(ilp[0].objective, brute.objective, 1e-9 * brute.objective + 1e-15);
         EXPECT_DOUBLE_EQ(p.objective(ilp[0].choice), ilp[0].objective);
-        if (p.memory_limit > 0) EXPECT_LE(ilp[0].memory, p.memory_limit + 1e-9);
+        if (p.memory_limit > 0) {
+            EXPECT_LE(ilp[0].memory, p.memory_limit + 1e-9);
+        }
         if (ilp.size() > 1) {
             EXPECT_NE(ilp[1].choice, ilp[0].choice);
             EXPECT_GE(ilp[1].objective, ilp[0].objective * (1 - 1e-9));
@@ -132,7 +134,9 @@ TEST_F(AutoShardTest, ReshardingBetweenAnyTwoPlacementsOnATwoByTwoMeshKeepsTheTe
         for (auto& to : all) {
             SCOPED_TRACE(mesh_placement_name(from) + " -> " + mesh_placement_name(to));
             auto steps = reshard_steps(shape, from, to, mesh.shape());
-            if (from == to) EXPECT_TRUE(steps.empty());
+            if (from == to) {
+                EXPECT_TRUE(steps.empty());
+            }
             Pmap f(
                 [&](SpmdContext& ctx, const SymbolVarArray& a) -> SymbolVarArray {
                     return {reshard(a[0], steps, ctx.groups())};

@@ -78,7 +78,9 @@ TEST(BraidConvertAutoShard, ARankLoadsItsOwnPartUnderThePlainNames) {
     // Rank 1's operators only: about half of the file's.
     EXPECT_LT(part.graph->operators().size(), whole.operators.size() * 3 / 5);
     for (auto& o : part.graph->operators())
-        if (auto* in = dynamic_cast<InputNode*>(o.get())) EXPECT_EQ(in->input_name(), "x@1");
+        if (auto* in = dynamic_cast<InputNode*>(o.get())) {
+            EXPECT_EQ(in->input_name(), "x@1");
+        }
 }
 
 TEST(BraidConvertAutoShard, AShardedFileLoadedWithoutItsRanksIsRefusedNamingHowToRunIt) {
