@@ -4,6 +4,7 @@
 #include "graph/graph_copy.h"
 #include "graph/input_node.h"
 #include "operators/attention.h"
+#include "operators/conv.h"
 #include "operators/elemwise.h"
 #include "operators/io.h"
 #include "operators/matmul.h"
@@ -275,6 +276,29 @@ std::optional<OpDims> op_dims(const OperatorNode& opr) {
         for (size_t k = 1; k < opr.inputs().size(); ++k)
             od.in_map.push_back(identity_map(in_shape(k).ndim(), int(ndim - in_shape(k).ndim())));
         od.flops = 8.0 * double(in_shape(0).total_nr_elems());
+        return od;
+    }
+    if (type == "Conv2d") {
+        // x[N,C,H,W] * w[O,C/g,kh,kw] -> y[N,O,H',W']: batch, output channels and (ungrouped)
+        // input channels, whose split sums partial products; spatial dims need halos: whole.
+        auto& p = static_cast<const opr::Conv2d&>(opr).param();
+        const TensorShape &x = in_shape(0), &w = in_shape(1), &y = opr.output(0)->shape();
+        OpDims od;
+        bool grouped = p.groups != 1;
+        int n = od.add("n", y[0]), o = od.add("o", y[1], !grouped), c = od.add("c", x[1], !grouped),
+            h = od.add("h", y[2], false), wd = od.add("w", y[3], false);
+        od.reduction[c] = ReduceOp::SUM;
+        od.in_map = {{n, c, -1, -1}, {grouped ? -1 : o, grouped ? -1 : c, -1, -1}};
+        od.out_map = {{n, o, h, wd}};
+        od.flops = 2.0 * double(y.total_nr_elems()) * double(w[1] * w[2] * w[3]);
+        return od;
+    }
+    if (type == "Embedding") {
+        // table[V,D] rows for ids[...] -> [..., D]: the ids' dims and D (a split of V would need
+        // the rows masked by owner: the table is read whole along V).
+        OpDims od = over_output_dims(opr);
+        size_t r = opr.output(0)->shape().ndim();
+        od.in_map = {{-1, int(r - 1)}, identity_map(r - 1)};
         return od;
     }
     if (type == "Attention") {

@@ -5,7 +5,8 @@
 // Strategies. Every operator is seen as a loop nest over iteration dims (an einsum): MatMul
 // a[m,k] b[k,n] -> c[m,n] iterates m, n, k; an elementwise operator its output dims; Reduce
 // its input dims, the reduced ones summed; Attention batch, heads and the sequence dims; a
-// reshape maps the major dim of each merged or split group to its counterpart. A strategy
+// reshape maps the major dim of each merged or split group to its counterpart; Conv2d its
+// batch, output and input channels; Embedding the ids' dims and the row width. A strategy
 // picks, per mesh axis, one iteration dim to split over that axis, or none. It fixes the
 // placement of every input and output: a tensor dim iterated by the split dim is Shard(dim)
 // over that axis, a tensor without it is Replicate, and an output of a split reduction dim is

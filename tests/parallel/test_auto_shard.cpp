@@ -322,6 +322,65 @@ TEST_F(AutoShardTest, TransformerTrainingPlansOnFourMeshesMatchOneDeviceAfterFiv
         12 * 16);
 }
 
+TEST_F(AutoShardTest, ConvolutionAndEmbeddingPlansGiveOneDeviceResults) {
+    // conv 3x3 (8 -> 16 channels) -> relu -> conv 1x1 (16 -> 8) on x {4, 8, 12, 12}; and an
+    // embedding of 24 ids from a {50, 32} table through a {32, 16} linear layer.
+    std::mt19937 rng(21);
+    auto param = [&](ComputingGraph& g, const TensorShape& shape, const char* name) {
+        return opr::SharedParam::make(
+            g, std::make_shared<Tensor>(random_tensor(shape, dtype::Float32(), rng)), name);
+    };
+    for (auto shape : {std::vector<uint32_t>{2}, std::vector<uint32_t>{2, 2}}) {
+        Mesh mesh(shape, shape.size() == 1 ? std::vector<std::string>{"x"}
+                                           : std::vector<std::string>{"x", "y"});
+        SCOPED_TRACE(mesh.to_string());
+        auto g = ComputingGraph::make();
+        auto x = opr::Input::make(*g, "x", dtype::Float32(), {4, 8, 12, 12});
+        opr::Conv2dParam pad;
+        pad.pad_h = pad.pad_w = 1;
+        auto h = opr::relu(opr::Conv2d::make(x, param(*g, {16, 8, 3, 3}, "c1.w"), pad));
+        auto y = opr::Conv2d::make(h, param(*g, {8, 16, 1, 1}, "c2.w"));
+        auto ids = opr::Input::make(*g, "ids", dtype::Int32(), {24});
+        auto e = opr::matmul(opr::embedding(param(*g, {50, 32}, "table"), ids),
+                             param(*g, {32, 16}, "proj.w"));
+        AutoSharder planner({y, e}, mesh);
+        ShardPlan plan = planner.solve();
+        bool split_conv = false;
+        for (auto& c : plan.operators)
+            if (std::string(c.opr->type_name()) == "Conv2d" && c.strategy.name != "replicated")
+                split_conv = true;
+        EXPECT_TRUE(split_conv) << plan.to_string();
+        Tensor xv = random_tensor({4, 8, 12, 12}, dtype::Float32(), rng);
+        Tensor idv({24}, dtype::Int32());
+        for (int i = 0; i < 24; ++i) idv.ptr<int32_t>()[i] = (i * 7) % 50;
+        std::vector<Tensor> inputs;
+        for (auto& a : plan.args) inputs.push_back(a.name == "x" ? xv : idv);
+        std::vector<std::string> names;
+        for (auto& a : plan.args) names.push_back(a.name);
+        auto expected = run_one_device({y, e}, inputs, names);
+        // Sums of 72 products of values in [-1, 1): a split sum rounds differently, by up to
+        // about 72 ulps of the terms.
+        const double atol = 5e-5;
+        auto got = run_plan(planner, plan, inputs);
+        for (size_t i = 0; i < 2; ++i) expect_tensor_near(got[i], expected[i], 1e-5, atol, "out");
+        // Every strategy of the convolution, forced, gives the same results too.
+        for (auto split : {"n", "o", "c"}) {
+            ShardPlan forced = planner.plan_where([&](const OperatorNode& o) {
+                MeshPlacement p = replicated_placement(mesh.ndim());
+                if (std::string(o.type_name()) != "Conv2d") return p;
+                p[0] = std::string(split) == "n"   ? Placement{Shard{0}}
+                       : std::string(split) == "o" ? Placement{Shard{1}}
+                                                   : Placement{Partial{}};
+                return p;
+            });
+            auto f = run_plan(planner, forced, inputs);
+            for (size_t i = 0; i < 2; ++i)
+                expect_tensor_near(f[i], expected[i], 1e-5, atol,
+                                   std::string("conv split ") + split);
+        }
+    }
+}
+
 TEST_F(AutoShardTest, MergingFollowersAndParametersShrinksTheIlpAndKeepsTheResults) {
     Mesh mesh({2, 2}, {"dp", "tp"});
     auto graph = ComputingGraph::make();
