@@ -10,6 +10,8 @@
 //     braid-inspect --pipeline-mlp 2048,8192,2048,8192,2048 --microbatches 2 [--json]
 //         the Alpa-style stage profiles of an MLP trained on a pipeline (parallel/
 //         pipeline_profile.h): static memory figures; compute_cost with --measure N steps
+//     braid-inspect --pipeline-mlp 1024,4096,1024 --microbatches 4 --auto-stages 4
+//         the stages and each stage's devices chosen by the inter-operator DP
 //
 // Exit status: 0 success, 2 usage error, 3 a file that is not a readable model or that this
 // build cannot load (what it holds is still printed first). The subgraphs of If and Loop
@@ -20,6 +22,7 @@
 #include "parallel/pipeline_model.h"
 #include "parallel/pipeline_profile.h"
 #include "parallel/rank_plan.h"
+#include "parallel/stage_sharding.h"
 #include "tools/auto_shard_report.h"
 #include "tools/mem_summary.h"
 #include "tools/printable.h"
@@ -28,6 +31,7 @@
 #include "base/log.h"
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cstdio>
@@ -240,12 +244,61 @@ struct PipelineProfileOptions {
     uint32_t microbatches = 1;
     size_t batch = 0; //!< 0: 64 rows per micro-batch
     int measure = 0;
+    uint32_t auto_devices = 0; //!< --auto-stages: devices to split stages and submeshes over
+    bool analytic = false;     //!< --auto-stages: estimated operator times
 };
+
+//! --auto-stages D: the stages and each stage's devices that Alpa's inter-operator DP chooses,
+//! each stage priced by the intra-operator ILP (parallel/stage_sharding.h).
+void print_auto_stages(const PipelineProfileOptions& p) {
+    using namespace braid::parallel;
+    auto model = pipeline_mlp_model(p.widths, 1, p.activation, p.activate_last);
+    size_t batch = p.batch ? p.batch : 64 * size_t(p.microbatches);
+    size_t rows = batch / p.microbatches;
+    AutoShardOptions options;
+    options.costs =
+        p.analytic ? AutoShardOptions::Costs::ANALYTIC : AutoShardOptions::Costs::MEASURED;
+    auto part = auto_partition_submeshes(
+        model.layers.size(), p.auto_devices, p.microbatches, [&](size_t a, size_t b, uint32_t m) {
+            return sharded_stage_cost(model, a, b, m, rows, options);
+        });
+    if (p.json) {
+        nlohmann::ordered_json j;
+        j["devices"] = p.auto_devices;
+        j["microbatches"] = p.microbatches;
+        j["stage_begin"] = part.stage_begin;
+        j["stage_devices"] = part.stage_devices;
+        j["stage_cost_s"] = part.stage_cost;
+        j["objective_s"] = part.objective;
+        std::printf("%s\n", j.dump().c_str());
+        return;
+    }
+    std::printf("stages over %u devices, %u micro-batches of %zu rows (each stage's layers "
+                "planned by the sharding ILP, operator times %s):\n",
+                p.auto_devices, p.microbatches, rows, p.analytic ? "estimated" : "measured");
+    for (size_t s = 0; s < part.stage_begin.size(); ++s) {
+        size_t end =
+            s + 1 < part.stage_begin.size() ? part.stage_begin[s + 1] : model.layers.size();
+        std::printf("  stage %zu: layers %zu..%zu on %u device(s): %.1f us per micro-batch\n", s,
+                    part.stage_begin[s], end - 1, part.stage_devices[s], part.stage_cost[s] * 1e6);
+    }
+    std::printf("predicted step: %.1f us (sum of stages + (micro-batches - 1) x the slowest)\n",
+                part.objective * 1e6);
+    bool one_each = std::all_of(part.stage_devices.begin(), part.stage_devices.end(),
+                                [](uint32_t m) { return m == 1; });
+    std::printf("%s\n", one_each ? "every stage on one device: runs as --stage-begin's pipeline"
+                                 : "stages sharded over several devices are planned, not yet run "
+                                   "as a pipeline");
+}
 
 //! Builds the pipeline's stages (threads, nothing run unless `measure`) and prints their
 //! profiles.
 void print_pipeline_profiles(const PipelineProfileOptions& p) {
     using namespace braid::parallel;
+    if (p.auto_devices) {
+        print_auto_stages(p);
+        return;
+    }
     auto model = pipeline_mlp_model(p.widths, 1, p.activation, p.activate_last);
     PipelineOptions o;
     o.stage_begin = p.stage_begin.empty() ? std::vector<size_t>{0} : p.stage_begin;
@@ -312,6 +365,12 @@ int main(int argc, char** argv) {
                    "With --pipeline-mlp: run N steps to measure compute_cost")
         ->check(CLI::Range(0, 1000))
         ->needs(pipeline_opt);
+    app.add_option("--auto-stages", pp.auto_devices,
+                   "With --pipeline-mlp: choose the stages and each stage's devices over N "
+                   "devices (Alpa's inter-operator DP, each stage planned by the sharding ILP) "
+                   "instead of profiling --stage-begin's stages")
+        ->check(CLI::Range(1u, 64u))
+        ->needs(pipeline_opt);
     auto* json_flag = app.add_flag("--json", pp.json,
                                    "With --pipeline-mlp or --auto-shard: one JSON line instead of "
                                    "the table");
@@ -335,10 +394,10 @@ int main(int argc, char** argv) {
     app.add_option("--time-limit", shard.time_limit_s, "With --auto-shard: seconds for the ILP")
         ->check(CLI::Range(0.1, 3600.0))
         ->needs(shard_opt);
-    app.add_flag("--analytic", shard.analytic,
-                 "With --auto-shard: estimate operator times from flops and bytes instead of "
-                 "measuring them")
-        ->needs(shard_opt);
+    auto* analytic_flag =
+        app.add_flag("--analytic", shard.analytic,
+                     "With --auto-shard or --auto-stages: estimate operator times from flops and "
+                     "bytes instead of measuring them");
     app.add_option("--input-shape", shapes,
                    "With --auto-shard: NAME=DIMS (e.g. x=64x784) for an input whose shape the "
                    "model leaves open")
@@ -353,6 +412,12 @@ int main(int argc, char** argv) {
         return EXIT_USAGE;
     }
     if (!std::getenv("BRAID_LOG_LEVEL")) logger()->set_level(spdlog::level::critical);
+    pp.analytic = shard.analytic;
+    if (*analytic_flag && shard.mesh.empty() && !pp.auto_devices) {
+        std::fprintf(stderr, "braid-inspect: error: --analytic goes with --auto-shard or "
+                             "--auto-stages (see braid-inspect --help)\n");
+        return EXIT_USAGE;
+    }
     if (*json_flag && !*pipeline_opt && shard.mesh.empty()) {
         std::fprintf(stderr, "braid-inspect: error: --json goes with --pipeline-mlp or "
                              "--auto-shard (see braid-inspect --help)\n");

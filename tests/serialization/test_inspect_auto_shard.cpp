@@ -62,3 +62,23 @@ TEST(BraidInspectAutoShard, RefusesABadMeshAndJsonWithoutAPlan) {
     EXPECT_EQ(json.status, 2);
     EXPECT_THAT(json.err, HasSubstr("--json goes with"));
 }
+
+TEST(BraidInspectAutoShard, AutoStagesPrintsStagesAndTheirDevices) {
+    auto r = run_tool(INSPECT, {"--pipeline-mlp", "64,256,256,64", "--microbatches", "4",
+                                "--auto-stages", "2", "--analytic", "--json"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["devices"], 2);
+    uint32_t used = 0;
+    for (auto& d : j["stage_devices"]) used += d.get<uint32_t>();
+    EXPECT_EQ(used, 2u);
+    EXPECT_EQ(j["stage_begin"][0], 0);
+    EXPECT_GT(j["objective_s"].get<double>(), 0);
+    auto text =
+        run_tool(INSPECT, {"--pipeline-mlp", "64,256,256,64", "--auto-stages", "2", "--analytic"});
+    ASSERT_EQ(text.status, 0) << text.err;
+    EXPECT_THAT(text.out, HasSubstr("stage 0: layers 0.."));
+    auto lone = run_tool(INSPECT, {BLOCK, "--analytic"});
+    EXPECT_EQ(lone.status, 2);
+    EXPECT_THAT(lone.err, HasSubstr("--analytic goes with"));
+}
