@@ -2,17 +2,8 @@
 // mesh, one sharding strategy per operator, chosen to minimise the predicted step time, then
 // lowered into per-rank graphs through the SPMD machinery (parallel/pmap.h).
 //
-// Strategies. Every operator is seen as a loop nest over iteration dims (an einsum): MatMul
-// a[m,k] b[k,n] -> c[m,n] iterates m, n, k; an elementwise operator its output dims; Reduce
-// its input dims, the reduced ones summed; Attention batch, heads and the sequence dims; a
-// reshape maps the major dim of each merged or split group to its counterpart; Conv2d its
-// batch, output and input channels; Embedding the ids' dims and the row width. A strategy
-// picks, per mesh axis, one iteration dim to split over that axis, or none. It fixes the
-// placement of every input and output: a tensor dim iterated by the split dim is Shard(dim)
-// over that axis, a tensor without it is Replicate, and an output of a split reduction dim is
-// Partial (sum, max or min). Dims that cannot be split (softmax's axis, a layer norm's
-// normalized dims, attention's sequence dims, a mean's reduced dims) are never chosen. An
-// operator of any other type keeps one strategy: everything replicated.
+// Strategies: every operator's candidate splits of its iteration dims over the mesh axes
+// (parallel/shard_strategies.h).
 //
 // Costs (seconds per step on one rank, ranks being symmetric):
 //  - compute: the operator's time on one device divided by the number of ranks its strategy
@@ -36,6 +27,7 @@
 #include "parallel/pmap.h"
 #include "parallel/reshard.h"
 #include "parallel/shard_ilp.h"
+#include "parallel/shard_strategies.h"
 
 #include <functional>
 #include <memory>
@@ -71,14 +63,6 @@ struct AutoShardOptions {
     std::optional<bool> merge_followers; //!< unset: merge in graphs of over 200 operators
 };
 
-//! One candidate strategy of one operator.
-struct OperatorStrategy {
-    std::string name;       //!< "m@x n@y", "replicated"
-    std::vector<int> split; //!< per mesh axis: the iteration dim split over it, or -1
-    std::vector<MeshPlacement> inputs, outputs;
-    double compute_s = 0;
-};
-
 //! A plan: one strategy per operator, its predicted costs and how it was found.
 struct ShardPlan {
     struct Choice {
@@ -107,6 +91,11 @@ struct ShardPlan {
     //! The same as one JSON object.
     std::string to_json() const;
 };
+
+//! The placement of each operator's output under pure data parallelism over every axis of
+//! `mesh` (of size above 1): dim 0 split, parameters and constants replicated. For
+//! AutoSharder::plan_where(), to compare a plan with data parallelism.
+std::function<MeshPlacement(const OperatorNode&)> data_parallel_placement(const Mesh& mesh);
 
 /*!
  * Plans the sharding of the graph that computes `outputs` over `mesh`. The graph is copied into

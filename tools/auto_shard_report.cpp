@@ -26,14 +26,7 @@ void print_auto_shard(const LoadedModel& model, const AutoShardRequest& request)
     // Data parallelism priced by the same model, where every input's first dim divides.
     std::optional<ShardPlan> dp;
     try {
-        dp = planner.plan_where([&](const OperatorNode& opr) {
-            MeshPlacement p = replicated_placement(mesh.ndim());
-            std::string type = opr.type_name();
-            if (type == "SharedParam" || type == "ImmutableTensor") return p;
-            for (size_t a = 0; a < mesh.ndim(); ++a)
-                if (mesh.shape()[a] > 1) p[a] = Shard{0};
-            return p;
-        });
+        dp = planner.plan_where(data_parallel_placement(mesh));
     } catch (const ValueError&) {
     }
 

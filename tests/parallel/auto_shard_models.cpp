@@ -64,17 +64,6 @@ AutoShardModel build_auto_shard_transformer(ComputingGraph& graph, size_t batch,
     return {{y}};
 }
 
-PlacementRule data_parallel_placement(const Mesh& mesh) {
-    return [mesh](const OperatorNode& opr) {
-        MeshPlacement p = replicated_placement(mesh.ndim());
-        std::string type = opr.type_name();
-        if (type == "SharedParam" || type == "ImmutableTensor") return p;
-        for (size_t a = 0; a < mesh.ndim(); ++a)
-            if (mesh.shape()[a] > 1) p[a] = Shard{0};
-        return p;
-    };
-}
-
 PlacementRule data_parallel_training_placement(const Mesh& mesh, size_t rows) {
     return [mesh, rows](const OperatorNode& opr) {
         MeshPlacement p = replicated_placement(mesh.ndim());

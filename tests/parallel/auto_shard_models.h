@@ -1,7 +1,7 @@
 // Models for the automatic sharding tests and benchmark, and the hand-written plans they are
 // compared with, as placements per operator (AutoSharder::plan_where):
-//  - data parallelism: every activation split by rows over every mesh axis, parameters
-//    replicated;
+//  - data parallelism (parallel::data_parallel_placement): every activation split by rows over
+//    every mesh axis, parameters replicated; for training, the gradients' partial sums;
 //  - Megatron-LM (parallel/tensor_parallel.h) over the "tp" axis, data parallelism over the
 //    "dp" axis: column-parallel Wq, Wk, Wv and W1 (and their biases), row-parallel Wo and W2
 //    whose partial products are summed before their replicated bias.
@@ -29,8 +29,8 @@ AutoShardModel build_auto_shard_transformer(ComputingGraph& graph, size_t batch,
                                             const std::string& prefix = "", SymbolVar x = {});
 
 using PlacementRule = std::function<parallel::MeshPlacement(const OperatorNode&)>;
-//! Pure data parallelism over every axis of `mesh`.
-PlacementRule data_parallel_placement(const parallel::Mesh& mesh);
+//! Pure data parallelism over every axis: parallel::data_parallel_placement().
+using parallel::data_parallel_placement;
 //! Data-parallel training on a batch of `rows` rows: activations (dim 0 of `rows`) split over
 //! every axis, weight and bias gradients partial sums, parameters and their updates replicated.
 PlacementRule data_parallel_training_placement(const parallel::Mesh& mesh, size_t rows);
