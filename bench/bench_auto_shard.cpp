@@ -4,7 +4,8 @@
 // mesh: operators, ILP nodes and edges after merging followers, and the seconds from the graph
 // to the plan (analysis, costs, ILP). The target is under 30 s for 1,000 operators.
 //
-// Plans: the Megatron MLP and one transformer block on each mesh, with operator costs measured
+// Plans: the Megatron MLP and one transformer block on each mesh, forward and as training steps
+// (SGD), with operator costs measured
 // on one device: the automatic plan against pure data parallelism and the Megatron plan
 // (parallel/tensor_parallel.h's split, over the "tp" axis, data parallel over "dp"), where the
 // model admits them, each predicted by the same cost model and measured (ranks as threads of
@@ -134,36 +135,60 @@ int main(int argc, char** argv) {
 
     struct Model {
         const char* name;
-        std::function<test::AutoShardModel(ComputingGraph&)> build;
+        std::function<SymbolVarArray(ComputingGraph&)> build;
+        size_t training_rows = 0; //!< a training step's batch rows; 0: inference
     };
-    // Batches of 12 sequences (data parallelism splits them), and one long sequence, which
-    // data parallelism cannot split (causal attention needs it whole).
-    std::vector<Model> models = {
-        {"mlp", [](ComputingGraph& g) { return test::build_auto_shard_mlp(g, 192, 384, 1536); }},
-        {"transformer_block",
-         [](ComputingGraph& g) {
-             return test::build_auto_shard_transformer(g, 12, 32, 192, 6, 768);
-         }},
-        {"transformer_seq384", [](ComputingGraph& g) {
-             return test::build_auto_shard_transformer(g, 1, 384, 192, 6, 768);
-         }}};
+    auto forward = [](auto build) {
+        return [build](ComputingGraph& g) { return build(g).outputs; };
+    };
+    auto training = [](auto build) {
+        return [build](ComputingGraph& g) { return test::training_step(g, build(g), 0.01f); };
+    };
+    auto mlp = [](ComputingGraph& g) { return test::build_auto_shard_mlp(g, 192, 384, 1536); };
+    auto block = [](ComputingGraph& g) {
+        return test::build_auto_shard_transformer(g, 12, 32, 192, 6, 768);
+    };
+    // Batches of 12 sequences (data parallelism splits them), one long sequence, which data
+    // parallelism cannot split (causal attention needs it whole), and training steps.
+    std::vector<Model> models = {{"mlp", forward(mlp)},
+                                 {"transformer_block", forward(block)},
+                                 {"transformer_seq384", forward([](ComputingGraph& g) {
+                                      return test::build_auto_shard_transformer(g, 1, 384, 192, 6,
+                                                                                768);
+                                  })},
+                                 {"mlp_training", training(mlp), 192},
+                                 {"transformer_training", training(block), 12 * 32}};
     for (auto& m : models)
         for (std::string ms : {"dp=1,tp=2", "dp=2,tp=1", "dp=2,tp=2", "dp=1,tp=3"}) {
             Mesh mesh = parse_mesh(ms);
             auto g = ComputingGraph::make();
-            auto model = m.build(*g);
+            SymbolVarArray model = m.build(*g);
             AutoShardOptions options;
             options.costs = AutoShardOptions::Costs::MEASURED;
-            AutoSharder planner(model.outputs, mesh, options);
-            // The automatic plan and the hand-written ones that the model admits.
+            AutoSharder planner(model, mesh, options);
+            // The automatic plan and the hand-written ones that the model admits (for
+            // training, Megatron's parameter splits propagated through the backward pass).
             std::vector<std::pair<std::string, ShardPlan>> plans = {{"auto", planner.solve()}};
-            for (auto& [name, rule] : std::vector<std::pair<std::string, test::PlacementRule>>{
-                     {"dp", test::data_parallel_placement(mesh)},
-                     {"megatron", test::megatron_placement(mesh, "dp", "tp")}}) {
+            auto add = [&](const char* name, auto make) {
                 try {
-                    plans.push_back({name, planner.plan_where(rule)});
+                    plans.push_back({name, make()});
                 } catch (const ValueError&) {
                 }
+            };
+            if (m.training_rows) {
+                add("dp", [&] {
+                    return planner.plan_where(
+                        test::data_parallel_training_placement(mesh, m.training_rows));
+                });
+                if (mesh.axis_size("tp") > 1)
+                    add("megatron", [&] {
+                        return planner.plan_propagated(
+                            test::megatron_annotations(mesh, "dp", "tp"));
+                    });
+            } else {
+                add("dp", [&] { return planner.plan_where(test::data_parallel_placement(mesh)); });
+                add("megatron",
+                    [&] { return planner.plan_where(test::megatron_placement(mesh, "dp", "tp")); });
             }
             // The plans in turn, step by step, so that a slow spell of the machine falls on
             // all of them.
@@ -196,7 +221,7 @@ int main(int argc, char** argv) {
                             m.name, ms.c_str(), predicted.c_str(), measured.c_str(), pred_ratio,
                             meas_ratio, same.c_str());
             else
-                std::printf("%-18s %-9s predicted ms: %s (ratio %.2f) | measured ms: %s (ratio "
+                std::printf("%-20s %-9s predicted ms: %s (ratio %.2f) | measured ms: %s (ratio "
                             "%.2f); auto = %s\n",
                             m.name, ms.c_str(), predicted.c_str(), pred_ratio, measured.c_str(),
                             meas_ratio, same.c_str());

@@ -435,6 +435,35 @@ ShardPlan AutoSharder::solve() const {
     return plan;
 }
 
+ShardPlan AutoSharder::plan_propagated(
+    const std::function<std::optional<MeshPlacement>(const OperatorNode&)>& annotate) const {
+    auto& I = *m_impl;
+    std::vector<size_t> choice(I.oprs.size());
+    for (size_t v = 0; v < I.oprs.size(); ++v) {
+        std::optional<MeshPlacement> want = annotate(*I.oprs[v]);
+        double best = std::numeric_limits<double>::infinity();
+        bool found = false;
+        for (size_t i = 0; i < I.cands[v].size(); ++i) {
+            const auto& s = I.cands[v][i];
+            if (want && !s.outputs.empty() && s.outputs[0] != *want) continue;
+            double cost = s.compute_s;
+            for (size_t k = 0; k < I.producers[v].size(); ++k) {
+                auto [u, o] = I.producers[v][k];
+                cost += I.edge_cost(v, k, I.cands[u][choice[u]].outputs[o], s.inputs[k]);
+            }
+            if (!found || cost < best) {
+                best = cost;
+                choice[v] = i;
+                found = true;
+            }
+        }
+        if (!found)
+            BRAID_THROW(ValueError, "auto-shard: {} has no strategy whose output is placed {}",
+                        I.oprs[v]->describe(), mesh_placement_name(*want));
+    }
+    return I.evaluate(choice);
+}
+
 std::function<MeshPlacement(const OperatorNode&)> data_parallel_placement(const Mesh& mesh) {
     return [mesh](const OperatorNode& opr) {
         MeshPlacement p = replicated_placement(mesh.ndim());

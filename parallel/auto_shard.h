@@ -123,6 +123,15 @@ public:
      * same model.
      */
     ShardPlan plan_where(const std::function<MeshPlacement(const OperatorNode&)>& want) const;
+    /*!
+     * The plan propagated from annotations, as GSPMD propagates a user's sharding annotations:
+     * an operator for which `annotate` gives a placement takes its cheapest strategy with that
+     * output placement; every other operator, in execution order, the strategy cheapest given
+     * its producers' choices (its compute and the resharding of its inputs). Throws ValueError
+     * naming an annotated operator without such a strategy.
+     */
+    ShardPlan plan_propagated(
+        const std::function<std::optional<MeshPlacement>(const OperatorNode&)>& annotate) const;
 
     //! The analysed graph's outputs.
     const SymbolVarArray& outputs() const;

@@ -94,6 +94,39 @@ SymbolVarArray training_step(ComputingGraph& graph, const AutoShardModel& model,
     return outs;
 }
 
+namespace {
+
+//! Megatron's split of a parameter named `name` (ndim 1 or 2) over the tensor-parallel axis.
+Placement megatron_param_split(const std::string& name, size_t ndim) {
+    auto has = [&](const char* s) { return name.find(s) != std::string::npos; };
+    bool column = has(".q.") || has(".k.") || has(".v.") || has("fc1.");
+    bool row = has(".out.") || has("fc2.");
+    if (column) return Shard{ndim == 2 ? 1 : 0};
+    if (row && ndim == 2) return Shard{0};
+    return Replicate{};
+}
+
+} // namespace
+
+std::function<std::optional<MeshPlacement>(const OperatorNode&)>
+megatron_annotations(const Mesh& mesh, const std::string& dp_axis, const std::string& tp_axis) {
+    size_t dp = mesh.axis_index(dp_axis), tp = mesh.axis_index(tp_axis);
+    return [=](const OperatorNode& opr) -> std::optional<MeshPlacement> {
+        std::string type = opr.type_name();
+        MeshPlacement p = replicated_placement(mesh.ndim());
+        if (type == "SharedParam") {
+            if (mesh.shape()[tp] > 1)
+                p[tp] = megatron_param_split(opr.name(), opr.output(0)->shape().ndim());
+            return p;
+        }
+        if (type == "Input") {
+            if (mesh.shape()[dp] > 1) p[dp] = Shard{0};
+            return p;
+        }
+        return std::nullopt;
+    };
+}
+
 PlacementRule megatron_placement(const Mesh& mesh, const std::string& dp_axis,
                                  const std::string& tp_axis) {
     auto placed = std::make_shared<std::map<const VarNode*, Placement>>();
@@ -104,17 +137,10 @@ PlacementRule megatron_placement(const Mesh& mesh, const std::string& dp_axis,
             auto it = placed->find(opr.input(k));
             return it == placed->end() ? Placement{Replicate{}} : it->second;
         };
-        std::string type = opr.type_name(), name = opr.name();
-        auto has = [&](const char* s) { return name.find(s) != std::string::npos; };
+        std::string type = opr.type_name();
         Placement t = Replicate{};
         if (type == "SharedParam") {
-            bool column = has(".q.") || has(".k.") || has(".v.") || has("fc1.");
-            bool row = has(".out.") || has("fc2.");
-            bool weight = opr.output(0)->shape().ndim() == 2;
-            if (column)
-                t = Shard{weight ? 1 : 0};
-            else if (row && weight)
-                t = Shard{0};
+            t = megatron_param_split(opr.name(), opr.output(0)->shape().ndim());
         } else if (type == "MatMul") {
             if (in(1) == Placement{Shard{1}})
                 t = Shard{1};

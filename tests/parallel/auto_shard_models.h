@@ -36,6 +36,12 @@ using parallel::data_parallel_placement;
 PlacementRule data_parallel_training_placement(const parallel::Mesh& mesh, size_t rows);
 //! One SGD training step of a model: the updates of every parameter and the loss mean(y * y).
 SymbolVarArray training_step(ComputingGraph& graph, const AutoShardModel& model, float lr);
+//! Megatron's annotations for AutoSharder::plan_propagated(): the parameters split over
+//! `tp_axis` (column- and row-parallel by name), the inputs split by rows over `dp_axis`; the
+//! rest (the backward pass and the updates included) propagates.
+std::function<std::optional<parallel::MeshPlacement>(const OperatorNode&)>
+megatron_annotations(const parallel::Mesh& mesh, const std::string& dp_axis,
+                     const std::string& tp_axis);
 //! Megatron over `tp_axis`, data parallelism over `dp_axis`. Call the rule on the operators in
 //! execution order (it follows the placements it gave their inputs).
 PlacementRule megatron_placement(const parallel::Mesh& mesh, const std::string& dp_axis,

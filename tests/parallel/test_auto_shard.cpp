@@ -263,7 +263,8 @@ TEST_F(AutoShardTest,
 namespace {
 
 //! Five SGD steps of `build`'s model on every mesh: the automatic plan's parameters after them
-//! equal one device's within 1e-5, and it is predicted no slower than data parallelism.
+//! equal one device's within 1e-5, as do data parallelism's and Megatron's (propagated from its
+//! parameter splits), and it is predicted no slower than either.
 void check_training_on_meshes(const std::function<test::AutoShardModel(ComputingGraph&)>& build,
                               size_t rows) {
     for (auto& mc : kMeshes) {
@@ -274,7 +275,9 @@ void check_training_on_meshes(const std::function<test::AutoShardModel(Computing
         AutoSharder planner(step, mesh);
         ShardPlan plan = planner.solve();
         ShardPlan dp = planner.plan_where(test::data_parallel_training_placement(mesh, rows));
+        ShardPlan megatron = planner.plan_propagated(test::megatron_annotations(mesh, "dp", "tp"));
         EXPECT_LE(plan.predicted_s, dp.predicted_s * (1 + 1e-9)) << plan.to_string();
+        EXPECT_LE(plan.predicted_s, megatron.predicted_s * (1 + 1e-9)) << plan.to_string();
 
         std::mt19937 rng(8);
         std::vector<Tensor> inputs{
@@ -285,7 +288,7 @@ void check_training_on_meshes(const std::function<test::AutoShardModel(Computing
         for (auto& out : planner.outputs())
             out_specs.push_back(mesh_placement_spec(
                 out.shape().ndim(), replicated_placement(mesh.ndim()), mesh.shape()));
-        for (const ShardPlan* p : {&plan, &dp}) {
+        for (const ShardPlan* p : {&plan, &dp, &megatron}) {
             Pmap f(lower_plan(planner, *p), mesh, p->args, out_specs);
             std::vector<Tensor> got;
             for (int s = 0; s < 5; ++s) got = f(inputs);
