@@ -7,6 +7,7 @@
 #include "base/thread_pool.h"
 #include "operators/dense_kernels.h"
 #include "operators/dnnl_kernels.h"
+#include "operators/kernel_utils.h"
 
 #include <algorithm>
 #include <cstring>
@@ -149,9 +150,6 @@ void im2col_block(const ConvGeometry& g, const float* x, size_t p0, size_t p1, f
 //! and the GEMM that reads them. Measured on a 2 MiB-L2 core for 64x56x56, 3x3: 1 MiB blocks
 //! run at the rate of the one large GEMM, 512 KiB ~5% and 128 KiB ~15% slower, unblocked ~25%.
 constexpr size_t COLS_BLOCK_FLOATS = 256 * 1024;
-//! Multiply-adds a block split off for another thread must have (about 20 us of work; a
-//! parallel region's hand-over costs a few): smaller convolutions run as one task.
-constexpr double MIN_TASK_MACS = 2e6;
 
 } // namespace
 
@@ -195,11 +193,11 @@ void conv2d_forward(const Conv2dParam& pr, const Tensor& x, const Tensor& w, Ten
 
     // Tasks: (batch item, group, block of output pixels). The block is as wide as fits the
     // scratch budget, and narrower when needed to give every thread work, as long as each
-    // block stays worth its dispatch (MIN_TASK_MACS).
+    // block stays worth its dispatch (PARALLEL_MIN_MACS).
     size_t threads = kernel_threads();
     size_t block = g.k ? std::max<size_t>(64, COLS_BLOCK_FLOATS / g.k) : g.p;
     size_t items = g.n * g.groups;
-    size_t worth = size_t(MIN_TASK_MACS / double(std::max<size_t>(g.og * g.k, 1)));
+    size_t worth = size_t(PARALLEL_MIN_MACS / double(std::max<size_t>(g.og * g.k, 1)));
     if (items < threads)
         block = std::min(block, std::max({size_t(64), g.p * items / threads, worth}));
     block = std::min(block, g.p);

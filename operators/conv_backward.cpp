@@ -5,6 +5,7 @@
 #include "base/hash.h"
 #include "base/thread_pool.h"
 #include "operators/dense_kernels.h"
+#include "operators/kernel_utils.h"
 
 #include <algorithm>
 #include <cstring>
@@ -75,16 +76,17 @@ struct Geometry {
     size_t block() const { return std::min(p, k ? std::max<size_t>(64, (256 * 1024) / k) : p); }
 };
 
-//! Calls fn(row, c, p, ih, iw) for every column element of pixels [p0, p1) whose input
-//! position lies inside the image (row = (c·kh + i)·kw + j). The output position advances
-//! without a division per element (two per element made the transposed convolution's col2im
-//! several times slower than its GEMM).
-template <typename Fn> void for_each_col(const Geometry& g, size_t p0, size_t p1, Fn&& fn) {
+//! Calls fn(row, c, p, ih, iw) for every column element of input channels [c0, c1) and
+//! pixels [p0, p1) whose input position lies inside the image (row = ((c - c0)·kh + i)·kw + j).
+//! The output position advances without a division per element (two per element made the
+//! transposed convolution's col2im several times slower than its GEMM).
+template <typename Fn>
+void for_each_col(const Geometry& g, size_t c0, size_t c1, size_t p0, size_t p1, Fn&& fn) {
     const ptrdiff_t h = ptrdiff_t(g.h), w = ptrdiff_t(g.w);
-    for (size_t c = 0; c < g.cg; ++c)
+    for (size_t c = c0; c < c1; ++c)
         for (size_t i = 0; i < g.kh; ++i)
             for (size_t j = 0; j < g.kw; ++j) {
-                size_t row = (c * g.kh + i) * g.kw + j;
+                size_t row = ((c - c0) * g.kh + i) * g.kw + j;
                 size_t ox = p0 % g.ow;
                 ptrdiff_t ih = ptrdiff_t(p0 / g.ow) * g.sh - g.ph + ptrdiff_t(i) * g.dh;
                 const ptrdiff_t iw0 = -g.pw + ptrdiff_t(j) * g.dw;
@@ -104,15 +106,17 @@ template <typename Fn> void for_each_col(const Geometry& g, size_t p0, size_t p1
 void im2col(const Geometry& g, const float* x, size_t p0, size_t p1, float* cols) {
     size_t width = p1 - p0;
     std::fill(cols, cols + g.k * width, 0.f);
-    for_each_col(g, p0, p1, [&](size_t row, size_t c, size_t p, size_t ih, size_t iw) {
+    for_each_col(g, 0, g.cg, p0, p1, [&](size_t row, size_t c, size_t p, size_t ih, size_t iw) {
         cols[row * width + p - p0] = x[(c * g.h + ih) * g.w + iw];
     });
 }
 
-//! dx [cg, h, w] += the columns `cols` [k, p1 - p0] folded back onto the image.
-void col2im(const Geometry& g, const float* cols, size_t p0, size_t p1, float* dx) {
+//! dx [cg, h, w] += the columns `cols` [(c1 - c0)·kh·kw, p1 - p0] of channels [c0, c1) folded
+//! back onto the image.
+void col2im(const Geometry& g, const float* cols, size_t c0, size_t c1, size_t p0, size_t p1,
+            float* dx) {
     size_t width = p1 - p0;
-    for_each_col(g, p0, p1, [&](size_t row, size_t c, size_t p, size_t ih, size_t iw) {
+    for_each_col(g, c0, c1, p0, p1, [&](size_t row, size_t c, size_t p, size_t ih, size_t iw) {
         dx[(c * g.h + ih) * g.w + iw] += cols[row * width + p - p0];
     });
 }
@@ -183,34 +187,46 @@ void Conv2dBackwardData::execute(ExecCtx& ctx) {
     const float* dyp = dy.ptr<float>();
     size_t items = g.n * g.groups, block = g.block();
     kern::blas_single_thread();
-    // Items write disjoint slices of dx: run them in parallel when there are enough, else one
-    // at a time with each GEMM split across the pool.
-    bool parallel_items = items >= kernel_threads();
-    Gemm gemm = parallel_items ? &kern::sgemm : &kern::sgemm_parallel;
-    auto run_item = [&](size_t item) {
+    // Tasks: (item, block of input channels). Items (batch item, group) write disjoint slices
+    // of dx, and so do an item's blocks of channels: their rows of the columns fold back onto
+    // their own channels alone. An item splits into as many blocks as give every thread a task
+    // (a batch of one: a detector's upsampling ran its col2im on one thread), each at least
+    // PARALLEL_MIN_MACS of work. Where that leaves fewer tasks than threads, they run one at a
+    // time with each GEMM split across the pool.
+    size_t threads = kernel_threads(), per_item = 1;
+    double item_macs = double(g.og) * double(g.k) * double(g.p);
+    if (items < threads)
+        per_item = std::min({(threads + items - 1) / items, g.cg,
+                             std::max<size_t>(1, size_t(item_macs / PARALLEL_MIN_MACS))});
+    size_t tasks = items * per_item;
+    bool parallel_tasks = tasks >= threads;
+    Gemm gemm = parallel_tasks ? &kern::sgemm : &kern::sgemm_parallel;
+    auto run_task = [&](size_t task) {
         thread_local std::vector<float> cols;
-        size_t n = item / g.groups, grp = item % g.groups;
-        const float* wg = wp + grp * g.og * g.k;
+        size_t item = task / per_item, part = task % per_item;
+        size_t c0 = g.cg * part / per_item, c1 = g.cg * (part + 1) / per_item;
+        size_t n = item / g.groups, grp = item % g.groups, rows = (c1 - c0) * g.kh * g.kw;
+        const float* wg = wp + grp * g.og * g.k + c0 * g.kh * g.kw; // columns of w_g [og, k]
         const float* dyg = dyp + (n * g.o + grp * g.og) * g.p;
         float* dxg = dxp + (n * g.c + grp * g.cg) * g.h * g.w;
         if (g.direct()) {
-            gemm(true, false, g.cg, g.p, g.og, 1.f, wg, g.k, dyg, g.p, 0.f, dxg, g.p);
+            gemm(true, false, rows, g.p, g.og, 1.f, wg, g.k, dyg, g.p, 0.f, dxg + c0 * g.p, g.p);
             return;
         }
-        if (cols.size() < g.k * block) cols.resize(g.k * block);
+        if (cols.size() < rows * block) cols.resize(rows * block);
         for (size_t p0 = 0; p0 < g.p; p0 += block) {
             size_t p1 = std::min(g.p, p0 + block), width = p1 - p0;
-            gemm(true, false, g.k, width, g.og, 1.f, wg, g.k, dyg + p0, g.p, 0.f, cols.data(),
+            gemm(true, false, rows, width, g.og, 1.f, wg, g.k, dyg + p0, g.p, 0.f, cols.data(),
                  width);
-            col2im(g, cols.data(), p0, p1, dxg);
+            col2im(g, cols.data(), c0, c1, p0, p1, dxg);
         }
     };
-    if (parallel_items)
-        parallel_for(items, 1, [&](size_t b, size_t e) {
-            for (size_t item = b; item < e; ++item) run_item(item);
+    if (parallel_tasks)
+        parallel_for(tasks, 1, [&](size_t b, size_t e) {
+            for (size_t task = b; task < e; ++task) run_task(task);
         });
     else
-        for (size_t item = 0; item < items; ++item) run_item(item);
+        for (size_t task = 0; task < tasks; ++task) run_task(task);
     kern::store_float32(dxf, dx);
 }
 

@@ -9,6 +9,7 @@
 #include "base/error.h"
 #include "base/thread_pool.h"
 #include "operators/dense_kernels.h"
+#include "operators/kernel_utils.h"
 
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -141,22 +142,26 @@ struct Reorder {
 };
 
 //! The primitives of one task shape: a convolution of one batch item computing `oc` output
-//! channels, and the reorders from and to braid's plain layouts where oneDNN picked another.
+//! channels (of a band of rows), and the reorders from and to braid's plain layouts where
+//! oneDNN picked another or the task reads and writes a band of rows.
 struct ConvPlan {
     dnnl::convolution_forward conv;
     memory::desc src_md, wei_md, dst_md, scratch_md;
-    memory::desc src_plain, wei_plain, dst_plain; //!< NCHW / OIHW of one task
+    memory::desc src_plain, wei_plain, dst_plain; //!< NCHW / OIHW of one task, src strided
     bool has_bias = false;
     std::string impl; //!< oneDNN's implementation name, e.g. "jit:avx2"
-    std::optional<Reorder> src_reorder, wei_reorder; //!< plain -> primitive layout
+    std::optional<Reorder> src_reorder, wei_reorder; //!< plain (strided) -> primitive layout
     std::optional<Reorder> dst_reorder;              //!< primitive layout -> strided NCHW
     memory::desc dst_strided;                        //!< the task's slice of y
 };
 
-//! Geometry and fusion that determine a plan; compared bytewise.
+//! Geometry and fusion that determine a plan; compared bytewise. A plan computes output rows
+//! [0, oh) of a task from source rows [0, h) (a band of the whole image where the task is a
+//! band of output rows, with the padding of its edges: pt above, pb below).
 struct PlanKey {
     int64_t c, h, w, o_total, oc, kh, kw, oh, ow;
-    int64_t sh, sw, ph, pw, dh, dw, groups;
+    int64_t sh, sw, pt, pb, pw, dh, dw, groups;
+    int64_t x_plane, y_plane; //!< channel strides of the whole source and output
     int64_t bias, relu;
     int64_t exact; //!< Conv2dParam::exact: no Winograd
     bool operator==(const PlanKey& k) const { return std::memcmp(this, &k, sizeof k) == 0; }
@@ -216,12 +221,15 @@ std::shared_ptr<ConvPlan> make_plan(const PlanKey& k) {
                       : memory::dims{k.groups, k.oc / k.groups, k.c / k.groups, k.kh, k.kw};
     auto plan = std::make_shared<ConvPlan>();
     plan->has_bias = k.bias != 0;
-    plan->src_plain = memory::desc(src_dims, f32, tag::nchw);
+    // A band of rows reads its rows of each source channel plane and writes its rows of each
+    // output plane: strided views that a reorder copies from and into.
+    bool band = k.x_plane != k.h * k.w || k.y_plane != k.oh * k.ow;
+    plan->src_plain = memory::desc(src_dims, f32, memory::dims{k.c * k.x_plane, k.x_plane, k.w, 1});
     plan->dst_plain = memory::desc(dst_dims, f32, tag::nchw);
     plan->wei_plain = memory::desc(wei_dims, f32, k.groups == 1 ? tag::oihw : tag::goihw);
     // The task's output slice inside y: channels [o0, o0 + oc) of one batch item.
     plan->dst_strided =
-        memory::desc(dst_dims, f32, memory::dims{k.o_total * k.oh * k.ow, k.oh * k.ow, k.ow, 1});
+        memory::desc(dst_dims, f32, memory::dims{k.o_total * k.y_plane, k.y_plane, k.ow, 1});
     memory::desc bias_md = plan->has_bias ? memory::desc({k.oc}, f32, tag::a) : memory::desc();
     memory::desc any_wei(wei_dims, f32, tag::any);
     dnnl::primitive_attr attr;
@@ -240,7 +248,7 @@ std::shared_ptr<ConvPlan> make_plan(const PlanKey& k) {
                 dnnl::prop_kind::forward_inference, choice.algorithm,
                 memory::desc(src_dims, f32, choice.src), any_wei, bias_md,
                 memory::desc(dst_dims, f32, choice.dst), {k.sh, k.sw}, {k.dh - 1, k.dw - 1},
-                {k.ph, k.pw}, {k.ph, k.pw});
+                {k.pt, k.pw}, {k.pb, k.pw});
             dnnl::convolution_forward::primitive_desc candidate(desc, attr, cpu_engine());
             if (std::string(candidate.impl_info_str()).rfind("ref", 0) == 0) continue;
             pd = candidate;
@@ -263,11 +271,11 @@ std::shared_ptr<ConvPlan> make_plan(const PlanKey& k) {
             dnnl::reorder::primitive_desc rpd(cpu_engine(), from, cpu_engine(), to, attr_user);
             return Reorder{dnnl::reorder(rpd), rpd.scratchpad_desc()};
         };
-        if (plan->src_md != plan->src_plain)
+        if (band || plan->src_md != plan->src_plain)
             plan->src_reorder = reorder(plan->src_plain, plan->src_md);
         if (plan->wei_md != plan->wei_plain)
             plan->wei_reorder = reorder(plan->wei_plain, plan->wei_md);
-        if (plan->dst_md != plan->dst_plain)
+        if (band || plan->dst_md != plan->dst_plain)
             plan->dst_reorder = reorder(plan->dst_md, plan->dst_strided);
     } catch (const dnnl::error&) {
         return nullptr;
@@ -373,18 +381,21 @@ PlanKey plan_key(const Conv2dParam& pr, const TensorShape& xs, const TensorShape
                    pr.stride_h,
                    pr.stride_w,
                    pr.pad_h,
+                   pr.pad_h,
                    pr.pad_w,
                    pr.dilation_h,
                    pr.dilation_w,
                    pr.groups,
+                   int64_t(xs[2]) * int64_t(xs[3]),
+                   oh * ow,
                    fusion.shift != nullptr,
                    fusion.relu,
                    pr.exact.value_or(false)};
 }
 
-//! Multiply-adds of one batch item below which a convolution is not split over threads by
-//! output channels (about 20 us of work: more than a block's dispatch costs).
-constexpr double MIN_BLOCK_MACS = 2e6;
+//! Output rows below which a band is not worth a task of its own; bands start at multiples of
+//! it (Winograd F(4x4, 3x3) computes 4-row tiles).
+constexpr int64_t BAND_ROWS = 4;
 //! Channel blocks per item in deterministic mode, whatever the threads (two: the machines the
 //! suite runs on have two cores; more would cost dispatch on one thread).
 constexpr int64_t DETERMINISTIC_BLOCKS = 2;
@@ -397,13 +408,18 @@ constexpr int64_t DETERMINISTIC_BLOCKS = 2;
  *    channels on 6x80 pixels: 0.89 ms against 1.8 ms in oneDNN (nChw8c, with its reorders);
  *  - one input channel, ungrouped (an audio frame or a spectrogram): the columns are the
  *    kernel window alone. A 512-tap 1-D convolution to 257 channels over 48000 samples (stride
- *    160): 0.38 ms against 0.64; a 3x3 one to 32 channels on 76x32: 0.015 against 0.086 ms.
+ *    160): 0.38 ms against 0.64; a 3x3 one to 32 channels on 76x32: 0.015 against 0.086 ms;
+ *  - a kernel of one row or one column (1xK or Kx1, a separable pair): the columns are K per
+ *    input channel. A speech embedding's twenty 1x3 and 3x1 convolutions of 24-96 channels on
+ *    maps of 74x32 down to 3x1: 0.79 ms against 1.15 ms in all, each of them faster (24->24 on
+ *    74x32: 67 against 91 us).
  */
 bool braid_kernel_faster(const Conv2dParam& pr, const TensorShape& ws) {
     if (pr.groups != 1) return false;
     bool pointwise = ws[2] == 1 && ws[3] == 1 && pr.stride_h == 1 && pr.stride_w == 1 &&
                      pr.pad_h == 0 && pr.pad_w == 0;
-    return pointwise || ws[1] == 1;
+    bool one_row_or_column = (ws[2] == 1) != (ws[3] == 1);
+    return pointwise || ws[1] == 1 || one_row_or_column;
 }
 
 } // namespace
@@ -415,22 +431,26 @@ bool dnnl_conv2d_forward(const Conv2dParam& pr, const Tensor& x, const Tensor& w
     int64_t n = int64_t(xs[0]), o = int64_t(ws[0]);
     int64_t groups = pr.groups;
     if (braid_kernel_faster(pr, ws)) return false;
-    // Tasks: batch items, and blocks of output channels when there are fewer items than
-    // threads (a batch of one: the common inference case). An ungrouped convolution splits its
-    // output channels in whole 8-channel blocks (oneDNN's AVX2 block), every block reading the
-    // whole source; a grouped one (depthwise) splits whole groups, each block a grouped
-    // convolution of its own channels, reordering only its slice of the source.
+    // Tasks: batch items, and blocks of each item when there are fewer items than threads (a
+    // batch of one: the common inference case). An item splits into bands of output rows where
+    // the output has rows enough: each band is the whole convolution on its rows, reordering
+    // only its rows of the source (no work is repeated but the rows the kernel window
+    // overlaps). Otherwise it splits into blocks of output channels: an ungrouped convolution
+    // in whole 8-channel blocks (oneDNN's AVX2 block), every block reading the whole source; a
+    // grouped one (depthwise) in whole groups, each block a grouped convolution of its own
+    // channels, reordering only its slice of the source.
     int64_t threads = int64_t(kernel_threads()), items = n;
     // Deterministic mode: the blocks depend on the shape alone, as if DETERMINISTIC_BLOCKS
     // threads ran one item, so that every output channel is computed by the same primitive (a
     // fixed order of its sum: each primitive runs single-threaded, one item at a time) whatever
-    // the batch, the thread count or the comp node.
-    if (deterministic_kernels()) {
+    // the batch, the thread count or the comp node. Blocks of channels, never bands.
+    bool deterministic = deterministic_kernels();
+    if (deterministic) {
         threads = DETERMINISTIC_BLOCKS;
         items = 1;
     }
     int64_t cpg = int64_t(xs[1]) / groups, opg = o / groups; // channels per group, in and out
-    bool split_groups = groups > 1 && items < threads;
+    int64_t oh = int64_t(ys[2]), ow = int64_t(ys[3]), ih = int64_t(xs[2]), iw = int64_t(xs[3]);
     // The unit of a block: 8 output channels, or enough whole groups for 8 channels.
     int64_t unit = 8, units = o / 8;
     if (groups > 1) {
@@ -441,44 +461,72 @@ bool dnnl_conv2d_forward(const Conv2dParam& pr, const Tensor& x, const Tensor& w
     // Each block must be worth its dispatch: a split of a small convolution (a voice-activity
     // model's, a few hundred thousand multiply-adds) cost more than it saved, and the model ran
     // slower on 2 threads than on 1 (0.076 -> 0.161 ms).
-    double macs = double(ys[1]) * double(ys[2]) * double(ys[3]) * double(ws[1]) * double(ws[2]) *
-                  double(ws[3]);
-    int64_t nblocks = 1;
+    double macs =
+        double(ys[1]) * double(oh) * double(ow) * double(ws[1]) * double(ws[2]) * double(ws[3]);
+    int64_t wanted = 1;
     if (items < threads)
-        nblocks = std::min({(threads + items - 1) / items, units, int64_t(macs / MIN_BLOCK_MACS)});
+        wanted = std::min((threads + items - 1) / items, int64_t(macs / PARALLEL_MIN_MACS));
+    wanted = std::max<int64_t>(wanted, 1);
+    bool bands = !deterministic && wanted > 1 && oh >= 2 * BAND_ROWS;
+    bool split_groups = !bands && groups > 1 && items < threads;
+    int64_t nblocks = bands ? std::min(wanted, oh / BAND_ROWS) : std::min(wanted, units);
     nblocks = std::max<int64_t>(nblocks, 1);
-    // Block b holds output channels [bounds[b], bounds[b + 1]), in whole units.
-    std::vector<int64_t> bounds(static_cast<size_t>(nblocks) + 1, o);
-    bounds[0] = 0;
-    for (int64_t b = 1; b < nblocks; ++b) bounds[size_t(b)] = units * b / nblocks * unit;
 
-    PlanKey key = plan_key(pr, xs, ws, 0, fusion);
+    // Block b: output channels [o0, o0 + oc) of output rows [r0, r1), from source rows
+    // [src_row, ...).
+    struct Block {
+        int64_t o0, oc, r0, r1, src_row;
+    };
+    std::vector<Block> blocks(static_cast<size_t>(nblocks));
     std::vector<std::shared_ptr<ConvPlan>> plans(static_cast<size_t>(nblocks));
+    PlanKey key = plan_key(pr, xs, ws, 0, fusion);
+    int64_t ekh = int64_t(pr.dilation_h) * (int64_t(ws[2]) - 1) + 1;
     for (int64_t b = 0; b < nblocks; ++b) {
-        key.oc = bounds[size_t(b) + 1] - bounds[size_t(b)];
-        if (split_groups) { // a grouped convolution of the block's groups alone
-            key.groups = key.oc / opg;
-            key.c = key.groups * cpg;
+        Block& blk = blocks[size_t(b)];
+        if (bands) { // all channels of rows starting at multiples of BAND_ROWS
+            auto bound = [&](int64_t i) {
+                if (i == nblocks) return oh;
+                return (2 * oh * i / nblocks + BAND_ROWS) / (2 * BAND_ROWS) * BAND_ROWS;
+            };
+            blk = {0, o, bound(b), bound(b + 1), 0};
+            int64_t in0 = blk.r0 * pr.stride_h - pr.pad_h;
+            int64_t in1 = (blk.r1 - 1) * pr.stride_h - pr.pad_h + ekh;
+            blk.src_row = std::max<int64_t>(in0, 0);
+            key.oc = o;
+            key.oh = blk.r1 - blk.r0;
+            key.h = std::min(in1, ih) - blk.src_row;
+            key.pt = blk.src_row - in0;
+            key.pb = std::max<int64_t>(in1 - ih, 0);
+            if (key.h <= 0) return false; // a band inside the padding: braid's kernel runs it
+        } else {                          // channels in whole units, all rows
+            auto bound = [&](int64_t i) { return i == nblocks ? o : units * i / nblocks * unit; };
+            blk = {bound(b), bound(b + 1) - bound(b), 0, oh, 0};
+            key.oc = blk.oc;
+            if (split_groups) { // a grouped convolution of the block's groups alone
+                key.groups = key.oc / opg;
+                key.c = key.groups * cpg;
+            }
         }
         plans[size_t(b)] = find_plan(key);
         if (!plans[size_t(b)]) return false;
-        // Every block must take the source in one layout (it is reordered once per item),
-        // unless each block reorders its own slice.
-        if (!split_groups && plans[size_t(b)]->src_md != plans[0]->src_md) return false;
+        // Blocks of channels of an ungrouped convolution take the source in one layout (it is
+        // reordered once per item).
+        if (!bands && !split_groups && plans[size_t(b)]->src_md != plans[0]->src_md) return false;
     }
     const ConvPlan& first = *plans[0];
+    bool src_per_task = bands || split_groups; // each task reorders its own part of the source
 
     const float* xp = x.ptr<float>();
     const float* wp = w.ptr<float>();
     float* yp = y.ptr<float>();
-    size_t in_plane = xs[2] * xs[3], in_item = xs[1] * in_plane, out_plane = ys[2] * ys[3];
+    size_t in_plane = size_t(ih * iw), in_item = xs[1] * in_plane, out_plane = size_t(oh * ow);
     size_t w_per_oc = ws[1] * ws[2] * ws[3];
 
     // Phase 1: the source of every batch item in the primitive's layout, in a buffer of the
-    // calling thread (the tasks of phase 2 read it); split groups reorder their own slices.
+    // calling thread (the tasks of phase 2 read it), unless each task reorders its own part.
     const float* src = xp;
     size_t src_item = in_item;
-    if (first.src_reorder && !split_groups) {
+    if (first.src_reorder && !src_per_task) {
         thread_local AlignedBuffer src_buffer;
         size_t bytes = first.src_md.get_size();
         src_item = bytes / sizeof(float);
@@ -494,15 +542,16 @@ bool dnnl_conv2d_forward(const Conv2dParam& pr, const Tensor& x, const Tensor& w
         src = dst;
     }
 
-    // Phase 2: one task per (batch item, channel block): weights of the block (scaled by the
-    // folded batch norm) into the primitive's layout, the convolution, and its output into y.
+    // Phase 2: one task per (batch item, block): weights of the block (scaled by the folded
+    // batch norm) into the primitive's layout, the convolution, and its output into y.
     parallel_for(size_t(n * nblocks), 1, [&](size_t begin, size_t end) {
         dnnl_single_thread();
         thread_local AlignedBuffer scaled_buf, dst_buf, scratch_buf, src_buf;
         for (size_t t = begin; t < end; ++t) {
             size_t item = t / size_t(nblocks), b = t % size_t(nblocks);
             const ConvPlan& plan = *plans[b];
-            size_t o0 = size_t(bounds[b]), oc = size_t(bounds[b + 1]) - o0;
+            const Block& blk = blocks[b];
+            size_t o0 = size_t(blk.o0), oc = size_t(blk.oc);
             const float* wt = wp + o0 * w_per_oc;
             if (fusion.scale) {
                 float* s = scaled_buf.get(oc * w_per_oc * sizeof(float));
@@ -523,12 +572,13 @@ bool dnnl_conv2d_forward(const Conv2dParam& pr, const Tensor& x, const Tensor& w
             } else {
                 wei_mem = memory(plan.wei_md, cpu_engine(), const_cast<float*>(wt));
             }
-            float* y_task = yp + (item * size_t(o) + o0) * out_plane;
+            float* y_task = yp + (item * size_t(o) + o0) * out_plane + size_t(blk.r0 * ow);
             float* dst = plan.dst_reorder ? dst_buf.get(plan.dst_md.get_size()) : y_task;
             memory dst_mem(plan.dst_md, cpu_engine(), dst);
             const float* task_src = src + item * src_item;
-            if (split_groups) { // channels [o0 / opg * cpg, ...) of the plain source
-                task_src = xp + item * in_item + o0 / size_t(opg) * size_t(cpg) * in_plane;
+            if (src_per_task) { // the block's channels and rows of the plain source
+                task_src = xp + item * in_item + o0 / size_t(opg) * size_t(cpg) * in_plane +
+                           size_t(blk.src_row * iw);
                 if (plan.src_reorder) {
                     float* buf = src_buf.get(plan.src_md.get_size());
                     memory from(plan.src_plain, cpu_engine(), const_cast<float*>(task_src));
@@ -554,7 +604,7 @@ bool dnnl_conv2d_forward(const Conv2dParam& pr, const Tensor& x, const Tensor& w
                 memory to(plan.dst_strided, cpu_engine(), y_task);
                 plan.dst_reorder->run(dst_mem, to, "destination reorder");
             }
-            if (epilogue) (*epilogue)(y_task, o0, oc, out_plane, out_plane);
+            if (epilogue) (*epilogue)(y_task, o0, oc, size_t((blk.r1 - blk.r0) * ow), out_plane);
         }
     });
     return true;

@@ -37,6 +37,11 @@ namespace braid::opr {
 //! Below this many elements of work a kernel runs single-threaded: waking the pool costs
 //! more than it saves, and graphs of small tensors must dispatch in well under a microsecond.
 constexpr size_t PARALLEL_MIN_ELEMS = 32768;
+//! Multiply-adds a block of a convolution (or GEMM-like kernel) split off for another thread
+//! must have: about 20 us of work, where a parallel region's hand-over costs a few. Smaller
+//! work runs as one task (a voice-activity model ran 0.076 ms on one thread, 0.161 on two,
+//! when its small convolutions were split).
+constexpr double PARALLEL_MIN_MACS = 2e6;
 
 //! Runs fn(begin, end) over [0, n), where each item costs about `work_per_item` elements:
 //! serially when the whole is small, else through the shared kernel pool in chunks of at

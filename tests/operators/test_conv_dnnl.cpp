@@ -110,6 +110,12 @@ std::vector<ConvCase> cases() {
         {{1, 16, 8, 8}, {32, 4, 3, 3}, geometry(1, 1, 1, 4), false, true, relu}, // 4 groups
         {{1, 16, 6, 6}, {16, 8, 3, 3}, geometry(1, 1, 1, 2)},  // two groups, one per block
         {{1, 24, 6, 6}, {48, 1, 3, 3}, geometry(1, 1, 1, 24)}, // depthwise, 2 outputs each
+        // A batch of one split over threads into bands of output rows (above 2M multiply-adds
+        // per band and 8 rows), each band padded at the image's edges only; the last band of a
+        // stride-2 convolution needs less padding below than the convolution has.
+        {{1, 32, 65, 40}, {24, 32, 3, 3}, geometry(2, 1), false, true, relu},
+        {{1, 16, 30, 30}, {32, 16, 5, 5}, geometry(1, 2), true},
+        {{1, 16, 100, 52}, {32, 16, 3, 3}, {2, 2, 0, 1, 1, 1, 1}},
     };
 }
 

@@ -1,6 +1,7 @@
 // Gradient rules of the dense operators: BatchedMatMul, Conv2d (through Conv2dBackwardData and
 // Conv2dBackwardFilter, whose own rules give second order), Pooling (through PoolingBackward),
 // BatchNorm and Attention (out and lse).
+#include "base/thread_pool.h"
 #include "grad_helpers.h"
 #include "reference.h"
 
@@ -133,6 +134,51 @@ TEST_F(GradDense, ConvBackwardOperatorsMatchTheirDefinition) {
     auto dy = opr::Input::make(*g, "dy", dtype::Float32(), {2, 4, 3, 3});
     expect_error<ShapeError>([&] { opr::conv2d_backward_data(w, dy, p, 7, 6); },
                              {"does not fit", "{N,4,4,8}"});
+}
+
+TEST_F(GradDense, ConvBackwardDataOfOneItemSplitsOverThreadsByChannels) {
+    // A batch of one (a transposed convolution in a detector's upsampling path) splits its
+    // input channels over the threads; each block's columns fold back onto its own channels.
+    // Overlapping windows (3x3 stride 2), non-overlapping ones (2x2 stride 2), 1x1 and groups:
+    // the adjoint identity holds, and every thread count gives the 1-thread result.
+    struct Case {
+        TensorShape x, w;
+        opr::Conv2dParam p;
+    };
+    std::vector<Case> cases = {
+        {{1, 32, 79, 80}, {16, 32, 3, 3}, {2, 2, 1, 1, 1, 1, 1}},
+        {{1, 24, 160, 160}, {96, 24, 2, 2}, {2, 2, 0, 0, 1, 1, 1}},
+        {{1, 96, 40, 40}, {64, 96, 1, 1}, {1, 1, 0, 0, 1, 1, 1}},
+        {{1, 18, 41, 40}, {32, 9, 3, 3}, {1, 1, 1, 1, 1, 1, 2}},
+    };
+    size_t saved = kernel_threads();
+    for (const auto& cs : cases) {
+        std::mt19937 rng(7);
+        auto g = ComputingGraph::make();
+        auto x = opr::Input::make(*g, "x", dtype::Float32(), cs.x);
+        auto w = opr::Input::make(*g, "w", dtype::Float32(), cs.w);
+        auto y = opr::Conv2d::make(x, w, cs.p);
+        auto dy = opr::Input::make(*g, "dy", dtype::Float32(), y.shape());
+        auto dx = opr::conv2d_backward_data(w, dy, cs.p, cs.x[2], cs.x[3]);
+        auto exec = g->compile({dx, opr::reduce_sum(y * dy), opr::reduce_sum(x * dx)});
+        exec->feed("x", random_tensor(cs.x, dtype::Float32(), rng))
+            .feed("w", random_tensor(cs.w, dtype::Float32(), rng))
+            .feed("dy", random_tensor(y.shape(), dtype::Float32(), rng));
+        Tensor one_thread;
+        for (size_t threads : {size_t(1), size_t(2), size_t(3)}) {
+            set_kernel_threads(threads);
+            exec->run();
+            std::string what =
+                fmt::format("x{} w{} threads={}", cs.x.to_string(), cs.w.to_string(), threads);
+            double a = exec->output(1).at(0), b = exec->output(2).at(0);
+            EXPECT_NEAR(a, b, 1e-4 * std::max(1.0, std::abs(a))) << what;
+            if (threads == 1)
+                one_thread = exec->output(0).copy();
+            else
+                expect_tensor_near(exec->output(0), one_thread, 1e-5, 1e-5, what);
+        }
+    }
+    set_kernel_threads(saved);
 }
 
 TEST_F(GradDense, MaxAndAveragePooling) {
