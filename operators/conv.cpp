@@ -16,7 +16,8 @@
 namespace braid::opr {
 
 Conv2d::Conv2d(VarNode* x, VarNode* w, Param param, const OperatorConfig& config)
-    : ParamOperator(param, config) {
+    : ParamOperator(param, config),
+      m_constant_weights(std::make_shared<kern::DnnlConstantWeights>()) {
     add_input(x);
     add_input(w);
     add_output();
@@ -158,7 +159,9 @@ void Conv2d::execute(ExecCtx& ctx) {
     Tensor& y = ctx.output(0);
     if (y.shape().is_empty()) return;
     Tensor yf = kern::float32_target(y);
-    if (!kern::dnnl_conv2d_forward(m_param, x, w, yf, {}, nullptr))
+    kern::DnnlConvFusion fusion;
+    fusion.constant_weights = kern::if_constant(*m_constant_weights, {input(1)});
+    if (!kern::dnnl_conv2d_forward(m_param, x, w, yf, fusion, nullptr))
         conv2d_forward(m_param, x, w, yf, nullptr);
     kern::store_float32(yf, y);
 }

@@ -21,6 +21,10 @@
 
 namespace braid::opr {
 
+namespace kern {
+class DnnlConstantWeights; // operators/dnnl_kernels.h
+}
+
 //! Geometry of Conv2d. Strides and dilations must be >= 1, paddings >= 0 (zero padding),
 //! groups >= 1 and must divide both the input and the output channels.
 struct Conv2dParam {
@@ -58,6 +62,10 @@ public:
     void init_output_dtypes() override;
     bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
     void execute(ExecCtx& ctx) override;
+
+private:
+    //! The oneDNN kernel's weights, kept while they are constants.
+    std::shared_ptr<kern::DnnlConstantWeights> m_constant_weights;
 };
 
 /*!

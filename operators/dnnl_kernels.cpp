@@ -1,4 +1,5 @@
 #include "operators/dnnl_kernels.h"
+#include "operators/io.h"
 
 #include <atomic>
 #include <cstdlib>
@@ -51,7 +52,17 @@ void set_dnnl_conv_enabled(bool on) {
     g_dnnl_state.store(on ? 1 : 0);
 }
 
+DnnlConstantWeights* if_constant(DnnlConstantWeights& kept, std::initializer_list<VarNode*> vars) {
+    for (VarNode* v : vars)
+        if (!v || !dynamic_cast<ImmutableTensor*>(v->owner())) return nullptr;
+    return &kept;
+}
+
 #if !BRAID_WITH_DNNL
+
+struct DnnlConstantWeights::Impl {};
+DnnlConstantWeights::DnnlConstantWeights() = default;
+DnnlConstantWeights::~DnnlConstantWeights() = default;
 
 bool dnnl_conv2d_forward(const Conv2dParam&, const Tensor&, const Tensor&, Tensor&,
                          const DnnlConvFusion&, const ConvEpilogue*) {
@@ -190,7 +201,10 @@ struct ConvChoice {
  * thread, including the reorders from and to NCHW:
  *  - 3x3 stride 1: Winograd F(2x2, 3x3) (jit_fp32_wino_2x3:avx512_core, nChw16c) runs the
  *    64->64 56x56 case in ~1.05 ms against ~2.0 ms for the direct kernels, which already run
- *    near the FMA peak; it needs AVX-512, and is skipped elsewhere;
+ *    near the FMA peak; it needs AVX-512, and is skipped elsewhere, and on outputs of fewer
+ *    than 4 rows or columns, where most of its tiles are padding (a text recognizer's 1024->64
+ *    3x3 on a 1x40 map: 0.67 ms against 0.21 ms for the direct kernel, which skips the kernel
+ *    rows that fall on padding);
  *  - direct, nChw8c (jit:avx2): 2.05 ms for the same case; reorders from and to NCHW cost a
  *    few percent. oneDNN's own pick (tag::any: brgconv:avx512_core in NHWC) runs the
  *    convolution as fast but its NHWC -> NCHW reorder costs 4x more (0.8 ms for the 7x7/2 stem's
@@ -202,7 +216,7 @@ struct ConvChoice {
 std::vector<ConvChoice> conv_choices(const PlanKey& k) {
     std::vector<ConvChoice> choices;
     if (k.kh == 3 && k.kw == 3 && k.sh == 1 && k.sw == 1 && k.dh == 1 && k.dw == 1 &&
-        k.groups == 1 && !k.exact)
+        k.groups == 1 && !k.exact && k.oh >= 4 && k.ow >= 4)
         choices.push_back({dnnl::algorithm::convolution_winograd, tag::any, tag::any});
     tag src_blocked = k.c / k.groups < 8 ? tag::any : tag::nChw8c;
     choices.push_back({dnnl::algorithm::convolution_direct, src_blocked, tag::nChw8c});
@@ -299,6 +313,17 @@ std::shared_ptr<ConvPlan> find_plan(const PlanKey& k) {
     return cache.emplace(k, plan).first->second;
 }
 
+using PackedFloats = std::vector<float, AlignedAllocator<float>>;
+
+//! `plain` (a task's OIHW weights) in `plan`'s weight layout.
+PackedFloats reorder_weights(const ConvPlan& plan, const float* plain) {
+    PackedFloats packed(plan.wei_md.get_size() / sizeof(float));
+    memory from(plan.wei_plain, cpu_engine(), const_cast<float*>(plain));
+    memory to(plan.wei_md, cpu_engine(), packed.data());
+    plan.wei_reorder->run(from, to, "weight reorder");
+    return packed;
+}
+
 /*!
  * Weights in a primitive's layout, with the plain (scaled) weights they were made from.
  * Reordering is cheap for the direct kernels but not for Winograd's weight transform (~0.5 ms
@@ -308,7 +333,7 @@ std::shared_ptr<ConvPlan> find_plan(const PlanKey& k) {
  */
 struct PackedWeights {
     std::vector<float> plain;
-    std::vector<float, AlignedAllocator<float>> packed;
+    PackedFloats packed;
 };
 
 /*!
@@ -344,10 +369,7 @@ std::shared_ptr<const PackedWeights> packed_weights(const ConvPlan& plan, const 
     }
     auto fresh = std::make_shared<PackedWeights>();
     fresh->plain.assign(plain, plain + count);
-    fresh->packed.resize(plan.wei_md.get_size() / sizeof(float));
-    memory from(plan.wei_plain, cpu_engine(), const_cast<float*>(plain));
-    memory to(plan.wei_md, cpu_engine(), fresh->packed.data());
-    plan.wei_reorder->run(from, to, "weight reorder");
+    fresh->packed = reorder_weights(plan, plain);
     std::lock_guard lock(mutex);
     size_t bytes = (fresh->plain.size() + fresh->packed.size()) * sizeof(float);
     // Bounded: past 256 MiB of kept weights, start over.
@@ -423,6 +445,36 @@ bool braid_kernel_faster(const Conv2dParam& pr, const TensorShape& ws) {
 }
 
 } // namespace
+
+//! One operator's kept weights: per (primitive, first output channel of the block).
+struct DnnlConstantWeights::Impl {
+    struct Entry {
+        std::shared_ptr<const void> plan; //!< kept alive: the plan cache may drop it
+        int64_t o0;
+        std::shared_ptr<const float> weights;
+    };
+    std::mutex mutex;
+    std::vector<Entry> entries;
+
+    //! The weights of (plan, o0), made by make() (outside the lock) when there are none yet.
+    template <typename Make>
+    std::shared_ptr<const float> get(const std::shared_ptr<const void>& plan, int64_t o0,
+                                     Make&& make) {
+        {
+            std::lock_guard lock(mutex);
+            for (const auto& e : entries)
+                if (e.plan == plan && e.o0 == o0) return e.weights;
+        }
+        auto buffer = std::make_shared<const PackedFloats>(make());
+        std::shared_ptr<const float> weights(buffer, buffer->data());
+        std::lock_guard lock(mutex);
+        entries.push_back({plan, o0, weights});
+        return weights;
+    }
+};
+
+DnnlConstantWeights::DnnlConstantWeights() : m_impl(std::make_unique<Impl>()) {}
+DnnlConstantWeights::~DnnlConstantWeights() = default;
 
 bool dnnl_conv2d_forward(const Conv2dParam& pr, const Tensor& x, const Tensor& w, Tensor& y,
                          const DnnlConvFusion& fusion, const ConvEpilogue* epilogue) {
@@ -552,8 +604,10 @@ bool dnnl_conv2d_forward(const Conv2dParam& pr, const Tensor& x, const Tensor& w
             const ConvPlan& plan = *plans[b];
             const Block& blk = blocks[b];
             size_t o0 = size_t(blk.o0), oc = size_t(blk.oc);
-            const float* wt = wp + o0 * w_per_oc;
-            if (fusion.scale) {
+            // The block's weights, scaled by the folded batch norm.
+            auto scaled = [&]() -> const float* {
+                const float* wt = wp + o0 * w_per_oc;
+                if (!fusion.scale) return wt;
                 float* s = scaled_buf.get(oc * w_per_oc * sizeof(float));
                 for (size_t r = 0; r < oc; ++r) {
                     float a = fusion.scale[o0 + r];
@@ -561,16 +615,24 @@ bool dnnl_conv2d_forward(const Conv2dParam& pr, const Tensor& x, const Tensor& w
                     float* out = s + r * w_per_oc;
                     for (size_t i = 0; i < w_per_oc; ++i) out[i] = in[i] * a;
                 }
-                wt = s;
-            }
+                return s;
+            };
             memory wei_mem;
             std::shared_ptr<const PackedWeights> packed;
-            if (plan.wei_reorder) {
-                packed = packed_weights(plan, wp + o0 * w_per_oc, wt, oc * w_per_oc);
+            std::shared_ptr<const float> kept;
+            if (fusion.constant_weights && (plan.wei_reorder || fusion.scale)) {
+                kept = fusion.constant_weights->impl().get(plans[b], blk.o0, [&] {
+                    const float* wt = scaled();
+                    return plan.wei_reorder ? reorder_weights(plan, wt)
+                                            : PackedFloats(wt, wt + oc * w_per_oc);
+                });
+                wei_mem = memory(plan.wei_md, cpu_engine(), const_cast<float*>(kept.get()));
+            } else if (plan.wei_reorder) {
+                packed = packed_weights(plan, wp + o0 * w_per_oc, scaled(), oc * w_per_oc);
                 wei_mem =
                     memory(plan.wei_md, cpu_engine(), const_cast<float*>(packed->packed.data()));
             } else {
-                wei_mem = memory(plan.wei_md, cpu_engine(), const_cast<float*>(wt));
+                wei_mem = memory(plan.wei_md, cpu_engine(), const_cast<float*>(scaled()));
             }
             float* y_task = yp + (item * size_t(o) + o0) * out_plane + size_t(blk.r0 * ow);
             float* dst = plan.dst_reorder ? dst_buf.get(plan.dst_md.get_size()) : y_task;

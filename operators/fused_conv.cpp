@@ -36,7 +36,8 @@ bool is_channel_stat(const TensorShape& s, size_t o) {
 } // namespace
 
 FusedConv2d::FusedConv2d(const VarNodeArray& inputs, Param param, const OperatorConfig& config)
-    : ParamOperator(param, config) {
+    : ParamOperator(param, config),
+      m_constant_weights(std::make_shared<kern::DnnlConstantWeights>()) {
     for (auto* in : inputs) add_input(in);
     add_output();
 }
@@ -146,8 +147,13 @@ void FusedConv2d::execute(ExecCtx& ctx) {
         for (size_t c = 0; c < o; ++c) shift[c] = (bias ? bias[c] * mul[c] : 0.f) + add[c];
         fusion.scale = mul.data();
         fusion.shift = shift.data();
+        // The multiplier comes from the batch norm's scale and variance.
+        size_t bn0 = m_param.has_bias ? 3 : 2;
+        fusion.constant_weights =
+            kern::if_constant(*m_constant_weights, {input(1), input(bn0), input(bn0 + 3)});
     } else {
         fusion.shift = bias;
+        fusion.constant_weights = kern::if_constant(*m_constant_weights, {input(1)});
     }
     fusion.relu = m_param.has_activation && m_param.activation == ElemMode::RELU;
     ConvEpilogue act_epilogue = [&](float* yb, size_t, size_t rows, size_t cols, size_t ld) {

@@ -56,6 +56,10 @@ public:
     void init_output_dtypes() override;
     bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
     void execute(ExecCtx& ctx) override;
+
+private:
+    //! The oneDNN kernel's weights (batch norm folded in), kept while they are constants.
+    std::shared_ptr<kern::DnnlConstantWeights> m_constant_weights;
 };
 
 } // namespace braid::opr

@@ -41,7 +41,9 @@ struct ConvGraph {
     Tensor x;
 };
 
-ConvGraph build(const ConvCase& c, uint32_t seed = 5) {
+//! With `constant`, the weights and batch norm are constants (ImmutableTensor, as a model's
+//! initializers), whose oneDNN forms are made once and kept by the operator.
+ConvGraph build(const ConvCase& c, uint32_t seed = 5, bool constant = false) {
     register_all_operators();
     std::mt19937 rng(seed);
     size_t o = c.w[0];
@@ -54,7 +56,9 @@ ConvGraph build(const ConvCase& c, uint32_t seed = 5) {
          var = stat(.5, 2);
     cg.x = random_tensor(c.x, dtype::Float32(), rng, -1, 1);
     auto g = ComputingGraph::make({});
-    auto param = [&](const std::shared_ptr<Tensor>& t) { return opr::SharedParam::make(*g, t); };
+    auto param = [&](const std::shared_ptr<Tensor>& t) {
+        return constant ? opr::ImmutableTensor::make(*g, *t) : opr::SharedParam::make(*g, t);
+    };
     auto xv = opr::Input::make(*g, "x", dtype::Float32(), c.x);
     auto y = opr::Conv2d::make(xv, param(cg.weight), c.p);
     if (c.bias) y = y + param(bias).reshape({1, long(o), 1, 1});
@@ -126,13 +130,16 @@ TEST(Conv2dDnnl, MatchesIm2colKernelOverGeometriesAndThreadCounts) {
     size_t saved = kernel_threads();
     for (size_t threads : {size_t(1), size_t(2), size_t(3)}) {
         set_kernel_threads(threads);
-        for (const auto& c : cases()) {
-            auto cg = build(c);
-            Tensor fallback = run(cg, false);
-            Tensor dnnl = run(cg, true);
-            expect_tensor_near(dnnl, fallback, RTOL, ATOL,
-                               describe(c) + fmt::format(" threads={}", threads));
-        }
+        for (const auto& c : cases())
+            for (bool constant : {false, true}) {
+                auto cg = build(c, 5, constant);
+                Tensor fallback = run(cg, false);
+                std::string what =
+                    describe(c) + fmt::format(" threads={} constant={}", threads, constant);
+                // Twice: the second run of constant weights uses the kept ones.
+                expect_tensor_near(run(cg, true), fallback, RTOL, ATOL, what);
+                expect_tensor_near(run(cg, true), fallback, RTOL, ATOL, what + " (again)");
+            }
     }
     set_kernel_threads(saved);
 }
