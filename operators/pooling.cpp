@@ -160,6 +160,39 @@ void max_pool_plane(const PoolGeometry& g, const float* x, float* y, float* rowm
     }
 }
 
+/*!
+ * Max pooling with windows that tile the input (window = stride, no padding: 2x2/2, 1x2/(1,2))
+ * over output rows [r0, r1) of all planes taken as one sequence (row r is row r % oh of plane
+ * r / oh): each output element straight from its KH·KW inputs, no row buffer. On small maps
+ * the separable pass cost more per row than the row's work (a speech embedding's five pools
+ * on 16-32 pixel rows: 84 us where this takes 22).
+ */
+template <int KH, int KW>
+void max_pool_tiles(const PoolGeometry& g, const float* x, float* y, size_t r0, size_t r1) {
+    const size_t oh = size_t(g.oh), ow = size_t(g.ow), w = size_t(g.w), in_plane = g.h * w;
+    for (size_t r = r0; r < r1; ++r) {
+        const float* in = x + r / oh * in_plane + r % oh * KH * w;
+        float* out = y + r * ow;
+        for (size_t j = 0; j < ow; ++j) {
+            float m = in[j * KW];
+            for (int a = 0; a < KH; ++a)
+                for (int b = a == 0 ? 1 : 0; b < KW; ++b) m = max_nan(m, in[a * w + j * KW + b]);
+            out[j] = m;
+        }
+    }
+}
+
+//! max_pool_tiles() for the window, or null where it has no specialization.
+using TilePool = void (*)(const PoolGeometry&, const float*, float*, size_t, size_t);
+TilePool tile_pool(const PoolGeometry& g) {
+    if (g.kh != g.sh || g.kw != g.sw || g.ph != 0 || g.pw != 0) return nullptr;
+    if (g.kh == 2 && g.kw == 2) return max_pool_tiles<2, 2>;
+    if (g.kh == 1 && g.kw == 2) return max_pool_tiles<1, 2>;
+    if (g.kh == 2 && g.kw == 1) return max_pool_tiles<2, 1>;
+    if (g.kh == 3 && g.kw == 3) return max_pool_tiles<3, 3>;
+    return nullptr;
+}
+
 void avg_pool_plane(const PoolGeometry& g, bool include_pad, const float* x, float* y) {
     float full = 1.f / float(g.kh * g.kw);
     for (ptrdiff_t i = 0; i < g.oh; ++i) {
@@ -195,6 +228,13 @@ void Pooling::execute(ExecCtx& ctx) {
     const float* xp = x.ptr<float>();
     float* yp = yf.ptr<float>();
     bool is_max = p.mode == PoolMode::MAX;
+    if (TilePool tiles = is_max ? tile_pool(g) : nullptr) {
+        size_t rows = xs[0] * xs[1] * ys[2], row_work = ys[3] * size_t(p.window_h * p.window_w);
+        parallel_for(rows, std::max<size_t>(1, 16384 / std::max<size_t>(row_work, 1)),
+                     [&](size_t begin, size_t end) { tiles(g, xp, yp, begin, end); });
+        kern::store_float32(yf, y);
+        return;
+    }
     parallel_for(xs[0] * xs[1], std::max<size_t>(1, 16384 / std::max<size_t>(work, 1)),
                  [&](size_t begin, size_t end) {
                      std::vector<float> rowmax(is_max ? size_t(g.w) : 0);

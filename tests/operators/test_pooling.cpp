@@ -82,6 +82,13 @@ TEST(PoolingOpr, MaxAndAverageOverWindowStridePaddingCombos) {
         {{1, 1, 1, 1}, 2, 2, 1, 1, 1, 1},  // 1x1 input, windows mostly padding
         {{0, 3, 4, 4}, 2, 2, 2, 2, 0, 0},  // empty batch
         {{3, 2, 10, 3}, 4, 1, 3, 1, 2, 0}, // odd strides
+        // Windows that tile the input (window = stride, no padding), with rows and columns
+        // left over, and one large enough to split over threads:
+        {{2, 3, 9, 11}, 2, 2, 2, 2, 0, 0},
+        {{1, 5, 7, 10}, 1, 2, 1, 2, 0, 0},
+        {{2, 2, 7, 5}, 2, 1, 2, 1, 0, 0},
+        {{2, 4, 10, 9}, 3, 3, 3, 3, 0, 0},
+        {{1, 24, 74, 33}, 2, 2, 2, 2, 0, 0},
     };
     for (auto& g : geos)
         for (auto mode : {opr::PoolMode::MAX, opr::PoolMode::AVERAGE})
@@ -104,6 +111,8 @@ TEST(PoolingOpr, MaxPropagatesNaN) {
         t.ptr<float>()[5] = std::nanf(""); // row 1, column 1 of a 4x4 plane
     };
     check_pool({1, 1, 4, 4}, {opr::PoolMode::MAX, 2, 2, 2, 2, 0, 0}, dense_dtypes()[0], fill);
+    check_pool({1, 1, 4, 4}, {opr::PoolMode::MAX, 1, 2, 1, 2, 0, 0}, dense_dtypes()[0], fill);
+    check_pool({1, 1, 4, 4}, {opr::PoolMode::MAX, 3, 3, 1, 1, 1, 1}, dense_dtypes()[0], fill);
 }
 
 TEST(PoolingOpr, FreeFunctionsDefaultStrideToWindow) {
