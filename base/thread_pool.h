@@ -5,7 +5,8 @@
 // (a second comp node's worker, say) runs its loop serially instead of oversubscribing the
 // cores. Thread-safe. A worker that finishes a region polls for the next one for a moment
 // (200 µs) before it sleeps on a condition variable, so a run of small kernels keeps both
-// threads busy and an idle pool uses no CPU.
+// threads busy and an idle pool uses no CPU. Once every chunk of a region is taken the region
+// closes: its caller waits for the workers running chunks, never for one still waking up.
 //
 // A run may cap the threads its kernels use (KernelThreadCap), and a run with a RunControl
 // (base/run_control.h) stops between chunks once cancelled or past its deadline.

@@ -141,6 +141,25 @@ TEST(ThreadPool, ParallelForCoversEveryIndexOnce) {
                  ValueError);
 }
 
+TEST(ThreadPool, RegionsAfterTheWorkersSleptCoverEveryIndexOnce) {
+    // Workers asleep (past their poll) wake to regions the caller may have finished and closed
+    // alone; they must neither run a chunk twice nor touch a region that is gone. Small and
+    // large regions, each after a pause longer than the workers' poll.
+    size_t saved = kernel_threads();
+    for (size_t threads : {size_t(2), size_t(3)}) {
+        set_kernel_threads(threads);
+        for (int r = 0; r < 40; ++r) {
+            std::this_thread::sleep_for(std::chrono::microseconds(r % 2 ? 300 : 50));
+            std::vector<std::atomic<int>> hits(r % 4 < 2 ? 64 : 20000);
+            parallel_for(hits.size(), 8, [&](size_t b, size_t e) {
+                for (size_t i = b; i < e; ++i) hits[i]++;
+            });
+            for (auto& h : hits) ASSERT_EQ(h.load(), 1) << "threads " << threads << " round " << r;
+        }
+    }
+    set_kernel_threads(saved);
+}
+
 namespace {
 
 //! The ids of this process's threads.
