@@ -116,6 +116,27 @@ void im2col(const Geometry& g, const float* x, size_t p0, size_t p1, float* cols
 void col2im(const Geometry& g, const float* cols, size_t c0, size_t c1, size_t p0, size_t p1,
             float* dx) {
     size_t width = p1 - p0;
+    if (g.kh <= size_t(g.sh) && g.kw <= size_t(g.sw) && g.ph == 0 && g.pw == 0 && g.dh == 1 &&
+        g.dw == 1) {
+        // Windows that do not overlap and lie inside the image (a transposed convolution's
+        // 2x2/2 upsampling): each column element has its own output, no bounds to check; one
+        // division per output row segment instead of the general walk (the text detector's
+        // two upsamplings 0.86 -> 0.52 ms on one thread).
+        for (size_t c = c0; c < c1; ++c)
+            for (size_t i = 0; i < g.kh; ++i)
+                for (size_t j = 0; j < g.kw; ++j) {
+                    const float* src = cols + (((c - c0) * g.kh + i) * g.kw + j) * width;
+                    for (size_t p = p0; p < p1;) {
+                        size_t oy = p / g.ow, ox = p % g.ow, seg = std::min(p1 - p, g.ow - ox);
+                        float* dst =
+                            dx + (c * g.h + oy * size_t(g.sh) + i) * g.w + ox * size_t(g.sw) + j;
+                        const float* s = src + (p - p0);
+                        for (size_t x = 0; x < seg; ++x) dst[x * size_t(g.sw)] += s[x];
+                        p += seg;
+                    }
+                }
+        return;
+    }
     for_each_col(g, c0, c1, p0, p1, [&](size_t row, size_t c, size_t p, size_t ih, size_t iw) {
         dx[(c * g.h + ih) * g.w + iw] += cols[row * width + p - p0];
     });

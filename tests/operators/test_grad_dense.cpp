@@ -136,11 +136,12 @@ TEST_F(GradDense, ConvBackwardOperatorsMatchTheirDefinition) {
                              {"does not fit", "{N,4,4,8}"});
 }
 
-TEST_F(GradDense, ConvBackwardDataOfOneItemSplitsOverThreadsByChannels) {
+TEST_F(GradDense, ConvBackwardDataSplitsOverThreadsByChannelsAndMatchesItsAdjoint) {
     // A batch of one (a transposed convolution in a detector's upsampling path) splits its
     // input channels over the threads; each block's columns fold back onto its own channels.
-    // Overlapping windows (3x3 stride 2), non-overlapping ones (2x2 stride 2), 1x1 and groups:
-    // the adjoint identity holds, and every thread count gives the 1-thread result.
+    // Overlapping windows (3x3 stride 2), non-overlapping ones (2x2 stride 2, whose col2im
+    // takes a path of its own), 1x1 and groups: the adjoint identity holds, and every thread
+    // count gives the 1-thread result.
     struct Case {
         TensorShape x, w;
         opr::Conv2dParam p;
@@ -150,6 +151,9 @@ TEST_F(GradDense, ConvBackwardDataOfOneItemSplitsOverThreadsByChannels) {
         {{1, 24, 160, 160}, {96, 24, 2, 2}, {2, 2, 0, 0, 1, 1, 1}},
         {{1, 96, 40, 40}, {64, 96, 1, 1}, {1, 1, 0, 0, 1, 1, 1}},
         {{1, 18, 41, 40}, {32, 9, 3, 3}, {1, 1, 1, 1, 1, 1, 2}},
+        // Windows that do not overlap, smaller than the stride, rows and columns left over:
+        {{1, 4, 9, 10}, {8, 4, 1, 2}, {2, 3, 0, 0, 1, 1, 1}},
+        {{2, 6, 11, 13}, {4, 3, 2, 2}, {2, 2, 0, 0, 1, 1, 2}},
     };
     size_t saved = kernel_threads();
     for (const auto& cs : cases) {
