@@ -6,10 +6,11 @@
 // no bias input: add one with an elementwise op (y + b.reshape({1, O, 1, 1})).
 // Dtypes: x and w share one float dtype; float16 and bfloat16 are computed in float32.
 // Kernels: oneDNN's JIT convolutions where braid is built with oneDNN and it has one for the
-// case (operators/dnnl_kernels.h: Winograd for 3x3 stride 1 on AVX-512, direct nChw8c kernels
-// otherwise); else im2col + sgemm, cut into (batch item, group, block of output pixels) tasks
-// that the pool runs in parallel; a block's im2col columns stay in cache for its GEMM; 1x1
-// kernels with stride 1 and no padding skip im2col. Memory: planned output, never in place.
+// case (operators/dnnl_kernels.h: Winograd for 3x3 stride 1 on AVX-512, direct blocked kernels
+// otherwise); else, and for pointwise, one-input-channel and 1xK / Kx1 kernels, im2col + sgemm,
+// cut into (batch item, group, block of output pixels) tasks that the pool runs in parallel; a
+// block's im2col columns stay in cache for its GEMM; 1x1 kernels with stride 1 and no padding
+// skip im2col. Memory: planned output, never in place.
 #pragma once
 
 #include "graph/computing_graph.h"

@@ -5,8 +5,10 @@
 // Threading follows the policy of operators/dense_kernels.h: braid's pool is the only source of
 // parallelism. Every oneDNN primitive runs single-threaded on the thread that executes it
 // (kern::dnnl_single_thread() sets that thread's OpenMP thread count to 1 before its first
-// call, so no OpenMP team is ever created), and braid splits a convolution into (batch item,
-// block of output channels) tasks, each its own primitive execution, run by parallel_for.
+// call, so no OpenMP team is ever created), and braid splits a convolution into tasks of one
+// batch item each, and a batch of fewer items than threads into bands of output rows (or blocks
+// of output channels where there are few rows), each its own primitive execution, run by
+// parallel_for.
 //
 // Primitives are created once per geometry and cached (process-wide, thread-safe). Weights in
 // the primitive's layout are kept per (primitive, weight buffer) with a copy of the plain
