@@ -20,6 +20,9 @@ bool chainable_mode(ElemMode mode) {
     case ElemMode::RELU:
     case ElemMode::SQUARE:
     case ElemMode::SQRT:
+    case ElemMode::ROUND: // quantization: round(x / scale) + zero point, clipped
+    case ElemMode::FLOOR:
+    case ElemMode::CEIL:
     case ElemMode::ADD:
     case ElemMode::SUB:
     case ElemMode::MUL:

@@ -382,6 +382,36 @@ TEST(Fusion, AnElementwiseChainRunsAsOneOperatorWithTheSameBits) {
     }
 }
 
+TEST(Fusion, QuantizationArithmeticIsOneChainWithTheSameBits) {
+    // DynamicQuantizeLinear's elementwise part, clip(round(x / scale) + zp, 0, 255), and the
+    // floor and ceiling of a scaled value: one pass, bitwise as the operators one by one
+    // (round half to even: x / scale lands on halves).
+    std::mt19937 rng(23);
+    Tensor x = random_tensor({3, 40000}, dtype::Float32(), rng, -300, 300);
+    for (size_t i = 0; i < 64; ++i) x.ptr<float>()[i] = float(i) * 0.25f - 8.f; // halves
+    std::vector<Tensor> results;
+    for (bool fusion : {true, false}) {
+        register_all_operators();
+        GraphOptions opt;
+        opt.enable_fusion = fusion;
+        auto g = ComputingGraph::make(opt);
+        auto k = [&](double v) {
+            return opr::ImmutableTensor::make_scalar(*g, v, dtype::Float32());
+        };
+        auto xv = opr::Input::make(*g, "x", dtype::Float32(), x.shape());
+        auto q = opr::clip(opr::round(opr::true_div(xv, k(0.5))) + k(3), 0.0, 255.0);
+        auto f = opr::floor(xv * k(0.1)) + opr::ceil(xv * k(0.3));
+        auto exec = g->compile({q, f});
+        if (fusion) EXPECT_EQ(count_type(*exec, "ElemwiseChain"), 2u);
+        if (fusion) EXPECT_EQ(count_type(*exec, "Elemwise"), 0u);
+        exec->feed("x", x).run();
+        results.push_back(exec->output(0).copy());
+        results.push_back(exec->output(1).copy());
+    }
+    for (size_t i = 0; i < 2; ++i)
+        expect_tensor_near(results[i], results[i + 2], 0, 0, fmt::format("output {}", i));
+}
+
 TEST(Fusion, AChainKeepsAnIntermediateSomethingElseReads) {
     // The clipped value is an output: the chain ends there, and the rest (a Mul and a Div)
     // becomes a second chain reading it.
