@@ -213,8 +213,8 @@ struct ConvChoice {
  *  - depthwise convolutions (fewer than 8 input channels per group) in nChw16c where the
  *    channels fill its blocks, else nChw8c: oneDNN's own pick, brdgmm_dw in NHWC, runs them as
  *    fast, but the reorders from and to NCHW cost more than the convolution (1x200x2x96: 10 us
- *    each way around a 10 us convolution). Text recognizer 9.3 -> 8.1 ms, detector 11.4 ->
- *    10.3 ms, direction classifier 0.59 -> 0.52 ms (nChw8c; 200 channels do not fill 16-blocks,
+ *    each way around a 10 us convolution). Text recognizer 9.3 -> 8.2 ms, detector 11.4 ->
+ *    10.3 ms, direction classifier 0.59 -> 0.51 ms (nChw8c; 200 channels do not fill 16-blocks,
  *    and nChw16c gave 0.56), one thread.
  * Winograd's transforms round otherwise than a sum of products, so an exact convolution
  * (Conv2dParam::exact: integers, as the ONNX integer convolutions compute) skips it.
