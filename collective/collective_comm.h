@@ -97,6 +97,9 @@ public:
     //! Never merged: equal-looking collectives of one rank are distinct exchanges.
     bool allow_dedup() const override { return false; }
     std::string peer_group() const override { return m_param.key; }
+    std::shared_ptr<comm::GroupClient> group_client() const override {
+        return m_param.group_client;
+    }
     void wait_queued_work() override;
     void init_output_dtypes() override;
     bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;

@@ -60,6 +60,9 @@ public:
     //! Never merged: each send or recv is one transfer with its peer.
     bool allow_dedup() const override { return false; }
     std::string peer_group() const override { return m_param.key; }
+    std::shared_ptr<comm::GroupClient> group_client() const override {
+        return m_param.group_client;
+    }
     ValueInference value_inference() const override { return ValueInference::NONE; }
     void wait_queued_work() override;
 

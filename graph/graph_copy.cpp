@@ -105,7 +105,9 @@ SymbolVarArray rebuild_operator(OperatorNode& opr, ComputingGraph& target,
     desc->dump_params(opr, writer);
     MemoryParamReader reader(fields, desc->version, opr.describe());
     OperatorConfig config(opr.name(), keep_comp_node ? opr.comp_node() : CompNode());
-    static const CollectiveBinding collective;
+    // An operator that communicates stays bound to its group manager's client.
+    CollectiveBinding collective;
+    collective.group_client = opr.group_client();
     static const std::map<std::string, std::string> bindings;
     static const std::map<std::string, TensorShape> input_shapes;
     OprLoadContext ctx{target, inputs, reader, config, collective, bindings, input_shapes};
@@ -137,29 +139,37 @@ SymbolVarArray copy_operator(OperatorNode& opr, ComputingGraph& target,
 SymbolVarArray copy_graph(const SymbolVarArray& outputs, ComputingGraph& target,
                           const std::map<VarNode*, SymbolVar>& replace, bool keep_comp_nodes) {
     CopiedVars copied(replace.begin(), replace.end());
-    // Depth first from the outputs; each operator after its inputs' operators.
-    std::vector<std::pair<OperatorNode*, size_t>> stack;
+    if (outputs.empty()) return {};
+    // The operators the outputs need, through their inputs and extra dependencies (a gradient's
+    // side effect, an order imposed after the fact), copied in the source's insertion order:
+    // that order is topological, and a comp node runs its operators in it (graph/schedule.h).
+    std::unordered_map<OperatorNode*, bool> needed;
+    std::vector<OperatorNode*> stack;
     auto visit = [&](VarNode* v) {
-        if (!copied.count(v)) stack.push_back({v->owner(), 0});
+        if (!copied.count(v)) stack.push_back(v->owner());
     };
-    for (auto& out : outputs) {
-        visit(out.node());
-        while (!stack.empty()) {
-            auto& [opr, next] = stack.back();
-            if (copied.count(opr->outputs()[0])) {
-                stack.pop_back();
-                continue;
-            }
-            if (next < opr->inputs().size()) {
-                VarNode* in = opr->inputs()[next++];
-                visit(in);
-                continue;
-            }
-            OperatorNode* done = opr;
-            stack.pop_back();
-            copy_operator(*done, target, copied, keep_comp_nodes);
-        }
+    ComputingGraph& source = *outputs[0].node()->owner()->graph();
+    for (auto& out : outputs) visit(out.node());
+    while (!stack.empty()) {
+        OperatorNode* opr = stack.back();
+        stack.pop_back();
+        if (needed[opr]) continue;
+        needed[opr] = true;
+        for (VarNode* in : opr->inputs()) visit(in);
+        for (VarNode* out : opr->outputs())
+            for (VarNode* dep : source.extra_deps(out)) visit(dep);
     }
+    std::vector<OperatorNode*> order;
+    for (auto& opr : source.operators())
+        if (needed.count(opr.get())) {
+            order.push_back(opr.get());
+            copy_operator(*opr, target, copied, keep_comp_nodes);
+        }
+    for (OperatorNode* opr : order)
+        for (VarNode* out : opr->outputs())
+            for (VarNode* dep : source.extra_deps(out))
+                if (copied.count(dep))
+                    target.add_extra_dep(copied.at(out).node(), copied.at(dep).node());
     SymbolVarArray res;
     for (auto& out : outputs) res.push_back(copied.at(out.node()));
     return res;

@@ -31,6 +31,9 @@
 
 namespace braid {
 
+namespace comm {
+class GroupClient;
+}
 class Hasher;
 
 //! Where an operator's output tensor comes from during execution.
@@ -143,6 +146,9 @@ public:
     virtual bool allow_dedup() const { return true; }
     //! Short params text for messages, e.g. "ADD"; empty when none.
     virtual std::string param_string() const { return {}; }
+    //! The group manager's client of an operator that communicates (set at run time, never
+    //! stored); an in-memory copy (graph/graph_copy.h) is bound to the same one.
+    virtual std::shared_ptr<comm::GroupClient> group_client() const { return nullptr; }
 
     // ---- 2. dtype ----
     //! Sets every output's dtype; default: all outputs take input 0's dtype.
