@@ -9,6 +9,12 @@
 //     mpirun -np 4 ./build/examples/pipeline_mlp --backend mpi [--schedule ...]
 //         one stage per process (backend "mpi"); they meet through comm::MpiRendezvous, and
 //         every process trains the reference and checks its own stage
+//     ./build/examples/pipeline_mlp --stage-begin 0,4 --stage-devices 2,2
+//         stages of several ranks (parallel/sharded_pipeline.h): each stage's operators sharded
+//         over its ranks by the intra-operator ILP, ranks as threads on cpu0, cpu1, ...
+//     ./build/examples/pipeline_mlp --auto-stages 4
+//         the stages and their ranks chosen by the inter-operator pass
+//         (parallel/stage_sharding.h, analytic costs), then trained as above
 //     --sweep    every schedule and B = 1, 2, 4, 8 in one run (the equality check of both)
 //     --profile  the stages' Alpa-style profiles (parallel/pipeline_profile.h), table and JSON,
 //                instead of the check; --widths, --activation, --activate-last, --stage-begin
@@ -22,6 +28,8 @@
 #include "parallel/pipeline.h"
 #include "parallel/pipeline_model.h"
 #include "parallel/pipeline_profile.h"
+#include "parallel/sharded_pipeline.h"
+#include "parallel/stage_sharding.h"
 
 #include <CLI/CLI.hpp>
 
@@ -44,6 +52,8 @@ struct Options {
     bool sweep = false, profile = false, activate_last = false;
     std::vector<size_t> widths{16, 64, 64, 64, 64, 64, 64, 64, 4}; //!< 8 layers, 2 per stage
     std::vector<size_t> stage_begin;                               //!< empty: equal layers
+    std::vector<uint32_t> stage_devices; //!< ranks per stage (sharded stages); empty: one each
+    uint32_t auto_stages = 0;            //!< devices for the inter-operator pass to plan over
     std::string activation = "tanh";
 };
 
@@ -56,36 +66,6 @@ opr::OptimizerConfig sgd() {
     c.lr = 0.02f;
     c.momentum = 0.9f;
     return c;
-}
-
-std::vector<std::pair<Tensor, Tensor>> make_batches(const PipelineModel& m, const Options& o) {
-    std::mt19937 rng(2024);
-    std::normal_distribution<float> d(0.f, 1.f);
-    std::vector<std::pair<Tensor, Tensor>> out;
-    for (int s = 0; s < o.steps; ++s) {
-        Tensor x({o.batch, m.input_width}, dtype::Float32());
-        Tensor y({o.batch, m.label_width}, dtype::Float32());
-        for (size_t i = 0; i < x.shape().total_nr_elems(); ++i) x.ptr<float>()[i] = d(rng);
-        for (size_t i = 0; i < y.shape().total_nr_elems(); ++i) y.ptr<float>()[i] = d(rng);
-        out.emplace_back(x, y);
-    }
-    return out;
-}
-
-std::vector<double> train_reference(const PipelineModel& model,
-                                    const std::vector<std::pair<Tensor, Tensor>>& data,
-                                    size_t batch) {
-    auto g = ComputingGraph::make();
-    auto l = build_sequential_loss(*g, model, batch);
-    std::vector<OutputSpec> outs{l.loss};
-    for (auto& u : opr::minimize(l.loss, l.params, sgd())) outs.push_back(u);
-    auto exec = g->compile(outs);
-    std::vector<double> losses;
-    for (auto& [x, y] : data) {
-        exec->feed("x", x).feed("labels", y).run();
-        losses.push_back(exec->output(0).at(0));
-    }
-    return losses;
 }
 
 PipelineOptions pipeline_options(const Options& o, const PipelineModel& model,
@@ -123,7 +103,7 @@ std::vector<std::pair<PipelineSchedule, uint32_t>> cases(const Options& o) {
 int run_profile(const Options& o) {
     auto [schedule, b] = cases(o).front();
     auto model = make_model(o);
-    auto data = make_batches(model, o);
+    auto data = random_batches(model, size_t(o.steps), o.batch, 2024);
     PipelineTrainer trainer(model, pipeline_options(o, model, schedule, b));
     std::vector<StageProfile> profiles;
     for (uint32_t i = 0; i < trainer.nr_stages(); ++i)
@@ -135,14 +115,54 @@ int run_profile(const Options& o) {
     return 0;
 }
 
-int run_threads(const Options& o) {
-    if (o.profile) return run_profile(o);
+//! Stages of several ranks: given (--stage-devices) or chosen (--auto-stages).
+int run_sharded(Options o) {
     bool ok = true;
     for (auto [schedule, b] : cases(o)) {
         auto model = make_model(o);
         auto reference = clone_model(model);
-        auto data = make_batches(model, o);
-        auto ref_losses = train_reference(reference, data, o.batch);
+        auto data = random_batches(model, size_t(o.steps), o.batch, 2024);
+        auto ref_losses = train_on_one_device(reference, data, sgd());
+        ShardedPipelineOptions so;
+        so.pipeline = pipeline_options(o, model, schedule, b);
+        so.stage_devices = o.stage_devices;
+        if (o.auto_stages) {
+            AutoShardOptions costs; // analytic, as the sharded stages are planned
+            auto part = auto_partition_submeshes(
+                model.layers.size(), o.auto_stages, b, [&](size_t a, size_t e, uint32_t m) {
+                    return sharded_stage_cost(model, a, e, m, o.batch / b, costs);
+                });
+            so.pipeline.stage_begin = part.stage_begin;
+            so.stage_devices = part.stage_devices;
+        }
+        ShardedPipelineTrainer trainer(model, so);
+        std::printf("%u stages on %u ranks (threads, backend local), schedule %s, %u "
+                    "micro-batches of %zu rows, %d steps\n%s",
+                    trainer.nr_stages(), trainer.nr_ranks(), pipeline_schedule_name(schedule), b,
+                    o.batch / b, o.steps, trainer.to_string().c_str());
+        for (int s = 0; s < o.steps; ++s) {
+            double loss = trainer.step(data[s].first, data[s].second);
+            if (s % 5 == 0 || s + 1 == o.steps)
+                std::printf("step %3d  loss: pipeline %.6f  reference %.6f\n", s, loss,
+                            ref_losses[s]);
+        }
+        double d = max_relative_difference(model, reference);
+        ok &= d <= kTolerance;
+        std::printf("max relative difference from the reference %.3g (%s %.0e)\n", d,
+                    d <= kTolerance ? "within" : "NOT within", kTolerance);
+    }
+    return ok ? 0 : 1;
+}
+
+int run_threads(const Options& o) {
+    if (o.profile) return run_profile(o);
+    if (!o.stage_devices.empty() || o.auto_stages) return run_sharded(o);
+    bool ok = true;
+    for (auto [schedule, b] : cases(o)) {
+        auto model = make_model(o);
+        auto reference = clone_model(model);
+        auto data = random_batches(model, size_t(o.steps), o.batch, 2024);
+        auto ref_losses = train_on_one_device(reference, data, sgd());
         PipelineTrainer trainer(model, pipeline_options(o, model, schedule, b));
         std::printf("%u stages as threads (backend local), schedule %s, %u micro-batches of %zu "
                     "rows, %d steps\n",
@@ -177,8 +197,8 @@ int run_mpi(Options o) {
     for (auto [schedule, b] : cases(o)) {
         auto model = make_model(o);
         auto reference = clone_model(model);
-        auto data = make_batches(model, o);
-        auto ref_losses = train_reference(reference, data, o.batch);
+        auto data = random_batches(model, size_t(o.steps), o.batch, 2024);
+        auto ref_losses = train_on_one_device(reference, data, sgd());
         auto options = pipeline_options(o, model, schedule, b);
         options.client = rendezvous->client();
         options.comp_node = [](uint32_t) { return std::string("cpu0"); };
@@ -235,13 +255,27 @@ int main(int argc, char** argv) {
                  "print the stages' profiles instead of checking against one device (threads)");
     app.add_option("--widths", o.widths, "the MLP's widths, input first (comma-separated)")
         ->delimiter(',');
+    app.add_option("--stage-devices", o.stage_devices,
+                   "ranks of each stage (comma-separated): stages sharded over several ranks")
+        ->delimiter(',');
+    app.add_option("--auto-stages", o.auto_stages,
+                   "choose the stages and their ranks over this many devices, then train")
+        ->check(CLI::Range(1, 64));
     app.add_option("--stage-begin", o.stage_begin, "first layer of each stage (comma-separated)")
         ->delimiter(',');
     app.add_option("--activation", o.activation, "tanh or relu")
         ->check(CLI::IsMember({"tanh", "relu"}));
     app.add_flag("--activate-last", o.activate_last, "the activation after the last layer too");
     CLI11_PARSE(app, argc, argv);
-    if (!o.stage_begin.empty()) o.stages = uint32_t(o.stage_begin.size());
+    if (!o.stage_begin.empty())
+        o.stages = uint32_t(o.stage_begin.size());
+    else if (!o.stage_devices.empty())
+        o.stages = uint32_t(o.stage_devices.size());
+    if (o.backend == "mpi" && (!o.stage_devices.empty() || o.auto_stages)) {
+        std::fprintf(stderr, "pipeline_mlp: --stage-devices and --auto-stages run the ranks as "
+                             "threads (backend local), not under mpi\n");
+        return 2;
+    }
     try {
         register_all_operators();
         return o.backend == "mpi" ? run_mpi(o) : run_threads(o);

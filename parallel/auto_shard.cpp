@@ -179,6 +179,12 @@ std::vector<double> AutoSharder::Impl::operator_times() {
         return t;
     }
     // Measured: run the analysed graph on one device, each operator's kernel time per run.
+    for (auto* o : oprs)
+        if (auto type = std::string(o->type_name()); type == "RemoteSend" || type == "RemoteRecv")
+            BRAID_THROW(ValueError,
+                        "auto-shard: {} transfers to another rank, so the graph cannot run "
+                        "alone to measure its operators; plan it with analytic costs",
+                        o->describe());
     auto exec = graph->compile(std::vector<OutputSpec>(outputs.begin(), outputs.end()));
     std::mt19937 rng(7);
     std::uniform_real_distribution<float> uni(-1.f, 1.f);
@@ -240,17 +246,26 @@ void AutoSharder::Impl::build_groups(bool merge) {
                 Group& g = groups[group_of[*from]];
                 size_t member_of_from =
                     std::find(g.members.begin(), g.members.end(), *from) - g.members.begin();
+                // It follows: it reads its input as the producer placed it (a replicated
+                // producer keeps a replicated follower). Cheapest given the producer's placement
+                // only when no strategy reads it as it is (a partial sum, say): a slice of a
+                // replicated input costs nothing, so the cheapest would split every follower and
+                // leave the resharding to whatever reads it next.
                 for (auto& choice : g.member_choice) {
                     const MeshPlacement& given = cands[*from][choice[member_of_from]].outputs[0];
                     size_t best = 0;
                     double best_cost = std::numeric_limits<double>::infinity();
-                    for (size_t j = 0; j < cands[v].size(); ++j) {
-                        double c = cands[v][j].compute_s +
-                                   edge_cost(v, input_k, given, cands[v][j].inputs[input_k]);
-                        if (c < best_cost) {
-                            best_cost = c;
-                            best = j;
+                    for (bool exact : {true, false}) {
+                        for (size_t j = 0; j < cands[v].size(); ++j) {
+                            if (exact && cands[v][j].inputs[input_k] != given) continue;
+                            double c = cands[v][j].compute_s +
+                                       edge_cost(v, input_k, given, cands[v][j].inputs[input_k]);
+                            if (c < best_cost) {
+                                best_cost = c;
+                                best = j;
+                            }
                         }
+                        if (best_cost < std::numeric_limits<double>::infinity()) break;
                     }
                     choice.push_back(best);
                 }

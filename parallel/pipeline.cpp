@@ -345,6 +345,7 @@ PipelineStage build_pipeline_stage(const PipelineModel& model, const PipelineOpt
         st.op_range.emplace_back(begin, g.operators().size());
     }
     // The update, once per step, on the mean over the micro-batches.
+    st.first_update = outputs.size();
     for (size_t p = 0; p < params.size(); ++p) {
         SymbolVar mean = nr_mb > 1 ? acc[p] * (1.0 / double(nr_mb)) : acc[p];
         mean.rename(fmt::format("grad/{}", params[p].name()));
@@ -355,24 +356,29 @@ PipelineStage build_pipeline_stage(const PipelineModel& model, const PipelineOpt
         outputs.emplace_back(st.mean_loss);
     }
     st.step = g.compile(outputs);
+    for (auto& out : outputs) st.step_outputs.push_back(SymbolVar(out.var));
     return st;
 }
 
+Tensor microbatch_rows(const Tensor& t, uint32_t microbatches, uint32_t j,
+                       const std::string& what) {
+    if (t.shape().ndim() != 2 || t.shape()[0] % microbatches != 0)
+        BRAID_THROW(ShapeError,
+                    "{}: a batch of shape {} does not split into {} micro-batches of rows", what,
+                    t.shape().to_string(), microbatches);
+    size_t n = t.shape()[0] / microbatches;
+    TensorShape shape = t.shape();
+    shape[0] = n;
+    return t.view(TensorLayout(shape, t.dtype()), j * n * (t.nr_bytes() / t.shape()[0]));
+}
+
 void PipelineStage::feed(const Tensor& x, const Tensor& y) {
-    auto rows_of = [&](const Tensor& t, uint32_t j) {
-        size_t n = t.shape()[0] / microbatches;
-        TensorShape shape = t.shape();
-        shape[0] = n;
-        return t.view(TensorLayout(shape, t.dtype()), j * n * (t.nr_bytes() / t.shape()[0]));
-    };
-    for (auto* t : {&x, &y})
-        if (t->shape().ndim() != 2 || t->shape()[0] % microbatches != 0)
-            BRAID_THROW(ShapeError,
-                        "pipeline stage {}: a batch of shape {} does not split into {} "
-                        "micro-batches of rows",
-                        index, t->shape().to_string(), microbatches);
-    for (uint32_t j = 0; j < inputs.size(); ++j) step->feed(inputs[j], rows_of(x, j));
-    for (uint32_t j = 0; j < labels.size(); ++j) step->feed(labels[j], rows_of(y, j));
+    std::string what = fmt::format("pipeline stage {}", index);
+    for (auto* t : {&x, &y}) microbatch_rows(*t, microbatches, 0, what); // both checked first
+    for (uint32_t j = 0; j < inputs.size(); ++j)
+        step->feed(inputs[j], microbatch_rows(x, microbatches, j, what));
+    for (uint32_t j = 0; j < labels.size(); ++j)
+        step->feed(labels[j], microbatch_rows(y, microbatches, j, what));
 }
 
 double PipelineStage::loss() const {
@@ -403,27 +409,35 @@ double PipelineTrainer::step(const Tensor& x, const Tensor& labels) {
     return step_only(x, labels, all);
 }
 
-double PipelineTrainer::step_only(const Tensor& x, const Tensor& labels,
-                                  const std::vector<uint32_t>& stages) {
-    std::vector<std::string> errors(stages.size());
+void run_concurrently(const std::vector<std::pair<std::string, std::function<void()>>>& jobs) {
+    std::vector<std::string> errors(jobs.size());
     std::vector<std::thread> threads;
-    for (size_t k = 0; k < stages.size(); ++k)
+    for (size_t k = 0; k < jobs.size(); ++k)
         threads.emplace_back([&, k] {
             try {
-                auto& st = m_stages.at(stages[k]);
-                st.feed(x, labels);
-                st.step->run();
+                jobs[k].second();
             } catch (const std::exception& e) {
                 errors[k] = e.what();
             }
         });
     for (auto& t : threads) t.join();
     std::string failed;
-    for (size_t k = 0; k < stages.size(); ++k)
+    for (size_t k = 0; k < jobs.size(); ++k)
         if (!errors[k].empty())
-            failed += fmt::format("{}pipeline stage {}: {}", failed.empty() ? "" : "\n", stages[k],
-                                  errors[k]);
+            failed += fmt::format("{}{}: {}", failed.empty() ? "" : "\n", jobs[k].first, errors[k]);
     if (!failed.empty()) BRAID_THROW(Error, "{}", failed);
+}
+
+double PipelineTrainer::step_only(const Tensor& x, const Tensor& labels,
+                                  const std::vector<uint32_t>& stages) {
+    std::vector<std::pair<std::string, std::function<void()>>> jobs;
+    for (uint32_t i : stages)
+        jobs.emplace_back(fmt::format("pipeline stage {}", i), [&, i] {
+            auto& st = m_stages.at(i);
+            st.feed(x, labels);
+            st.step->run();
+        });
+    run_concurrently(jobs);
     return m_stages.back().mean_loss.valid() &&
                    std::find(stages.begin(), stages.end(), nr_stages() - 1) != stages.end()
                ? m_stages.back().loss()

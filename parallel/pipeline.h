@@ -149,6 +149,10 @@ struct PipelineStage {
     std::vector<SymbolVar> inputs, labels; //!< per micro-batch ("x/<j>", "labels/<j>")
     SymbolVar mean_loss;                   //!< last stage: the mean of the micro-batches' losses
     size_t nr_accumulators = 0;            //!< gradient accumulator adds in the graph
+    //! What `step` computes: the activation sends' placeholders, then one ParamUpdate per
+    //! parameter of the stage's layers (in layer order), then the last stage's mean loss.
+    SymbolVarArray step_outputs;
+    size_t first_update = 0; //!< index of the first ParamUpdate in step_outputs
 
     //! Feeds micro-batch j's rows of x {batch, input_width} and labels (views, no copy; keep
     //! them alive until the step finished).
@@ -187,6 +191,14 @@ private:
     PipelineOptions m_options;
     std::vector<PipelineStage> m_stages;
 };
+
+//! Micro-batch j's rows of t {batch, ...} cut into `microbatches` (a view, no copy). Throws
+//! ShapeError naming `what` when t is not 2-d or its rows do not split.
+Tensor microbatch_rows(const Tensor& t, uint32_t microbatches, uint32_t j, const std::string& what);
+
+//! Runs every job on a thread of its own and waits for all of them; when jobs failed, throws
+//! Error with one line per failed job: "<its name>: <its error>".
+void run_concurrently(const std::vector<std::pair<std::string, std::function<void()>>>& jobs);
 
 /*!
  * The largest number of micro-batches whose forward activations one stage's memory plan

@@ -52,6 +52,38 @@ PipelineModel clone_model(const PipelineModel& model) {
     return copy;
 }
 
+std::vector<std::pair<Tensor, Tensor>> random_batches(const PipelineModel& model, size_t steps,
+                                                      size_t batch, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> d(0.f, 1.f);
+    std::vector<std::pair<Tensor, Tensor>> out;
+    for (size_t s = 0; s < steps; ++s) {
+        Tensor x({batch, model.input_width}, dtype::Float32());
+        Tensor y({batch, model.label_width}, dtype::Float32());
+        for (size_t i = 0; i < x.shape().total_nr_elems(); ++i) x.ptr<float>()[i] = d(rng);
+        for (size_t i = 0; i < y.shape().total_nr_elems(); ++i) y.ptr<float>()[i] = d(rng);
+        out.emplace_back(x, y);
+    }
+    return out;
+}
+
+std::vector<double> train_on_one_device(const PipelineModel& model,
+                                        const std::vector<std::pair<Tensor, Tensor>>& batches,
+                                        const opr::OptimizerConfig& optimizer) {
+    if (batches.empty()) return {};
+    auto g = ComputingGraph::make();
+    auto l = build_sequential_loss(*g, model, batches[0].first.shape()[0]);
+    std::vector<OutputSpec> outs{l.loss};
+    for (auto& u : opr::minimize(l.loss, l.params, optimizer)) outs.push_back(u);
+    auto exec = g->compile(outs);
+    std::vector<double> losses;
+    for (auto& [x, y] : batches) {
+        exec->feed("x", x).feed("labels", y).run();
+        losses.push_back(exec->output(0).at(0));
+    }
+    return losses;
+}
+
 double max_relative_difference(const PipelineModel& a, const PipelineModel& b) {
     if (a.layers.size() != b.layers.size())
         BRAID_THROW(ValueError, "models of {} and {} layers", a.layers.size(), b.layers.size());

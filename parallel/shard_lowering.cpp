@@ -8,6 +8,7 @@
 #include "operators/tensor_manip.h"
 #include "parallel/sharded_tensor.h"
 
+#include <cstring>
 #include <unordered_map>
 
 namespace braid::parallel {
@@ -78,7 +79,19 @@ SpmdFunction lower_plan(const AutoSharder& planner, const ShardPlan& plan, Lower
                     inputs.push_back(read(opr.input(k), ignores_input_placement(opr, k)
                                                             ? MeshPlacement{}
                                                             : s.inputs[k]));
-                if (type == "Reshape" || type == "AxisAddRemove" || type == "Broadcast") {
+                bool transfer = type == "RemoteSend" || type == "RemoteRecv";
+                if (transfer && ctx.rank() != 0) {
+                    // Only the first rank transfers (shard_strategies.h). A recv is zeros here
+                    // (its Partial(sum) placement); a send stands for its resharded input, so
+                    // what waits for the send waits for this rank's part of that resharding.
+                    if (type == "RemoteSend") {
+                        outs = {inputs.at(0)};
+                    } else {
+                        Tensor zero(opr.output(0)->shape(), opr.output(0)->dtype());
+                        std::memset(zero.raw_ptr(), 0, zero.nr_bytes());
+                        outs = {opr::ImmutableTensor::make(g, zero, config)};
+                    }
+                } else if (type == "Reshape" || type == "AxisAddRemove" || type == "Broadcast") {
                     // To the local shape (a shape input, global, is not read).
                     auto shape =
                         mesh_local_shape(opr.output(0)->shape(), s.outputs[0], mesh.shape());
@@ -104,6 +117,15 @@ SpmdFunction lower_plan(const AutoSharder& planner, const ShardPlan& plan, Lower
                 placed[opr.output(k)] = s.outputs[k];
             }
         }
+        // Orders imposed after the fact (a gradient's side effect, a send delayed past a later
+        // recv) hold between the lowered vars too.
+        for (auto& c : plan.operators)
+            for (auto* out : c.opr->outputs())
+                for (auto* dep : c.opr->graph()->extra_deps(out)) {
+                    VarNode* v = local.at(out).front().second.node();
+                    VarNode* d = local.at(dep).front().second.node();
+                    if (v != d) g.add_extra_dep(v, d);
+                }
         SymbolVarArray results;
         for (auto& out : planner.outputs())
             results.push_back(read(out.node(), replicated_placement(mesh.ndim())));

@@ -342,6 +342,14 @@ std::vector<OperatorStrategy> enumerate_strategies(const OperatorNode& opr, cons
         s.compute_s = full_time;
         return s;
     };
+    if (std::string(opr.type_name()) == "RemoteRecv") {
+        // What a transfer from another stage brings: received by the mesh's first rank, zeros
+        // on the others, so a partial sum of the ranks (its readers' all-reduce spreads it).
+        OperatorStrategy s = replicated();
+        s.name = "received by rank 0";
+        s.outputs[0].assign(mesh.ndim(), Partial{ReduceOp::SUM});
+        return {s};
+    }
     if (!od) return {replicated()};
     // Every output must carry each split dim, or be its reduction.
     std::vector<int> choices{-1};

@@ -11,7 +11,9 @@
 // it is Replicate, and an output of a split reduction dim is Partial (sum, max or min). Dims
 // that cannot be split (softmax's axis, a layer norm's normalized dims, attention's sequence
 // dims, convolution's spatial dims) are never chosen. An operator of any other type keeps one
-// strategy: everything replicated.
+// strategy: everything replicated. A RemoteRecv (a pipeline stage's transfer from its
+// neighbour) is received by the mesh's first rank only: its output is Partial(sum), zeros on
+// the other ranks; a RemoteSend reads its input replicated and sends from the first rank.
 #pragma once
 
 #include "parallel/mesh.h"

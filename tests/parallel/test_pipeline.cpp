@@ -37,36 +37,6 @@ opr::OptimizerConfig sgd() {
     return c;
 }
 
-std::vector<std::pair<Tensor, Tensor>> batches(const PipelineModel& m, int steps) {
-    std::mt19937 rng(11);
-    std::normal_distribution<float> d(0.f, 1.f);
-    std::vector<std::pair<Tensor, Tensor>> out;
-    for (int s = 0; s < steps; ++s) {
-        Tensor x({kBatch, m.input_width}, dtype::Float32()),
-            y({kBatch, m.label_width}, dtype::Float32());
-        for (size_t i = 0; i < x.shape().total_nr_elems(); ++i) x.ptr<float>()[i] = d(rng);
-        for (size_t i = 0; i < y.shape().total_nr_elems(); ++i) y.ptr<float>()[i] = d(rng);
-        out.emplace_back(x, y);
-    }
-    return out;
-}
-
-//! Trains `model` on one device on the whole batches; returns the losses.
-std::vector<double> train_reference(const PipelineModel& model,
-                                    const std::vector<std::pair<Tensor, Tensor>>& data) {
-    auto g = ComputingGraph::make();
-    auto l = build_sequential_loss(*g, model, kBatch);
-    std::vector<OutputSpec> outs{l.loss};
-    for (auto& u : opr::minimize(l.loss, l.params, sgd())) outs.push_back(u);
-    auto exec = g->compile(outs);
-    std::vector<double> losses;
-    for (auto& [x, y] : data) {
-        exec->feed("x", x).feed("labels", y).run();
-        losses.push_back(exec->output(0).at(0));
-    }
-    return losses;
-}
-
 PipelineOptions options(uint32_t stages, uint32_t microbatches, PipelineSchedule schedule,
                         size_t nr_layers) {
     PipelineOptions o;
@@ -146,8 +116,8 @@ TEST_P(PipelineEquality, ParametersAfterTenStepsEqualOneDevice) {
     auto [schedule, stages, microbatches] = GetParam();
     auto model = small_model();
     auto reference = clone_model(model);
-    auto data = batches(model, kSteps);
-    auto ref_losses = train_reference(reference, data);
+    auto data = random_batches(model, kSteps, kBatch, 11);
+    auto ref_losses = train_on_one_device(reference, data, sgd());
 
     PipelineTrainer trainer(model, options(stages, microbatches, schedule, model.layers.size()));
     for (int s = 0; s < kSteps; ++s) {
@@ -209,7 +179,7 @@ TEST(PipelineFailure, AStageThatNeverRunsIsNamedByEveryOtherWithinTheDeadline) {
     setenv("BRAID_COMM_TIMEOUT", "1", 1);
     auto model = small_model();
     PipelineTrainer t(model, options(3, 2, PipelineSchedule::ONE_F_ONE_B, 6));
-    auto data = batches(model, 2);
+    auto data = random_batches(model, 2, kBatch, 11);
     t.step(data[0].first, data[0].second); // every stage joined its transfers
     auto begin = std::chrono::steady_clock::now();
     try {
