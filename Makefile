@@ -16,7 +16,7 @@ SANITIZER_ENV = ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/scripts/tsan.supp
 
-.PHONY: all bootstrap configure build run test test-isa test-smoke check-fresh fuzz-build fuzz bench bench-vs-ort bench-real-models bench-serve check-asan check-tsan format \
+.PHONY: all bootstrap configure build run test test-isa test-smoke check-fresh fuzz-build fuzz bench bench-vs-ort bench-real-models bench-memory bench-serve check-asan check-tsan format \
 	clean
 
 all: build
@@ -113,6 +113,11 @@ bench-vs-ort: build
 bench-real-models: build
 	bash tests/models/run.sh $(BUILD_DIR) > /dev/null
 	node bench/vs_ort/real_models.js $(BUILD_DIR)
+
+# What a braid-run process holds above its baseline against what each run needs: the example
+# models, and the real-model suite's where tests/models/run.sh fetched them (docs/performance.md).
+bench-memory: build
+	bash bench/memory_overhead.sh $(BUILD_DIR)
 
 # braid-serve under wrk: the example mlp, batch-1 requests, concurrency 1/8/64, batching off/on
 # (docs/performance.md). Builds only what it runs.

@@ -109,6 +109,17 @@ void print_text(const RunConfig& cfg, const RunResult& r) {
             std::printf("memory (the planner report is unavailable in this build; summary from "
                         "static shapes):\n%s",
                         r0.memory_report.c_str());
+        const ProcessMemory &before = r.memory_before, &after = r0.memory;
+        if (!r0.memory_report.empty() && r0.memory_report.back() != '\n') std::printf("\n");
+        std::printf("process: %s resident before loading, peak %s (%s above); the run needs %s "
+                    "(parameters and constants, arena, own allocations, inputs%s); after the "
+                    "run %s anonymous (%s generated code), %s file-backed\n",
+                    format_bytes(before.rss).c_str(), format_bytes(after.peak_rss).c_str(),
+                    format_bytes(after.peak_rss - std::min(after.peak_rss, before.rss)).c_str(),
+                    format_bytes(r.need_bytes()).c_str(),
+                    r0.has_subgraphs ? "; not those of its If and Loop subgraphs" : "",
+                    format_bytes(after.anon).c_str(), format_bytes(after.jit_code).c_str(),
+                    format_bytes(after.file).c_str());
     }
     if (!cfg.profile_path.empty())
         std::printf("profile: %s (Chrome trace; open in Perfetto)\n", cfg.profile_path.c_str());
@@ -186,6 +197,20 @@ void print_json(const RunConfig& cfg, const RunResult& r) {
     j["outputs"] = outputs_json(r0.outputs);
     if (cfg.mem_report)
         j["memory"] = {{"planner_report", r0.planner_report}, {"text", r0.memory_report}};
+    auto process_json = [](const ProcessMemory& m) {
+        return nlohmann::ordered_json{{"rss", m.rss},
+                                      {"peak_rss", m.peak_rss},
+                                      {"anon", m.anon},
+                                      {"file", m.file},
+                                      {"jit_code", m.jit_code}};
+    };
+    j["process_memory"] = {{"before_load", process_json(r.memory_before)},
+                           {"after_run", process_json(r0.memory)},
+                           {"need", r.need_bytes()},
+                           {"need_counts_subgraphs", !r0.has_subgraphs},
+                           {"constants", r0.constant_bytes},
+                           {"arena", r0.arena_bytes},
+                           {"own_allocations", r0.own_allocation_bytes}};
     if (!cfg.profile_path.empty()) j["profile"] = cfg.profile_path;
     if (!r.note.empty()) j["note"] = r.note;
     // Names and paths that are not UTF-8 are printed with U+FFFD in place of the bad bytes.

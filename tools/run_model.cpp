@@ -293,10 +293,26 @@ RankResult run_rank(const RunConfig& cfg, int rank, embed::Model& model, double 
             exec.set_step_observer(nullptr);
             r.trace = trace->take();
         }
+        // Read before braid-run copies the outputs for its report: the model's, not the tool's.
+        r.memory = read_process_memory();
         for (size_t i = 0; i < loaded.outputs.size(); ++i)
             r.outputs.emplace_back(loaded.outputs[i].name, ctx->impl().output_tensor(i).copy());
         return 0;
     });
+    std::set<const uint8_t*> constants;
+    for (auto& opr : loaded.graph->operators()) {
+        const Tensor* t = nullptr;
+        if (auto* param = dynamic_cast<opr::SharedParam*>(opr.get())) t = param->param().get();
+        if (auto* imm = dynamic_cast<opr::ImmutableTensor*>(opr.get())) t = &imm->value();
+        if (t && t->raw_ptr() && constants.insert(t->raw_ptr()).second)
+            r.constant_bytes += t->nr_bytes();
+        std::string type = opr->type_name();
+        r.has_subgraphs |= type == "If" || type == "Loop";
+    }
+    for (auto& node : exec.memory_report().nodes) {
+        r.arena_bytes += node.arena_capacity_bytes;
+        r.own_allocation_bytes += node.own_allocation_bytes;
+    }
     if (cfg.mem_report) {
         if (auto report = planner_report(exec)) {
             r.memory_report = *report;
@@ -592,6 +608,16 @@ std::pair<std::string, Tensor> parse_binding(const std::string& text) {
     return {name, t};
 }
 
+size_t RunResult::need_bytes() const {
+    size_t bytes = ranks.empty() ? 0 : ranks[0].constant_bytes;
+    for (auto& r : ranks) bytes += r.arena_bytes + r.own_allocation_bytes;
+    for (auto& in : inputs) {
+        bytes += in.value.nr_bytes();
+        for (auto& e : in.elements) bytes += e.nr_bytes();
+    }
+    return bytes;
+}
+
 LatencyStats latency_stats(std::vector<double> samples) {
     LatencyStats s;
     s.count = samples.size();
@@ -613,6 +639,7 @@ LatencyStats latency_stats(std::vector<double> samples) {
 
 RunResult run_model(const RunConfig& cfg) {
     RunResult result;
+    result.memory_before = read_process_memory();
     check_rank_flags(cfg);
     // Declared before the model, so that the model (and its communicators) goes first.
     std::unique_ptr<comm::MpiRendezvous> rendezvous;

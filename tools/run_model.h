@@ -5,6 +5,7 @@
 
 #include "braid.h"
 #include "tools/mem_summary.h"
+#include "tools/process_memory.h"
 
 #include <chrono>
 #include <map>
@@ -116,6 +117,12 @@ struct RankResult {
     std::vector<TraceEvent> trace;
     std::string memory_report; //!< empty unless --mem-report
     bool planner_report = false;
+    size_t constant_bytes = 0; //!< the graph's parameters and constants, each once
+    //! Whether the graph has subgraphs (If, Loop): their constants and arenas are not counted.
+    bool has_subgraphs = false;
+    size_t arena_bytes = 0;          //!< held by the memory plan, every comp node
+    size_t own_allocation_bytes = 0; //!< fetched outputs kept apart from the arena
+    ProcessMemory memory;            //!< the process after the last iteration (model alive)
 };
 
 //! Everything braid-run reports.
@@ -130,6 +137,11 @@ struct RunResult {
     //! Whether this process prints the report and writes --output-dir (under --backend mpi,
     //! MPI rank 0 alone does).
     bool report = true;
+    //! The process before the model was loaded (ranks[i].memory: after the iterations).
+    ProcessMemory memory_before;
+    //! What the run needs: rank 0's parameters and constants (the ranks of one process share
+    //! them), every rank's arena and own allocations, the inputs.
+    size_t need_bytes() const;
 };
 
 //! Latency summary over iterations, in ms.

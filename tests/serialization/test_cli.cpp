@@ -10,6 +10,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <filesystem>
 #include <fstream>
@@ -240,6 +241,33 @@ TEST(BraidRunCli, RandomShapeOutputDirProfileAndMemReport) {
     EXPECT_THAT(text, HasSubstr("\"name\":\"iteration 1\""));
     EXPECT_THAT(r.out, HasSubstr("memory"));
     EXPECT_THAT(r.out, HasSubstr("cpu:default: "));
+}
+
+TEST(BraidRunCli, ProcessMemoryIsReportedAgainstWhatTheRunNeeds) {
+    auto r = run(RUN, {MLP, "--json", "--iter", "2", "--input", "x=random:4x784"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    auto j = nlohmann::json::parse(r.out);
+    const auto& p = j.at("process_memory");
+    size_t params = j.at("parameter_bytes"), constants = p.at("constants");
+    // The parameters, and the few scalar constants the graph adds.
+    EXPECT_GE(constants, params);
+    EXPECT_LT(constants, params + 4096);
+    size_t arena = p.at("arena"), own = p.at("own_allocations"), need = p.at("need");
+    EXPECT_GT(arena, 0u);
+    EXPECT_EQ(need, constants + arena + own + 4 * 784 * sizeof(float));
+    EXPECT_TRUE(p.at("need_counts_subgraphs").get<bool>());
+    const auto &before = p.at("before_load"), &after = p.at("after_run");
+    EXPECT_GT(size_t(before.at("rss")), 0u);
+    EXPECT_GE(size_t(after.at("peak_rss")), size_t(after.at("rss")));
+    EXPECT_GE(size_t(after.at("peak_rss")), size_t(before.at("rss")));
+    EXPECT_LE(size_t(after.at("jit_code")), size_t(after.at("anon")));
+    EXPECT_GT(size_t(after.at("anon")), 0u);
+    EXPECT_GT(size_t(after.at("file")), 0u);
+
+    auto t = run(RUN, {MLP, "--iter", "1", "--mem-report"});
+    ASSERT_EQ(t.status, 0) << t.err;
+    EXPECT_THAT(t.out, HasSubstr("resident before loading, peak "));
+    EXPECT_THAT(t.out, HasSubstr("(parameters and constants, arena, own allocations, inputs)"));
 }
 
 TEST(BraidRunCli, UsageErrorsExitWithStatus2) {
