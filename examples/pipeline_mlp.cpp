@@ -68,6 +68,23 @@ opr::OptimizerConfig sgd() {
     return c;
 }
 
+//! A fresh model, its copy trained on one device (the reference), the batches, the reference's
+//! losses.
+struct Trial {
+    PipelineModel model, reference;
+    std::vector<std::pair<Tensor, Tensor>> data;
+    std::vector<double> ref_losses;
+};
+
+Trial make_trial(const Options& o) {
+    Trial t;
+    t.model = make_model(o);
+    t.reference = clone_model(t.model);
+    t.data = random_batches(t.model, size_t(o.steps), o.batch, 2024);
+    t.ref_losses = train_on_one_device(t.reference, t.data, sgd());
+    return t;
+}
+
 PipelineOptions pipeline_options(const Options& o, const PipelineModel& model,
                                  PipelineSchedule schedule, uint32_t microbatches) {
     PipelineOptions p;
@@ -119,10 +136,7 @@ int run_profile(const Options& o) {
 int run_sharded(Options o) {
     bool ok = true;
     for (auto [schedule, b] : cases(o)) {
-        auto model = make_model(o);
-        auto reference = clone_model(model);
-        auto data = random_batches(model, size_t(o.steps), o.batch, 2024);
-        auto ref_losses = train_on_one_device(reference, data, sgd());
+        auto [model, reference, data, ref_losses] = make_trial(o);
         ShardedPipelineOptions so;
         so.pipeline = pipeline_options(o, model, schedule, b);
         so.stage_devices = o.stage_devices;
@@ -159,10 +173,7 @@ int run_threads(const Options& o) {
     if (!o.stage_devices.empty() || o.auto_stages) return run_sharded(o);
     bool ok = true;
     for (auto [schedule, b] : cases(o)) {
-        auto model = make_model(o);
-        auto reference = clone_model(model);
-        auto data = random_batches(model, size_t(o.steps), o.batch, 2024);
-        auto ref_losses = train_on_one_device(reference, data, sgd());
+        auto [model, reference, data, ref_losses] = make_trial(o);
         PipelineTrainer trainer(model, pipeline_options(o, model, schedule, b));
         std::printf("%u stages as threads (backend local), schedule %s, %u micro-batches of %zu "
                     "rows, %d steps\n",
@@ -195,10 +206,7 @@ int run_mpi(Options o) {
     uint32_t rank = uint32_t(rendezvous->world_rank());
     int failed = 0;
     for (auto [schedule, b] : cases(o)) {
-        auto model = make_model(o);
-        auto reference = clone_model(model);
-        auto data = random_batches(model, size_t(o.steps), o.batch, 2024);
-        auto ref_losses = train_on_one_device(reference, data, sgd());
+        auto [model, reference, data, ref_losses] = make_trial(o);
         auto options = pipeline_options(o, model, schedule, b);
         options.client = rendezvous->client();
         options.comp_node = [](uint32_t) { return std::string("cpu0"); };
