@@ -107,7 +107,21 @@ std::optional<double> sharded_stage_cost(const PipelineModel& model, size_t begi
     SymbolVarArray grads = grad(opr::reduce_sum(y * gy), wrt);
     try {
         AutoSharder planner(grads, Mesh({devices}, {"x"}), options);
-        return planner.solve().predicted_s;
+        double t = planner.solve().predicted_s;
+        // The transfers with the neighbours, which the plan of the layers alone does not see:
+        // per boundary the activation one way and its gradient back, and on a stage of several
+        // ranks the spreading of what it receives (an all-reduce: parallel/sharded_pipeline.h).
+        const CommModel& comm = options.comm;
+        auto transfer = [&](const TensorShape& shape, bool received) {
+            double bytes = double(shape.total_nr_elems() * sizeof(float));
+            double s = comm.latency_s + bytes / comm.bytes_per_s;
+            if (received && devices > 1)
+                s += 2 * comm.latency_s + 2.0 * (devices - 1) / devices * bytes / comm.bytes_per_s;
+            return s;
+        };
+        if (begin > 0) t += transfer(in_shape, true) + transfer(in_shape, false);
+        if (end < model.layers.size()) t += transfer(y.shape(), false) + transfer(y.shape(), true);
+        return t;
     } catch (const ValueError&) {
         if (options.memory_limit == 0) throw;
         return std::nullopt; // no plan within the memory limit

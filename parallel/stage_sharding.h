@@ -7,7 +7,6 @@
 // take at most t_max; the answer minimises Σ t_i + (B − 1) · t_max over the candidates (B
 // micro-batches; auto_partition()'s objective, with the stage times now depending on the
 // devices too). Stages whose layers fit no plan within the memory limit are never chosen.
-// The transfer of activations between stages is not priced.
 #pragma once
 
 #include "parallel/auto_shard.h"
@@ -41,7 +40,10 @@ SubmeshPartition auto_partition_submeshes(size_t nr_layers, uint32_t nr_devices,
 /*!
  * The ILP's predicted time of one micro-batch of `rows` rows through layers [begin, end) of
  * `model`, forward and backward (the gradients of the layers' parameters and of their input), on
- * a 1-d mesh of `devices` ranks; nullopt when no plan fits `options.memory_limit`.
+ * a 1-d mesh of `devices` ranks, plus its transfers priced by options.comm: the activation it
+ * receives and the gradient it sends back, the activation it sends and the gradient it
+ * receives, and on several ranks an all-reduce of each received tensor; nullopt when no plan
+ * fits `options.memory_limit`.
  */
 std::optional<double> sharded_stage_cost(const PipelineModel& model, size_t begin, size_t end,
                                          uint32_t devices, size_t rows,

@@ -31,6 +31,7 @@
 #include "base/log.h"
 
 #include <CLI/CLI.hpp>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -284,11 +285,13 @@ void print_auto_stages(const PipelineProfileOptions& p) {
     }
     std::printf("predicted step: %.1f us (sum of stages + (micro-batches - 1) x the slowest)\n",
                 part.objective * 1e6);
-    bool one_each = std::all_of(part.stage_devices.begin(), part.stage_devices.end(),
-                                [](uint32_t m) { return m == 1; });
-    std::printf("%s\n", one_each ? "every stage on one device: runs as --stage-begin's pipeline"
-                                 : "stages sharded over several devices are planned, not yet run "
-                                   "as a pipeline");
+    // How to train it: the example's ShardedPipelineTrainer (parallel/sharded_pipeline.h).
+    auto list = [](const auto& v) { return fmt::format("{}", fmt::join(v, ",")); };
+    std::printf(
+        "train it: pipeline_mlp --widths %s --activation %s%s --microbatches %u --batch %zu "
+        "--stage-begin %s --stage-devices %s\n",
+        list(p.widths).c_str(), p.activation.c_str(), p.activate_last ? " --activate-last" : "",
+        p.microbatches, batch, list(part.stage_begin).c_str(), list(part.stage_devices).c_str());
 }
 
 //! Builds the pipeline's stages (threads, nothing run unless `measure`) and prints their

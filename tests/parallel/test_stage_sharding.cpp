@@ -116,7 +116,17 @@ TEST(StageSharding, PipelineMlpStagesPricedByTheIlpEqualBruteForce) {
                         brute_force(model.layers.size(), devices, microbatches, cost),
                         1e-9 * got.objective);
         }
-    // More devices never predict a slower stage here: every stage can replicate.
-    for (size_t a = 0; a < model.layers.size(); ++a)
-        EXPECT_LE(*cost(a, a + 1, 2), *cost(a, a + 1, 1) * (1 + 1e-9));
+    // More devices never predict a slower whole model here (it can replicate; a whole model
+    // has no transfers to spread).
+    size_t layers = model.layers.size();
+    EXPECT_LE(*cost(0, layers, 2), *cost(0, layers, 1) * (1 + 1e-9));
+    // A stage's transfers are priced: a slower link makes a middle stage slower, and the whole
+    // model (no neighbours) no slower.
+    AutoShardOptions slow = options;
+    slow.comm.bytes_per_s = options.comm.bytes_per_s / 100;
+    for (uint32_t m : {1u, 2u}) {
+        EXPECT_GT(*sharded_stage_cost(model, 1, 2, m, 32, slow), *cost(1, 2, m) * 1.5) << m;
+        EXPECT_NEAR(*sharded_stage_cost(model, 0, layers, 1, 32, slow), *cost(0, layers, 1),
+                    1e-9 * *cost(0, layers, 1));
+    }
 }
