@@ -18,7 +18,10 @@ fail() {
 start_server() {
     local log=$1 repo=$2
     shift 2
-    "$BRAID_SERVE" --model-repository "$repo" --port 0 "$@" >"$log" 2>&1 &
+    # Emptied here, not by the background job's redirection: that runs when the job starts,
+    # so a log reused from an earlier server could still show the old port to the loop below.
+    : >"$log"
+    "$BRAID_SERVE" --model-repository "$repo" --port 0 "$@" >>"$log" 2>&1 &
     SERVER_PID=$!
     local port=""
     for _ in $(seq 600); do # 60 s: sanitizer builds start slowly
