@@ -2,6 +2,7 @@
 
 #include "base/error.h"
 #include "comm/group_client.h"
+#include "graph/input_node.h"
 #include "operators/io.h"
 
 #include <fmt/format.h>
@@ -25,6 +26,8 @@ struct ShardedPipelineTrainer::Stage {
         std::unique_ptr<Executable> step;
     };
     std::vector<Rank> ranks;
+    //! Per plan argument: whether it is a micro-batch of the labels (else of x), and which.
+    std::vector<std::pair<bool, uint32_t>> arg_rows;
 };
 
 ShardedPipelineTrainer::~ShardedPipelineTrainer() = default;
@@ -67,6 +70,21 @@ ShardedPipelineTrainer::ShardedPipelineTrainer(const PipelineModel& model,
             so.costs = AutoShardOptions::Costs::ANALYTIC;
             st->planner = std::make_unique<AutoSharder>(st->single.step_outputs, mesh, so);
             st->plan = st->planner->solve();
+            // The plan's arguments are the stage's Inputs: "x/<j>" and "labels/<j>".
+            auto input_name = [](const SymbolVar& v) {
+                return static_cast<const InputNode*>(v.node()->owner())->input_name();
+            };
+            for (auto& arg : st->plan.args) {
+                bool found = false;
+                for (uint32_t j = 0; j < st->single.inputs.size() && !found; ++j)
+                    if ((found = arg.name == input_name(st->single.inputs[j])))
+                        st->arg_rows.emplace_back(false, j);
+                for (uint32_t j = 0; j < st->single.labels.size() && !found; ++j)
+                    if ((found = arg.name == input_name(st->single.labels[j])))
+                        st->arg_rows.emplace_back(true, j);
+                BRAID_ASSERT(found, "sharded pipeline stage {}: unexpected input \"{}\"", i,
+                             arg.name);
+            }
             LowerOptions lower;
             lower.global_inputs = true; // every rank is fed the whole micro-batches
             for (uint32_t r = 0; r < st->devices; ++r) {
@@ -105,22 +123,19 @@ double ShardedPipelineTrainer::step(const Tensor& x, const Tensor& labels) {
             continue;
         }
         for (uint32_t r = 0; r < st.devices; ++r)
-            jobs.emplace_back(
-                fmt::format("pipeline stage {} (rank {}, {} of its {})", i, st.first_rank + r, r,
-                            st.devices),
-                [&, i, r] {
-                    auto& rank = st.ranks[r];
-                    std::string what = fmt::format("pipeline stage {}", i);
-                    for (size_t a = 0; a < st.plan.args.size(); ++a) {
-                        // "x/<j>" on the first stage, "labels/<j>" on the last.
-                        const std::string& name = st.plan.args[a].name;
-                        auto slash = name.find('/');
-                        uint32_t j = uint32_t(std::stoul(name.substr(slash + 1)));
-                        const Tensor& whole = name.compare(0, slash, "x") == 0 ? x : labels;
-                        rank.step->feed(rank.inputs[a], microbatch_rows(whole, mb, j, what));
-                    }
-                    rank.step->run();
-                });
+            jobs.emplace_back(fmt::format("pipeline stage {} (rank {}, {} of its {})", i,
+                                          st.first_rank + r, r, st.devices),
+                              [&, i, r] {
+                                  auto& rank = st.ranks[r];
+                                  std::string what = fmt::format("pipeline stage {}", i);
+                                  for (size_t a = 0; a < st.arg_rows.size(); ++a) {
+                                      auto [is_labels, j] = st.arg_rows[a];
+                                      rank.step->feed(
+                                          rank.inputs[a],
+                                          microbatch_rows(is_labels ? labels : x, mb, j, what));
+                                  }
+                                  rank.step->run();
+                              });
     }
     run_concurrently(jobs);
     // Stages of several ranks trained their own pieces: the model gets the updated values.
