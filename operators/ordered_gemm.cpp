@@ -1,8 +1,7 @@
 #include "operators/ordered_gemm.h"
 
 #include "base/error.h"
-
-#include <immintrin.h>
+#include "operators/simd_vec.h"
 
 #include <algorithm>
 #include <cmath>
@@ -120,37 +119,14 @@ inline float finish(const Operands<float>& o, float acc, float c) {
     return o.beta == 0.f ? x : std::fma(o.beta, c, x);
 }
 
-// Each instruction set's code: Vec and the tiles of ordered_gemm_tiles.inc, compiled for that
-// set (a target region: every function declared in it, templates included).
-#if defined(__clang__)
-#define BRAID_TARGET_REGION(isa)                                                                   \
-    _Pragma("clang attribute push")                                                                \
-        BRAID_PRAGMA(clang attribute(__attribute__((target(isa))), apply_to = function))
-#define BRAID_TARGET_REGION_END _Pragma("clang attribute pop")
-#else
-#define BRAID_TARGET_REGION(isa) _Pragma("GCC push_options") BRAID_PRAGMA(GCC target(isa))
-#define BRAID_TARGET_REGION_END _Pragma("GCC pop_options")
-#endif
-#define BRAID_PRAGMA(x) _Pragma(#x)
+// Each instruction set's code: the tiles of ordered_gemm_tiles.inc over that set's Vec, compiled
+// for that set (operators/simd_vec.h).
 
 // ---- AVX-512: 16 columns per vector; C masked at the right edge.
 BRAID_TARGET_REGION("avx512f")
 namespace avx512 {
 
-struct Vec {
-    using V = __m512;
-    using Mask = __mmask16;
-    static constexpr size_t LANES = 16;
-    static V zero() { return _mm512_setzero_ps(); }
-    static V set1(float x) { return _mm512_set1_ps(x); }
-    static Mask mask(size_t lanes) { return Mask(lanes >= 16 ? 0xFFFFu : (1u << lanes) - 1); }
-    static V load(const float* p) { return _mm512_loadu_ps(p); }
-    static V load(const float* p, Mask m) { return _mm512_maskz_loadu_ps(m, p); }
-    static void store(float* p, V x) { _mm512_storeu_ps(p, x); }
-    static void store(float* p, Mask m, V x) { _mm512_mask_storeu_ps(p, m, x); }
-    static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
-    static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
-};
+using Vec = simd::Avx512;
 
 #include "operators/ordered_gemm_tiles.inc"
 
@@ -186,23 +162,7 @@ BRAID_TARGET_REGION_END
 BRAID_TARGET_REGION("avx2,fma")
 namespace avx2 {
 
-struct Vec {
-    using V = __m256;
-    using Mask = __m256i;
-    static constexpr size_t LANES = 8;
-    static V zero() { return _mm256_setzero_ps(); }
-    static V set1(float x) { return _mm256_set1_ps(x); }
-    static Mask mask(size_t lanes) {
-        return _mm256_cmpgt_epi32(_mm256_set1_epi32(int(lanes)),
-                                  _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    }
-    static V load(const float* p) { return _mm256_loadu_ps(p); }
-    static V load(const float* p, Mask m) { return _mm256_maskload_ps(p, m); }
-    static void store(float* p, V x) { _mm256_storeu_ps(p, x); }
-    static void store(float* p, Mask m, V x) { _mm256_maskstore_ps(p, m, x); }
-    static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
-    static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
-};
+using Vec = simd::Avx2;
 
 #include "operators/ordered_gemm_tiles.inc"
 
@@ -219,9 +179,6 @@ const Tiles TILES = {6,
 
 } // namespace avx2
 BRAID_TARGET_REGION_END
-#undef BRAID_TARGET_REGION
-#undef BRAID_TARGET_REGION_END
-#undef BRAID_PRAGMA
 
 //! Rows of C below which op(B), when not transposed, is streamed row by row (stream_rows)
 //! rather than packed in slivers: a sliver would serve too few rows to pay for its copy.

@@ -1,0 +1,77 @@
+// Vector types for kernels written once over `Vec` and compiled once per instruction set:
+// simd::Avx512 (16 floats) and simd::Avx2 (8 floats, with FMA), and the target regions that
+// compile a kernel's code for one set (BRAID_TARGET_REGION("avx512f") ... _END). A kernel file
+// opens a region per set, names that set's type `Vec` and includes its kernels there; the
+// caller picks the set at run time (base/cpu_isa.h). Internal to operators/.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstddef>
+
+// A target region: every function declared in it, templates included, is compiled for `isa`.
+#if defined(__clang__)
+#define BRAID_TARGET_REGION(isa)                                                                   \
+    _Pragma("clang attribute push")                                                                \
+        BRAID_PRAGMA(clang attribute(__attribute__((target(isa))), apply_to = function))
+#define BRAID_TARGET_REGION_END _Pragma("clang attribute pop")
+#else
+#define BRAID_TARGET_REGION(isa) _Pragma("GCC push_options") BRAID_PRAGMA(GCC target(isa))
+#define BRAID_TARGET_REGION_END _Pragma("GCC pop_options")
+#endif
+#define BRAID_PRAGMA(x) _Pragma(#x)
+
+namespace braid::opr::simd {
+
+BRAID_TARGET_REGION("avx512f")
+//! AVX-512: 16 floats per vector; a mask selects lanes.
+struct Avx512 {
+    using V = __m512;
+    using Mask = __mmask16;
+    static constexpr size_t LANES = 16;
+    static V zero() { return _mm512_setzero_ps(); }
+    static V set1(float x) { return _mm512_set1_ps(x); }
+    //! The first `lanes` lanes (all for 16 or more).
+    static Mask mask(size_t lanes) { return Mask(lanes >= 16 ? 0xFFFFu : (1u << lanes) - 1); }
+    //! The lanes whose bits are set in `bits` (bit i: lane i).
+    static Mask mask_bits(unsigned bits) { return Mask(bits & 0xFFFFu); }
+    static V load(const float* p) { return _mm512_loadu_ps(p); }
+    //! Masked-off lanes read as zero and never touch memory.
+    static V load(const float* p, Mask m) { return _mm512_maskz_loadu_ps(m, p); }
+    static void store(float* p, V x) { _mm512_storeu_ps(p, x); }
+    static void store(float* p, Mask m, V x) { _mm512_mask_storeu_ps(p, m, x); }
+    static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
+    static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+};
+BRAID_TARGET_REGION_END
+
+BRAID_TARGET_REGION("avx2,fma")
+//! AVX2 + FMA: 8 floats per vector; a mask selects lanes.
+struct Avx2 {
+    using V = __m256;
+    using Mask = __m256i;
+    static constexpr size_t LANES = 8;
+    static V zero() { return _mm256_setzero_ps(); }
+    static V set1(float x) { return _mm256_set1_ps(x); }
+    //! The first `lanes` lanes (all for 8 or more).
+    static Mask mask(size_t lanes) {
+        return _mm256_cmpgt_epi32(_mm256_set1_epi32(int(lanes < 8 ? lanes : 8)),
+                                  _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    }
+    //! The lanes whose bits are set in `bits` (bit i: lane i).
+    static Mask mask_bits(unsigned bits) {
+        const __m256i lane_bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+        __m256i set = _mm256_and_si256(_mm256_set1_epi32(int(bits)), lane_bit);
+        return _mm256_cmpeq_epi32(set, lane_bit);
+    }
+    static V load(const float* p) { return _mm256_loadu_ps(p); }
+    //! Masked-off lanes read as zero and never touch memory.
+    static V load(const float* p, Mask m) { return _mm256_maskload_ps(p, m); }
+    static void store(float* p, V x) { _mm256_storeu_ps(p, x); }
+    static void store(float* p, Mask m, V x) { _mm256_maskstore_ps(p, m, x); }
+    static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
+    static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+};
+BRAID_TARGET_REGION_END
+
+} // namespace braid::opr::simd
