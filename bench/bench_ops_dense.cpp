@@ -178,26 +178,44 @@ void run_dense_cases(const OpsOptions& opt) {
     }
 
     if (want_conv) {
-        const size_t c = 64, o = 64, hw = 56, ksz = 3;
-        auto g = ComputingGraph::make(graph_options(opt));
-        auto x = opr::Input::make(*g, "x", dtype::Float32(), {1, c, hw, hw});
-        auto w = opr::Input::make(*g, "w", dtype::Float32(), {o, c, ksz, ksz});
-        auto y = opr::conv2d(x, w, 1, 1);
-        auto exec = g->compile({y});
-        exec->feed(x, random_f32({1, c, hw, hw}, rng)).feed(w, random_f32({o, c, ksz, ksz}, rng));
-        size_t m = o, pixels = hw * hw, kdim = c * ksz * ksz;
-        // The anchor: the same GEMM shape on fresh buffers (the im2col matrix of this input).
-        Tensor wa = random_f32({m, kdim}, rng), cols = random_f32({kdim, pixels}, rng);
-        Tensor out(TensorShape{m, pixels}, dtype::Float32());
-        auto [braid_s, anchor_s] = compare(
-            [&] { exec->run(); },
-            blas_call(m, pixels, kdim, wa.ptr<float>(), cols.ptr<float>(), out.ptr<float>()), opt);
-        double flops = 2.0 * double(m * pixels * kdim);
-        double gflops = flops / braid_s * 1e-9, anchor = flops / anchor_s * 1e-9;
-        report_case(
-            opt, "conv2d",
-            fmt::format("1x{}x{}x{} w{}x{}x{}x{} pad1{}", c, hw, hw, o, c, ksz, ksz, threads),
-            gflops, anchor, "GFLOP/s", "cblas_sgemm_64x3136x576");
+        // A 3x3 convolution of a ResNet stage, and a speech embedding's 1x3 and 3x1 ones (braid's
+        // direct kernel, operators/conv_direct.h).
+        struct ConvCase {
+            size_t c, o, h, w, kh, kw;
+            int ph, pw;
+        };
+        const ConvCase cases[] = {{64, 64, 56, 56, 3, 3, 1, 1},
+                                  {24, 24, 74, 32, 1, 3, 0, 1},
+                                  {48, 48, 36, 16, 3, 1, 0, 0}};
+        for (const auto& cc : cases) {
+            auto g = ComputingGraph::make(graph_options(opt));
+            auto x = opr::Input::make(*g, "x", dtype::Float32(), {1, cc.c, cc.h, cc.w});
+            auto w = opr::Input::make(*g, "w", dtype::Float32(), {cc.o, cc.c, cc.kh, cc.kw});
+            opr::Conv2dParam param;
+            param.pad_h = cc.ph;
+            param.pad_w = cc.pw;
+            auto y = opr::Conv2d::make(x, w, param);
+            auto exec = g->compile({y});
+            exec->feed(x, random_f32({1, cc.c, cc.h, cc.w}, rng))
+                .feed(w, random_f32({cc.o, cc.c, cc.kh, cc.kw}, rng));
+            size_t oh = cc.h + 2 * size_t(cc.ph) - cc.kh + 1,
+                   ow = cc.w + 2 * size_t(cc.pw) - cc.kw + 1;
+            size_t m = cc.o, pixels = oh * ow, kdim = cc.c * cc.kh * cc.kw;
+            // The anchor: the same GEMM shape on fresh buffers (the im2col matrix of this input).
+            Tensor wa = random_f32({m, kdim}, rng), cols = random_f32({kdim, pixels}, rng);
+            Tensor out(TensorShape{m, pixels}, dtype::Float32());
+            auto [braid_s, anchor_s] = compare(
+                [&] { exec->run(); },
+                blas_call(m, pixels, kdim, wa.ptr<float>(), cols.ptr<float>(), out.ptr<float>()),
+                opt);
+            double flops = 2.0 * double(m * pixels * kdim);
+            double gflops = flops / braid_s * 1e-9, anchor = flops / anchor_s * 1e-9;
+            report_case(opt, "conv2d",
+                        fmt::format("1x{}x{}x{} w{}x{}x{}x{} pad{},{}{}", cc.c, cc.h, cc.w, cc.o,
+                                    cc.c, cc.kh, cc.kw, cc.ph, cc.pw, threads),
+                        gflops, anchor, "GFLOP/s",
+                        fmt::format("cblas_sgemm_{}x{}x{}", m, pixels, kdim));
+        }
     }
 }
 

@@ -5,6 +5,7 @@
 #include "base/error.h"
 #include "base/hash.h"
 #include "base/thread_pool.h"
+#include "operators/conv_direct.h"
 #include "operators/dense_kernels.h"
 #include "operators/dnnl_kernels.h"
 #include "operators/kernel_utils.h"
@@ -192,6 +193,7 @@ void conv2d_forward(const Conv2dParam& pr, const Tensor& x, const Tensor& w, Ten
     g.k = g.cg * g.kh * g.kw;
     g.p = g.oh * g.ow;
     if (ys.is_empty()) return;
+    if (conv_direct_forward(pr, x, w, yf, epilogue)) return;
     bool direct = g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 && g.pw == 0;
 
     // Tasks: (batch item, group, block of output pixels). The block is as wide as fits the

@@ -7,10 +7,12 @@
 // Dtypes: x and w share one float dtype; float16 and bfloat16 are computed in float32.
 // Kernels: oneDNN's JIT convolutions where braid is built with oneDNN and it has one for the
 // case (operators/dnnl_kernels.h: Winograd for 3x3 stride 1 on AVX-512, direct blocked kernels
-// otherwise); else, and for pointwise, one-input-channel and 1xK / Kx1 kernels, im2col + sgemm,
-// cut into (batch item, group, block of output pixels) tasks that the pool runs in parallel; a
-// block's im2col columns stay in cache for its GEMM; 1x1 kernels with stride 1 and no padding
-// skip im2col. Memory: planned output, never in place.
+// otherwise); else, and for pointwise, one-input-channel and 1xK / Kx1 kernels, braid's own:
+// for stride 1, dilation 1 and one group the direct kernel of operators/conv_direct.h (no
+// im2col matrix; AVX2 or AVX-512); otherwise im2col + sgemm, cut into (batch item, group, block
+// of output pixels) tasks that the pool runs in parallel, a block's im2col columns in cache for
+// its GEMM, and 1x1 kernels with stride 1 and no padding without im2col. Memory: planned output,
+// never in place.
 #pragma once
 
 #include "graph/computing_graph.h"
