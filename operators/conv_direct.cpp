@@ -75,7 +75,18 @@ bool conv_direct_applies(const Conv2dParam& pr, const TensorShape& xs, const Ten
     // position on the input's grid.
     if (2 * size_t(pr.pad_w) + 1 > kw) return false;
     if (!cpu_isa_at_least(CpuIsa::AVX2)) return false;
-    return xs[1] * xs[2] * xs[3] * sizeof(float) <= DIRECT_MAX_INPUT_BYTES;
+    if (xs[1] * xs[2] * xs[3] * sizeof(float) > DIRECT_MAX_INPUT_BYTES) return false;
+    // Positions of one item: at least a quarter of a tile, or most of its lanes would be
+    // computed for nothing. A voice-activity model's 1-D convolutions over 4 frames (129 -> 128
+    // channels, a twelfth of an AVX-512 tile) took 21 us against 15 us in im2col + GEMM; a speech
+    // embedding's last ones over 10x2 to 6x2 maps (a quarter to a half) are faster here: the
+    // model 0.535 ms, against 0.575 ms with a whole tile required.
+    if (xs[2] + 2 * size_t(pr.pad_h) < kh) return false;
+    size_t oh = xs[2] + 2 * size_t(pr.pad_h) - kh + 1, ow = xs[3] + 2 * size_t(pr.pad_w) - kw + 1;
+    size_t positions = (oh - 1) * xs[3] + ow;
+    size_t tile =
+        cpu_isa_at_least(CpuIsa::AVX512) ? direct_avx512::TILE_WIDTH : direct_avx2::TILE_WIDTH;
+    return 4 * positions >= tile;
 }
 
 bool conv_direct_forward(const Conv2dParam& pr, const Tensor& x, const Tensor& w, Tensor& y,

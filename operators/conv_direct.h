@@ -21,7 +21,8 @@ namespace braid::opr {
 //! True when conv_direct_forward() runs this convolution: one group, stride and dilation 1, not
 //! a pointwise kernel without padding (a plain GEMM), kernels of at most DIRECT_MAX_KERNEL rows
 //! and columns, a width padding that does not widen the output (2·pad_w < kw), a CPU with AVX2
-//! at least, and an input of at most DIRECT_MAX_INPUT_BYTES per batch item.
+//! at least, an input of at most DIRECT_MAX_INPUT_BYTES per batch item, and positions (see
+//! above) for at least a quarter of a tile.
 bool conv_direct_applies(const Conv2dParam& param, const TensorShape& x, const TensorShape& w);
 
 //! conv2d_forward()'s contract (float32 contiguous x, w and y; the epilogue per finished block)

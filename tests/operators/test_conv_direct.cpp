@@ -71,9 +71,9 @@ const Case CASES[] = {
     {1, 48, 36, 16, 48, 3, 1, 0, 0}, // its 3x1, shorter output
     {1, 5, 7, 9, 13, 3, 3, 1, 1},    // same 3x3, partial channel tiles, rows under a vector
     {2, 3, 11, 10, 7, 5, 5, 1, 1},   // narrowing 5x5: positions past the output width dropped
-    {1, 4, 6, 3, 9, 3, 3, 0, 0},     // one output column
+    {1, 4, 20, 3, 9, 3, 3, 0, 0},    // one output column
     {1, 6, 1, 64, 10, 1, 7, 0, 3},   // one row, a long 1x7
-    {3, 2, 5, 5, 17, 2, 2, 1, 0},    // 2x2 with the output taller than the input
+    {3, 2, 9, 7, 17, 2, 2, 1, 0},    // 2x2 with the output taller than the input
     {1, 1, 20, 21, 8, 3, 3, 1, 1},   // one input channel
     {1, 16, 9, 50, 1, 1, 1, 1, 0},   // pointwise with row padding: zero rows in the output
 };
@@ -158,6 +158,9 @@ TEST(ConvDirect, DeclinesWhatItDoesNotCompute) {
     p = {};
     EXPECT_FALSE(opr::conv_direct_applies(p, {1, 256, 64, 64}, {8, 256, 3, 3}))
         << "an input beyond DIRECT_MAX_INPUT_BYTES";
+    p.pad_w = 1;
+    EXPECT_FALSE(opr::conv_direct_applies(p, {1, 129, 1, 3}, {128, 129, 1, 3}))
+        << "positions for under a quarter of a tile";
     // Decline: y untouched.
     Tensor x({1, 8, 8, 8}, dtype::Float32()), w({8, 8, 1, 1}, dtype::Float32());
     Tensor y({1, 8, 8, 8}, dtype::Float32());
