@@ -29,6 +29,7 @@ struct DirectJob {
     const ptrdiff_t* off; //!< per tap
     size_t o, ow, pixels; //!< output channels, columns, oh · ow
     float* y;             //!< output [o][oh][ow]
+    DirectOutputOps ops;  //!< applied in registers before the store
 };
 
 // ---- AVX-512: 8 channels x 48 positions, 24 accumulators of the 32 registers.
@@ -90,7 +91,7 @@ bool conv_direct_applies(const Conv2dParam& pr, const TensorShape& xs, const Ten
 }
 
 bool conv_direct_forward(const Conv2dParam& pr, const Tensor& x, const Tensor& w, Tensor& y,
-                         const ConvEpilogue* epilogue) {
+                         const ConvEpilogue* epilogue, const DirectOutputOps* ops) {
     const auto &xs = x.shape(), &ws = w.shape(), &ys = y.shape();
     if (!conv_direct_applies(pr, xs, ws)) return false;
     if (ys.is_empty()) return true;
@@ -135,7 +136,8 @@ bool conv_direct_forward(const Conv2dParam& pr, const Tensor& x, const Tensor& w
                           o,
                           ow,
                           pixels,
-                          yp + item * o * pixels};
+                          yp + item * o * pixels,
+                          ops ? *ops : DirectOutputOps{}};
             if (avx512)
                 direct_avx512::direct_rows(job, r0, r1);
             else

@@ -25,11 +25,21 @@ namespace braid::opr {
 //! above) for at least a quarter of a tile.
 bool conv_direct_applies(const Conv2dParam& param, const TensorShape& x, const TensorShape& w);
 
-//! conv2d_forward()'s contract (float32 contiguous x, w and y; the epilogue per finished block)
-//! for convolutions conv_direct_applies() accepts; returns false, having written nothing, for
-//! the others.
+//! Per-channel steps a fused convolution applies to each output while it is in registers, in
+//! this order (FusedConv2d's bias, batch norm and relu): y += bias[o]; y = y · scale[o] +
+//! shift[o] (one fused multiply-add); y = max(y, 0) (NaN gives 0). Null arrays are skipped.
+struct DirectOutputOps {
+    const float* bias = nullptr;
+    const float* scale = nullptr;
+    const float* shift = nullptr;
+    bool relu = false;
+};
+
+//! conv2d_forward()'s contract (float32 contiguous x, w and y; the epilogue per finished block,
+//! after `ops` when given) for convolutions conv_direct_applies() accepts; returns false, having
+//! written nothing, for the others.
 bool conv_direct_forward(const Conv2dParam& param, const Tensor& x, const Tensor& w, Tensor& y,
-                         const ConvEpilogue* epilogue);
+                         const ConvEpilogue* epilogue, const DirectOutputOps* ops = nullptr);
 
 //! Largest kernel side the direct kernel takes.
 constexpr size_t DIRECT_MAX_KERNEL = 11;

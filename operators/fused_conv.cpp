@@ -5,6 +5,7 @@
 #include "graph/operator_registry.h"
 #include "graph/param_io.h"
 #include "operators/batch_norm.h"
+#include "operators/conv_direct.h"
 #include "operators/dense_kernels.h"
 #include "operators/dnnl_kernels.h"
 #include "operators/elemwise_kernels.h"
@@ -166,6 +167,10 @@ void FusedConv2d::execute(ExecCtx& ctx) {
     bool act_after = act && !fusion.relu;
     if (kern::dnnl_conv2d_forward(m_param.conv, x, w, y, fusion,
                                   act_after ? &act_epilogue : nullptr))
+        return;
+    // The direct kernel: bias, batch norm and relu in registers, other activations after.
+    DirectOutputOps ops{bias, bn ? mul.data() : nullptr, bn ? add.data() : nullptr, fusion.relu};
+    if (conv_direct_forward(m_param.conv, x, w, y, act_after ? &act_epilogue : nullptr, &ops))
         return;
     conv2d_forward(m_param.conv, x, w, y, &epilogue);
 }

@@ -42,6 +42,9 @@ struct Avx512 {
     static void store(float* p, Mask m, V x) { _mm512_mask_storeu_ps(p, m, x); }
     static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
     static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+    static V add(V a, V b) { return _mm512_add_ps(a, b); }
+    //! The larger of a and b, b when either is NaN (as maxps).
+    static V max(V a, V b) { return _mm512_max_ps(a, b); }
 };
 BRAID_TARGET_REGION_END
 
@@ -71,6 +74,9 @@ struct Avx2 {
     static void store(float* p, Mask m, V x) { _mm256_maskstore_ps(p, m, x); }
     static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
     static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+    static V add(V a, V b) { return _mm256_add_ps(a, b); }
+    //! The larger of a and b, b when either is NaN (as maxps).
+    static V max(V a, V b) { return _mm256_max_ps(a, b); }
 };
 BRAID_TARGET_REGION_END
 

@@ -3,7 +3,8 @@
 // zero, with the padding's zeros in the chain, as im2col + ordered_sgemm computes it. Exact
 // equality over paddings (none, same, narrowing, taller than the input), kernels of 1xK, Kx1,
 // 3x3, 5x5 and 2x2, channel counts that leave partial tiles, maps narrower than a vector,
-// batches, and 1 to 3 kernel threads; the epilogue covers every output once. With the
+// batches, and 1 to 3 kernel threads; the epilogue covers every output once, after the
+// in-register bias, batch norm and relu. With the
 // instruction set capped to scalar (the isa_scalar run of the suite) the kernel declines.
 #include "base/cpu_isa.h"
 #include "base/thread_pool.h"
@@ -138,6 +139,49 @@ TEST(ConvDirect, TheEpilogueSeesEveryOutputOnceAfterItIsComputed) {
         EXPECT_EQ(wrong, 0u) << "threads " << threads;
     }
     set_kernel_threads(saved);
+}
+
+TEST(ConvDirect, OutputOpsApplyBiasBatchNormAndReluInOrderBeforeTheEpilogue) {
+    if (!cpu_isa_at_least(CpuIsa::AVX2)) GTEST_SKIP() << "the direct kernel needs AVX2";
+    std::mt19937 rng(5);
+    const Case k{1, 6, 30, 12, 11, 3, 3, 1, 1};
+    Tensor x = random_tensor({k.n, k.c, k.h, k.w}, rng);
+    Tensor w = random_tensor({k.o, k.c, k.kh, k.kw}, rng);
+    auto chain = chain_conv(k, x, w);
+    std::vector<float> bias(k.o), scale(k.o), shift(k.o);
+    for (size_t o = 0; o < k.o; ++o) {
+        bias[o] = 0.25f * float(o) - 1.f;
+        scale[o] = 1.5f - 0.2f * float(o);
+        shift[o] = 0.1f * float(o);
+    }
+    size_t pixels = k.h * k.w;
+    struct Variant {
+        bool bias, bn, relu;
+    };
+    for (Variant v : {Variant{true, false, false}, Variant{false, true, true},
+                      Variant{true, true, true}, Variant{false, false, true}}) {
+        opr::DirectOutputOps ops{v.bias ? bias.data() : nullptr, v.bn ? scale.data() : nullptr,
+                                 v.bn ? shift.data() : nullptr, v.relu};
+        // The epilogue runs after the ops: it sees their results and doubles them.
+        opr::ConvEpilogue twice = [](float* yb, size_t, size_t rows, size_t cols, size_t ld) {
+            for (size_t r = 0; r < rows; ++r)
+                for (size_t i = 0; i < cols; ++i) yb[r * ld + i] *= 2.f;
+        };
+        Tensor y({k.n, k.o, k.h, k.w}, dtype::Float32());
+        ASSERT_TRUE(opr::conv_direct_forward(param_of(k), x, w, y, &twice, &ops));
+        size_t wrong = 0, negatives = 0;
+        for (size_t i = 0; i < chain.size(); ++i) {
+            size_t o = i / pixels;
+            float want = chain[i];
+            if (v.bias) want += bias[o];
+            if (v.bn) want = std::fma(want, scale[o], shift[o]);
+            if (v.relu) want = std::max(want, 0.f);
+            wrong += y.ptr<float>()[i] != 2.f * want;
+            negatives += y.ptr<float>()[i] < 0.f;
+        }
+        EXPECT_EQ(wrong, 0u) << "bias " << v.bias << " bn " << v.bn << " relu " << v.relu;
+        if (!v.relu) EXPECT_GT(negatives, 0u) << "the case must have negative outputs";
+    }
 }
 
 TEST(ConvDirect, DeclinesWhatItDoesNotCompute) {
