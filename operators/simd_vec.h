@@ -44,7 +44,8 @@ struct Avx512 {
     static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
     static V add(V a, V b) { return _mm512_add_ps(a, b); }
     //! The larger of a and b, b when either is NaN (as maxps).
-    static V max(V a, V b) { return _mm512_max_ps(a, b); }
+    // (The zero-masked form: GCC 12 warns of an uninitialized value in the plain one.)
+    static V max(V a, V b) { return _mm512_maskz_max_ps(Mask(0xFFFF), a, b); }
 };
 BRAID_TARGET_REGION_END
 
