@@ -1,7 +1,7 @@
 #include "base/thread_pool.h"
 
-#include "base/cpu_relax.h"
 #include "base/determinism.h"
+#include "base/poll.h"
 #include "base/run_control.h"
 
 #include <algorithm>
@@ -12,7 +12,6 @@
 #include <cstdlib>
 #include <exception>
 #include <mutex>
-#include <sched.h>
 #include <thread>
 #include <vector>
 
@@ -29,50 +28,6 @@ namespace {
 //! and an idle pool uses no CPU.
 constexpr auto WORKER_POLL = std::chrono::microseconds(200);
 constexpr auto CALLER_POLL = std::chrono::microseconds(1000);
-
-int current_cpu() {
-    return sched_getcpu();
-}
-
-//! Moves the calling thread off the CPU it runs on, once: its affinity is narrowed to the other
-//! allowed CPUs and at once widened back, so the scheduler places it elsewhere and may move
-//! it again later as it likes. False when no other CPU is allowed.
-bool move_off_current_cpu() {
-    cpu_set_t all, others;
-    if (sched_getaffinity(0, sizeof all, &all) != 0) return false;
-    others = all;
-    CPU_CLR(sched_getcpu(), &others);
-    if (CPU_COUNT(&others) == 0 || sched_setaffinity(0, sizeof others, &others) != 0) return false;
-    sched_setaffinity(0, sizeof all, &all);
-    return true;
-}
-
-//! Polls `done` until it holds or `budget` has passed; true when it holds. Every 64 polls it
-//! checks `shares_core()`, whether the thread it waits for runs on this very CPU: spinning
-//! there would only delay that thread. Then, with `move_away`, it moves itself to another CPU
-//! once (a worker: the scheduler tends to wake a pool worker on its waker's CPU and leave it
-//! there), and otherwise yields the CPU between polls. (Yielding at every poll was measured
-//! slower: a worker that yields on its own CPU misses most small regions.)
-template <typename Pred, typename SharesCore>
-bool poll_for(std::chrono::microseconds budget, Pred done, SharesCore shares_core, bool move_away) {
-    auto deadline = std::chrono::steady_clock::now() + budget;
-    bool yield = false;
-    for (unsigned i = 1;; ++i) {
-        if (done()) return true;
-        if (yield)
-            std::this_thread::yield();
-        else
-            cpu_relax();
-        if (i % 64 == 0) {
-            if (std::chrono::steady_clock::now() >= deadline) return done();
-            yield = shares_core();
-            if (yield && move_away && move_off_current_cpu()) {
-                move_away = false;
-                yield = false;
-            }
-        }
-    }
-}
 
 class ThreadPool {
 public:

@@ -4,6 +4,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "base/poll.h"
 #include "graph/graph_pass.h"
 #include "graph/input_node.h"
 #include "graph/kernel_registry.h"
@@ -61,6 +62,8 @@ struct Executable::NodeSeq {
 
 namespace {
 constexpr uint64_t FAILED_STEPS = 0xffffffffu;
+//! How long wait() polls for the end of a run before it sleeps (see there).
+constexpr auto RUN_END_POLL = std::chrono::microseconds(200);
 
 bool on_host(const Tensor& t) {
     return t.device().kind == Device::Kind::CPU;
@@ -541,6 +544,12 @@ void Executable::record_error(std::exception_ptr err, OperatorNode* opr) {
 
 void Executable::wait() {
     if (m_state != State::RUNNING) return;
+    // A short run ends within the poll, and its end needs no wake-up of this thread. The comp
+    // nodes' threads may share this CPU: yield between polls.
+    if (m_running_nodes.load(std::memory_order_acquire) != 0)
+        poll_for(
+            RUN_END_POLL, [&] { return m_running_nodes.load(std::memory_order_acquire) == 0; },
+            [] { return true; }, false);
     for (;;) {
         uint32_t v = m_running_nodes.load(std::memory_order_acquire);
         if (v == 0) break;

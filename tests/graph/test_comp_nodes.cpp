@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <thread>
+#include <vector>
 
 using namespace braid;
 
@@ -125,6 +126,32 @@ TEST(CompNodes, EventsOrderWorkAcrossQueues) {
     b.sync();
     EXPECT_EQ(seen, 1);
     EXPECT_TRUE(ev.finished());
+}
+
+TEST(CompNodes, TasksDispatchedWhileTheWorkerPollsOrSleepsAllRunInOrder) {
+    // The worker polls for its next task a moment before it sleeps, and a dispatch wakes it
+    // only when it sleeps: tasks sent at once, within the poll and after it must all run, in
+    // order, none waiting for a later dispatch to wake the worker.
+    auto cn = CompNode::load("cpu3");
+    std::vector<int> order;
+    const int delays_us[] = {0, 0, 50, 150, 400, 2000, 0, 1000, 5, 250};
+    for (int round = 0; round < 3; ++round)
+        for (int d : delays_us) {
+            std::this_thread::sleep_for(std::chrono::microseconds(d));
+            int id = int(order.size());
+            std::atomic<bool> ran{false};
+            cn.dispatch([&, id] {
+                order.push_back(id);
+                ran.store(true);
+            });
+            auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+            while (!ran.load() && std::chrono::steady_clock::now() < deadline)
+                std::this_thread::yield();
+            ASSERT_TRUE(ran.load()) << "task " << id << " after " << d << " us did not run";
+        }
+    cn.sync();
+    ASSERT_EQ(order.size(), 3 * std::size(delays_us));
+    for (size_t i = 0; i < order.size(); ++i) EXPECT_EQ(order[i], int(i));
 }
 
 TEST(CompNodes, DependenciesBothWaysBetweenTwoCompNodes) {
