@@ -2,11 +2,9 @@
 
 #include "base/error.h"
 #include "base/log.h"
-#include "base/poll.h"
 #include "memory/tensor.h"
 
 #include <atomic>
-#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -23,14 +21,6 @@
 
 namespace braid {
 
-//! How long a comp node's worker polls for its next task before it sleeps. A run's hand-over
-//! to the worker cost a wake-up each time, 45 us of a 41 us convolution run back to back on
-//! `cpu0` (bench_ops), where a run that follows within the poll is taken at once. After its
-//! first polls it yields the CPU between polls, so that a process with more comp nodes than
-//! cores (ranks as threads) loses no time to them; then it sleeps: an idle comp node uses no
-//! CPU.
-constexpr auto TASK_POLL = std::chrono::microseconds(200);
-
 //! One comp node: a locator, a device, and (unless inline) a worker thread with a queue.
 class CompNodeImpl {
 public:
@@ -46,7 +36,6 @@ public:
             {
                 std::lock_guard lk(m_mutex);
                 m_stop = true;
-                m_stop_flag.store(true, std::memory_order_relaxed);
             }
             m_cv.notify_all();
             m_thread.join();
@@ -62,10 +51,9 @@ public:
         {
             std::lock_guard lk(m_mutex);
             m_queue.push_back(std::move(task));
-            m_pending.fetch_add(1, std::memory_order_release);
             sleeping = m_sleeping;
         }
-        if (sleeping) m_cv.notify_one(); // a polling worker sees m_pending
+        if (sleeping) m_cv.notify_one(); // a busy worker finds the task when it looks next
     }
 
     static void run_task(std::function<void()>& task) {
@@ -87,14 +75,6 @@ public:
         }
 #endif
         for (;;) {
-            // The next task of a run dispatched within the poll is taken without a wake-up.
-            poll_for(
-                TASK_POLL,
-                [&] {
-                    return m_pending.load(std::memory_order_acquire) > 0 ||
-                           m_stop_flag.load(std::memory_order_relaxed);
-                },
-                [] { return true; }, false);
             std::function<void()> task;
             {
                 std::unique_lock lk(m_mutex);
@@ -104,7 +84,6 @@ public:
                 if (m_queue.empty()) return; // stopping and drained
                 task = std::move(m_queue.front());
                 m_queue.pop_front();
-                m_pending.fetch_sub(1, std::memory_order_relaxed);
             }
             run_task(task);
         }
@@ -121,9 +100,7 @@ private:
     std::mutex m_mutex;
     std::condition_variable m_cv;
     std::deque<std::function<void()>> m_queue;
-    std::atomic<size_t> m_pending{0};     //!< m_queue's size, for the worker's poll
-    bool m_sleeping = false;              //!< the worker waits on m_cv (under m_mutex)
-    std::atomic<bool> m_stop_flag{false}; //!< m_stop, for the poll
+    bool m_sleeping = false; //!< the worker waits on m_cv (under m_mutex)
     bool m_stop = false;
     std::thread m_thread;
 };

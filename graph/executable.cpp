@@ -544,8 +544,12 @@ void Executable::record_error(std::exception_ptr err, OperatorNode* opr) {
 
 void Executable::wait() {
     if (m_state != State::RUNNING) return;
-    // A short run ends within the poll, and its end needs no wake-up of this thread. The comp
-    // nodes' threads may share this CPU: yield between polls.
+    // A short run ends within the poll, and its end needs no wake-up of this thread: a run on
+    // `cpu0` (its comp node's thread) cost 14 us more than on `cpu:default` (the calling
+    // thread) for a 1-operator graph, and 45 us more for a 41 us convolution, with this thread
+    // sleeping at once; 0.2-0.6 us with the poll. The comp nodes' threads may share this CPU:
+    // it yields between polls. (A poll of the comp node's worker for its next run, tried too,
+    // made a 2-thread run on cpu0 4x slower: 0.26 against 0.063 ms for the small MLP.)
     if (m_running_nodes.load(std::memory_order_acquire) != 0)
         poll_for(
             RUN_END_POLL, [&] { return m_running_nodes.load(std::memory_order_acquire) == 0; },

@@ -128,10 +128,10 @@ TEST(CompNodes, EventsOrderWorkAcrossQueues) {
     EXPECT_TRUE(ev.finished());
 }
 
-TEST(CompNodes, TasksDispatchedWhileTheWorkerPollsOrSleepsAllRunInOrder) {
-    // The worker polls for its next task a moment before it sleeps, and a dispatch wakes it
-    // only when it sleeps: tasks sent at once, within the poll and after it must all run, in
-    // order, none waiting for a later dispatch to wake the worker.
+TEST(CompNodes, TasksDispatchedWhileTheWorkerIsBusyOrAsleepAllRunInOrder) {
+    // A dispatch wakes the worker only when it sleeps: tasks sent at once, while the worker is
+    // still busy with the last one or about to sleep, and long after must all run, in order,
+    // none waiting for a later dispatch to wake the worker.
     auto cn = CompNode::load("cpu3");
     std::vector<int> order;
     const int delays_us[] = {0, 0, 50, 150, 400, 2000, 0, 1000, 5, 250};
