@@ -82,7 +82,7 @@ bool conv_direct_applies(const Conv2dParam& pr, const TensorShape& xs, const Ten
     // channels, a twelfth of an AVX-512 tile) took 21 us against 15 us in im2col + GEMM; a speech
     // embedding's last ones over 10x2 to 6x2 maps (a quarter to a half) are faster here: the
     // model 0.535 ms, against 0.575 ms with a whole tile required.
-    if (xs[2] + 2 * size_t(pr.pad_h) < kh) return false;
+    if (xs[2] + 2 * size_t(pr.pad_h) < kh || xs[3] + 2 * size_t(pr.pad_w) < kw) return false;
     size_t oh = xs[2] + 2 * size_t(pr.pad_h) - kh + 1, ow = xs[3] + 2 * size_t(pr.pad_w) - kw + 1;
     size_t positions = (oh - 1) * xs[3] + ow;
     size_t tile =

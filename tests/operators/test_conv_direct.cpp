@@ -205,6 +205,9 @@ TEST(ConvDirect, DeclinesWhatItDoesNotCompute) {
     p.pad_w = 1;
     EXPECT_FALSE(opr::conv_direct_applies(p, {1, 129, 1, 3}, {128, 129, 1, 3}))
         << "positions for under a quarter of a tile";
+    p = {};
+    EXPECT_FALSE(opr::conv_direct_applies(p, {1, 2, 9, 3}, {4, 2, 1, 5}))
+        << "a kernel wider than the padded input";
     // Decline: y untouched.
     Tensor x({1, 8, 8, 8}, dtype::Float32()), w({8, 8, 1, 1}, dtype::Float32());
     Tensor y({1, 8, 8, 8}, dtype::Float32());
