@@ -6,6 +6,8 @@
 // batches, and 1 to 3 kernel threads; the epilogue covers every output once, after the
 // in-register bias, batch norm and relu. With the
 // instruction set capped to scalar (the isa_scalar run of the suite) the kernel declines.
+#include "checker.h"
+
 #include "base/cpu_isa.h"
 #include "base/thread_pool.h"
 #include "operators/conv_direct.h"
@@ -17,6 +19,7 @@
 #include <vector>
 
 using namespace braid;
+using namespace braid::test;
 
 namespace {
 
@@ -24,13 +27,6 @@ struct Case {
     size_t n, c, h, w, o, kh, kw;
     int ph, pw;
 };
-
-Tensor random_tensor(TensorShape shape, std::mt19937& rng) {
-    Tensor t(shape, dtype::Float32());
-    std::uniform_real_distribution<float> dist(-1.f, 1.f);
-    for (size_t i = 0; i < shape.total_nr_elems(); ++i) t.ptr<float>()[i] = dist(rng);
-    return t;
-}
 
 //! The chain of the header comment, element by element.
 std::vector<float> chain_conv(const Case& k, const Tensor& x, const Tensor& w) {
@@ -90,8 +86,8 @@ TEST(ConvDirect, EachOutputIsTheOrderedChainOnEveryThreadCount) {
     std::mt19937 rng(7);
     size_t saved = kernel_threads();
     for (const Case& k : CASES) {
-        Tensor x = random_tensor({k.n, k.c, k.h, k.w}, rng);
-        Tensor w = random_tensor({k.o, k.c, k.kh, k.kw}, rng);
+        Tensor x = random_tensor({k.n, k.c, k.h, k.w}, dtype::Float32(), rng, -1.0, 1.0);
+        Tensor w = random_tensor({k.o, k.c, k.kh, k.kw}, dtype::Float32(), rng, -1.0, 1.0);
         auto want = chain_conv(k, x, w);
         size_t oh = k.h + 2 * size_t(k.ph) - k.kh + 1, ow = k.w + 2 * size_t(k.pw) - k.kw + 1;
         for (size_t threads : {1, 2, 3}) {
@@ -117,8 +113,8 @@ TEST(ConvDirect, TheEpilogueSeesEveryOutputOnceAfterItIsComputed) {
     std::mt19937 rng(11);
     size_t saved = kernel_threads();
     const Case k{2, 24, 74, 32, 20, 1, 3, 0, 1};
-    Tensor x = random_tensor({k.n, k.c, k.h, k.w}, rng);
-    Tensor w = random_tensor({k.o, k.c, k.kh, k.kw}, rng);
+    Tensor x = random_tensor({k.n, k.c, k.h, k.w}, dtype::Float32(), rng, -1.0, 1.0);
+    Tensor w = random_tensor({k.o, k.c, k.kh, k.kw}, dtype::Float32(), rng, -1.0, 1.0);
     auto want = chain_conv(k, x, w);
     for (size_t threads : {1, 2}) {
         set_kernel_threads(threads);
@@ -145,8 +141,8 @@ TEST(ConvDirect, OutputOpsApplyBiasBatchNormAndReluInOrderBeforeTheEpilogue) {
     if (!cpu_isa_at_least(CpuIsa::AVX2)) GTEST_SKIP() << "the direct kernel needs AVX2";
     std::mt19937 rng(5);
     const Case k{1, 6, 30, 12, 11, 3, 3, 1, 1};
-    Tensor x = random_tensor({k.n, k.c, k.h, k.w}, rng);
-    Tensor w = random_tensor({k.o, k.c, k.kh, k.kw}, rng);
+    Tensor x = random_tensor({k.n, k.c, k.h, k.w}, dtype::Float32(), rng, -1.0, 1.0);
+    Tensor w = random_tensor({k.o, k.c, k.kh, k.kw}, dtype::Float32(), rng, -1.0, 1.0);
     auto chain = chain_conv(k, x, w);
     std::vector<float> bias(k.o), scale(k.o), shift(k.o);
     for (size_t o = 0; o < k.o; ++o) {
