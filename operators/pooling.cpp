@@ -6,6 +6,7 @@
 #include "base/hash.h"
 #include "base/thread_pool.h"
 #include "operators/dense_kernels.h"
+#include "operators/max_pool_vector.h"
 
 #include <algorithm>
 #include <cmath>
@@ -89,10 +90,6 @@ bool Pooling::infer_output_shapes(const InferCtx& ctx, TensorShape* out) const {
 }
 
 namespace {
-
-struct PoolGeometry {
-    ptrdiff_t h, w, oh, ow, kh, kw, sh, sw, ph, pw;
-};
 
 //! The larger of a and v, where a NaN on either side wins and stays (written as one select,
 //! so that the loops below vectorize).
@@ -235,18 +232,24 @@ void Pooling::execute(ExecCtx& ctx) {
         kern::store_float32(yf, y);
         return;
     }
-    parallel_for(xs[0] * xs[1], std::max<size_t>(1, 16384 / std::max<size_t>(work, 1)),
-                 [&](size_t begin, size_t end) {
-                     std::vector<float> rowmax(is_max ? size_t(g.w) : 0);
-                     for (size_t plane = begin; plane < end; ++plane) {
-                         const float* xpl = xp + plane * in_plane;
-                         float* ypl = yp + plane * out_plane;
-                         if (is_max)
-                             max_pool_plane(g, xpl, ypl, rowmax.data());
-                         else
-                             avg_pool_plane(g, p.count_include_pad, xpl, ypl);
-                     }
-                 });
+    size_t grain = std::max<size_t>(1, 16384 / std::max<size_t>(work, 1));
+    if (is_max && max_pool_vector_applies(g)) {
+        parallel_for(xs[0] * xs[1], grain,
+                     [&](size_t begin, size_t end) { max_pool_vector(g, xp, yp, begin, end); });
+        kern::store_float32(yf, y);
+        return;
+    }
+    parallel_for(xs[0] * xs[1], grain, [&](size_t begin, size_t end) {
+        std::vector<float> rowmax(is_max ? size_t(g.w) : 0);
+        for (size_t plane = begin; plane < end; ++plane) {
+            const float* xpl = xp + plane * in_plane;
+            float* ypl = yp + plane * out_plane;
+            if (is_max)
+                max_pool_plane(g, xpl, ypl, rowmax.data());
+            else
+                avg_pool_plane(g, p.count_include_pad, xpl, ypl);
+        }
+    });
     kern::store_float32(yf, y);
 }
 

@@ -46,6 +46,16 @@ struct Avx512 {
     //! The larger of a and b, b when either is NaN (as maxps).
     // (The zero-masked form: GCC 12 warns of an uninitialized value in the plain one.)
     static V max(V a, V b) { return _mm512_maskz_max_ps(Mask(0xFFFF), a, b); }
+    //! The larger of a and v, where a NaN on either side wins (v's when both are NaN).
+    static V max_nan(V a, V v) {
+        return _mm512_mask_max_ps(v, _mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), v, a);
+    }
+    //! Lanes 0, 2, 4, ... of a followed by those of b: a stride-2 read of 2·LANES floats.
+    static V evens(V a, V b) {
+        const __m512i even =
+            _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+        return _mm512_permutex2var_ps(a, even, b);
+    }
 };
 BRAID_TARGET_REGION_END
 
@@ -78,6 +88,15 @@ struct Avx2 {
     static V add(V a, V b) { return _mm256_add_ps(a, b); }
     //! The larger of a and b, b when either is NaN (as maxps).
     static V max(V a, V b) { return _mm256_max_ps(a, b); }
+    //! The larger of a and v, where a NaN on either side wins (v's when both are NaN).
+    static V max_nan(V a, V v) {
+        return _mm256_blendv_ps(_mm256_max_ps(v, a), v, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    }
+    //! Lanes 0, 2, 4, ... of a followed by those of b: a stride-2 read of 2·LANES floats.
+    static V evens(V a, V b) {
+        __m256 mixed = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0)); // a0 a2 b0 b2 a4 a6 b4 b6
+        return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(mixed), 0xD8));
+    }
 };
 BRAID_TARGET_REGION_END
 

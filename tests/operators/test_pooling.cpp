@@ -89,6 +89,15 @@ TEST(PoolingOpr, MaxAndAverageOverWindowStridePaddingCombos) {
         {{2, 2, 7, 5}, 2, 1, 2, 1, 0, 0},
         {{2, 4, 10, 9}, 3, 3, 3, 3, 0, 0},
         {{1, 24, 74, 33}, 2, 2, 2, 2, 0, 0},
+        // Rows of several vectors with partial ones left over (the vector kernels of
+        // max_pool_vector.h, strides 1 and 2), and a ResNet stem's pool split over threads:
+        {{1, 3, 37, 45}, 3, 3, 2, 2, 1, 1},
+        {{1, 2, 11, 64}, 3, 3, 2, 2, 1, 1},
+        {{1, 2, 12, 50}, 2, 3, 1, 2, 1, 0},
+        {{1, 2, 20, 40}, 3, 3, 1, 1, 1, 1},
+        {{1, 2, 13, 35}, 5, 5, 1, 1, 2, 2},
+        {{2, 1, 6, 70}, 1, 4, 1, 2, 0, 3},
+        {{1, 16, 56, 56}, 3, 3, 2, 2, 1, 1},
     };
     for (auto& g : geos)
         for (auto mode : {opr::PoolMode::MAX, opr::PoolMode::AVERAGE})
@@ -113,6 +122,16 @@ TEST(PoolingOpr, MaxPropagatesNaN) {
     check_pool({1, 1, 4, 4}, {opr::PoolMode::MAX, 2, 2, 2, 2, 0, 0}, dense_dtypes()[0], fill);
     check_pool({1, 1, 4, 4}, {opr::PoolMode::MAX, 1, 2, 1, 2, 0, 0}, dense_dtypes()[0], fill);
     check_pool({1, 1, 4, 4}, {opr::PoolMode::MAX, 3, 3, 1, 1, 1, 1}, dense_dtypes()[0], fill);
+    // Rows of several vectors: NaN in the first, an inner and the last column, and in the
+    // first column of a vector's second half (a stride-2 window's odd lanes).
+    auto wide = [](std::mt19937& rng, Tensor& t, size_t) {
+        t = random_tensor(t.shape(), t.dtype(), rng);
+        float* p = t.ptr<float>();
+        for (size_t at : {0, 2 * 40 + 17, 4 * 40 + 39, 6 * 40 + 33}) p[at] = std::nanf("");
+    };
+    for (int stride : {1, 2})
+        check_pool({1, 1, 9, 40}, {opr::PoolMode::MAX, 3, 3, stride, stride, 1, 1},
+                   dense_dtypes()[0], wide);
 }
 
 TEST(PoolingOpr, FreeFunctionsDefaultStrideToWindow) {
