@@ -30,13 +30,17 @@ CompilePassCtx::CompilePassCtx(ComputingGraph& graph, std::vector<OperatorNode*>
     index_readers();
 }
 
+VarNode* CompilePassCtx::current(VarNode* var) const {
+    for (auto it = m_replaced.find(var); it != m_replaced.end(); it = m_replaced.find(var))
+        var = it->second;
+    return var;
+}
+
 void CompilePassCtx::index_readers() {
     m_readers.clear();
     for (auto* opr : m_order) {
         for (auto* in : opr->inputs()) {
-            // A reader of a replaced var reads its replacement.
-            for (auto it = m_replaced.find(in); it != m_replaced.end(); it = m_replaced.find(in))
-                in = it->second;
+            in = current(in); // a reader of a replaced var reads its replacement
             auto& r = m_readers[in];
             if (r.empty() || r.back() != opr) r.push_back(opr);
         }
@@ -49,7 +53,14 @@ size_t CompilePassCtx::nr_readers(VarNode* var) const {
 }
 
 bool CompilePassCtx::removable(VarNode* var, size_t readers) const {
-    return nr_readers(var) == readers && !m_pinned.count(var) && m_graph.extra_deps(var).empty();
+    if (nr_readers(var) != readers) return false;
+    // `var` itself, and the vars an earlier pass substituted it for: none may be an output or
+    // an extra dependency.
+    auto kept = [&](VarNode* v) { return m_pinned.count(v) || !m_graph.extra_deps(v).empty(); };
+    if (kept(var)) return false;
+    for (auto& [from, to] : m_replaced)
+        if (current(from) == var && kept(from)) return false;
+    return true;
 }
 
 OperatorNode* CompilePassCtx::single_reader(VarNode* var) const {
@@ -82,7 +93,16 @@ void CompilePassCtx::replace(const std::vector<OperatorNode*>& old_oprs,
     BRAID_ASSERT(last != m_order.end(), "{} is not in the order", old_oprs.back()->describe());
     *last = new_oprs.front();
     m_order.insert(last + 1, new_oprs.begin() + 1, new_oprs.end());
-    m_replaced[old_oprs.back()->output(0)] = new_oprs.back()->output(0);
+    // An earlier substitution whose var an old operator computed: for the last one's output
+    // it now leads on to the new operator's; any other such var is gone (nothing reads it).
+    VarNode* result = old_oprs.back()->output(0);
+    for (auto it = m_replaced.begin(); it != m_replaced.end();) {
+        OperatorNode* owner = it->second->owner();
+        bool gone = it->second != result &&
+                    std::find(old_oprs.begin(), old_oprs.end(), owner) != old_oprs.end();
+        it = gone ? m_replaced.erase(it) : std::next(it);
+    }
+    m_replaced[result] = new_oprs.back()->output(0);
     index_readers();
 }
 

@@ -34,10 +34,15 @@ public:
     ComputingGraph& graph() const { return m_graph; }
     //! The operators the executable runs, in order; a pass edits it in place.
     std::vector<OperatorNode*>& order() const { return m_order; }
+    //! The var that holds `var`'s value for the operators of the order: `var`, or what an
+    //! earlier replace() substituted for it (followed through later substitutions). An
+    //! operator that a pass left in place still lists the vars it was built with.
+    VarNode* current(VarNode* var) const;
     //! Number of operators in the order that read `var` (once per reading operator).
     size_t nr_readers(VarNode* var) const;
-    //! Whether a pass may drop `var`: exactly `readers` operators of the order read it, and it
-    //! is no output of the executable nor an extra dependency.
+    //! Whether a pass may drop `var`: exactly `readers` operators of the order read it, and
+    //! neither it nor a var it holds the value of (current()) is an output of the executable
+    //! or an extra dependency.
     bool removable(VarNode* var, size_t readers = 1) const;
     //! The operator in the order that reads `var`, when exactly one does; else null.
     OperatorNode* single_reader(VarNode* var) const;
