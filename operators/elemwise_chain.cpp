@@ -6,6 +6,7 @@
 #include "graph/operator_registry.h"
 #include "graph/param_io.h"
 #include "operators/elemwise_kernels.h"
+#include "operators/kernel_utils.h"
 
 #include <algorithm>
 #include <array>
@@ -42,30 +43,33 @@ ElemwiseChain::ElemwiseChain(const VarNodeArray& inputs, Param param, const Oper
     add_output();
 }
 
-SymbolVar ElemwiseChain::make(const SymbolVarArray& inputs, Param param,
-                              const OperatorConfig& config) {
-    if (inputs.empty() || param.modes.empty() || param.operands.size() != 3 * param.modes.size())
+void check_chain_param(const ElemwiseChainParam& param, size_t inputs, const char* who) {
+    if (inputs == 0 || param.modes.empty() || param.operands.size() != 3 * param.modes.size())
         BRAID_THROW(ValueError,
-                    "ElemwiseChain: {} inputs, {} steps and {} operands (3 per step, at least "
-                    "one input and one step)",
-                    inputs.size(), param.modes.size(), param.operands.size());
-    int32_t nin = int32_t(inputs.size());
+                    "{}: {} inputs, {} steps and {} operands (3 per step, at least one input and "
+                    "one step)",
+                    who, inputs, param.modes.size(), param.operands.size());
+    int32_t nin = int32_t(inputs);
     for (size_t s = 0; s < param.modes.size(); ++s) {
         int32_t m = param.modes[s];
         if (m < 0 || m > int32_t(ElemMode::FMA3) || !chainable_mode(ElemMode(m)))
-            BRAID_THROW(ValueError, "ElemwiseChain: step {} has mode {}, which does not chain", s,
-                        m);
+            BRAID_THROW(ValueError, "{}: step {} has mode {}, which does not chain", who, s, m);
         size_t arity = elem_mode_arity(ElemMode(m));
         for (size_t k = 0; k < 3; ++k) {
             int32_t o = param.operands[3 * s + k];
             bool ok = k < arity ? o >= 0 && o < nin + int32_t(s) : o == -1;
             if (!ok)
                 BRAID_THROW(ValueError,
-                            "ElemwiseChain: step {} ({}) operand {} is {}; expected an input "
-                            "(below {}) or an earlier step (below {}), -1 past its arity",
-                            s, elem_mode_name(ElemMode(m)), k, o, nin, nin + int32_t(s));
+                            "{}: step {} ({}) operand {} is {}; expected an input (below {}) or "
+                            "an earlier step (below {}), -1 past its arity",
+                            who, s, elem_mode_name(ElemMode(m)), k, o, nin, nin + int32_t(s));
         }
     }
+}
+
+SymbolVar ElemwiseChain::make(const SymbolVarArray& inputs, Param param,
+                              const OperatorConfig& config) {
+    check_chain_param(param, inputs.size(), "ElemwiseChain");
     VarNodeArray vars;
     for (auto& v : inputs) vars.push_back(v.node());
     return inputs[0]
@@ -117,42 +121,159 @@ void ElemwiseChain::execute(ExecCtx& ctx) {
         }
         base[i] = dense[i].ptr<float>();
     }
-    size_t steps = m_param.modes.size();
-    std::vector<ElemKernel> kernels(steps);
-    for (size_t s = 0; s < steps; ++s) {
-        kernels[s] = find_elem_kernel(ElemMode(m_param.modes[s]), DTypeEnum::FLOAT32);
-        BRAID_ASSERT(kernels[s], "{}: no float32 kernel for step {}", describe(), s);
-    }
-    // Blocks of BLOCK elements: every step's result stays in cache until the next reads it.
-    constexpr size_t BLOCK = 1024;
-    size_t nblocks = (n + BLOCK - 1) / BLOCK;
     float* yp = y.ptr<float>();
     // At least 64 blocks (64K elements, tens of microseconds) per task.
-    parallel_for(nblocks, 64, [&](size_t b0, size_t b1) {
-        thread_local std::vector<float> scratch;
-        if (scratch.size() < steps * BLOCK) scratch.resize(steps * BLOCK);
-        for (size_t b = b0; b < b1; ++b) {
-            size_t off = b * BLOCK, len = std::min(BLOCK, n - off);
-            for (size_t s = 0; s < steps; ++s) {
-                std::array<const void*, 3> in{};
-                std::array<uint8_t, 3> step{};
-                for (size_t k = 0; k < 3; ++k) {
-                    int32_t o = m_param.operands[3 * s + k];
-                    if (o < 0) break;
-                    if (size_t(o) < nin) {
-                        in[k] = base[size_t(o)] + (advance[size_t(o)] ? off : 0);
-                        step[k] = advance[size_t(o)];
-                    } else {
-                        in[k] = scratch.data() + (size_t(o) - nin) * BLOCK;
-                        step[k] = 1;
-                    }
-                }
-                void* out = s + 1 == steps ? static_cast<void*>(yp + off)
-                                           : static_cast<void*>(scratch.data() + s * BLOCK);
-                kernels[s](in.data(), step.data(), out, len);
+    parallel_for((n + CHAIN_BLOCK - 1) / CHAIN_BLOCK, 64, [&](size_t b0, size_t b1) {
+        run_chain(m_param, nin, base.data(), advance.data(), yp, b0 * CHAIN_BLOCK,
+                  std::min(b1 * CHAIN_BLOCK, n));
+    });
+}
+
+namespace {
+
+// ---- chains with a loop of their own: the activations exporters write as primitives. Each
+// loop runs the steps' operations in the steps' order on one element at a time, so it gives the
+// steps' bits. A product and a sum in one loop would be contracted into an FMA (another
+// rounding): those loops turn contraction off.
+#if defined(__GNUC__) && !defined(__clang__)
+#define BRAID_NO_FP_CONTRACT __attribute__((optimize("-ffp-contract=off")))
+#else
+#define BRAID_NO_FP_CONTRACT
+#endif
+
+//! clip as ClipOp computes it.
+inline float clip_value(float x, float lo, float hi) {
+    float t = x < lo ? lo : x;
+    return t > hi ? hi : t;
+}
+
+//! x * clip(x + a, lo, hi) / d: HardSwish as exporters write it (a = 3, lo = 0, hi = d = 6).
+BRAID_SIMD_CLONES void hard_swish_div_loop(const float* x, float* y, size_t n, float a, float lo,
+                                           float hi, float d) {
+    for (size_t i = 0; i < n; ++i) y[i] = x[i] * clip_value(x[i] + a, lo, hi) / d;
+}
+
+//! x * clip(x * a + b, lo, hi): ONNX's HardSwish as the importer writes it.
+BRAID_SIMD_CLONES BRAID_NO_FP_CONTRACT void
+hard_swish_mul_loop(const float* x, float* y, size_t n, float a, float b, float lo, float hi) {
+    for (size_t i = 0; i < n; ++i) {
+        float t = x[i] * a;
+        y[i] = x[i] * clip_value(t + b, lo, hi);
+    }
+}
+
+//! clip(x * a + b, lo, hi): HardSigmoid.
+BRAID_SIMD_CLONES BRAID_NO_FP_CONTRACT void
+hard_sigmoid_loop(const float* x, float* y, size_t n, float a, float b, float lo, float hi) {
+    for (size_t i = 0; i < n; ++i) {
+        float t = x[i] * a;
+        y[i] = clip_value(t + b, lo, hi);
+    }
+}
+
+enum class ChainForm { NONE, HARD_SWISH_DIV, HARD_SWISH_MUL, HARD_SIGMOID };
+
+//! A chain recognized as one of the forms: the input it maps and its scalar inputs, in the
+//! order of the form's loop arguments.
+struct RecognizedChain {
+    ChainForm form = ChainForm::NONE;
+    int32_t x = -1;
+    std::array<int32_t, 4> scalars{};
+};
+
+RecognizedChain recognize_chain(const ElemwiseChainParam& p, size_t nin, const uint8_t* advance) {
+    auto mode = [&](size_t s) { return ElemMode(p.modes[s]); };
+    auto operand = [&](size_t s, size_t k) { return p.operands[3 * s + k]; };
+    auto scalar = [&](int32_t o) { return o >= 0 && size_t(o) < nin && !advance[o]; };
+    auto step = [&](size_t s) { return int32_t(nin + s); };
+    RecognizedChain r;
+    // Step s of a commutative mode reading `known` and another operand: that operand, or -1.
+    auto other = [&](size_t s, int32_t known) {
+        if (operand(s, 0) == known) return operand(s, 1);
+        if (operand(s, 1) == known) return operand(s, 0);
+        return int32_t(-1);
+    };
+    // Step 0: x + a or x * a with x the advancing input and a a scalar.
+    auto first = [&](ElemMode m, int32_t& x, int32_t& a) {
+        if (mode(0) != m) return false;
+        for (size_t k = 0; k < 2; ++k) {
+            int32_t o = operand(0, k), q = operand(0, 1 - k);
+            if (o >= 0 && size_t(o) < nin && advance[o] && scalar(q)) {
+                x = o;
+                a = q;
+                return true;
             }
         }
-    });
+        return false;
+    };
+    auto clip_of = [&](size_t s, int32_t of, int32_t& lo, int32_t& hi) {
+        lo = operand(s, 1);
+        hi = operand(s, 2);
+        return mode(s) == ElemMode::CLIP && operand(s, 0) == of && scalar(lo) && scalar(hi);
+    };
+    int32_t x = -1, a = -1, b = -1, lo = -1, hi = -1;
+    size_t n = p.modes.size();
+    if (n == 4 && first(ElemMode::ADD, x, a) && clip_of(1, step(0), lo, hi) &&
+        mode(2) == ElemMode::MUL && other(2, step(1)) == x && mode(3) == ElemMode::TRUE_DIV &&
+        operand(3, 0) == step(2) && scalar(operand(3, 1)))
+        r = {ChainForm::HARD_SWISH_DIV, x, {a, lo, hi, operand(3, 1)}};
+    else if ((n == 3 || n == 4) && first(ElemMode::MUL, x, a) && mode(1) == ElemMode::ADD &&
+             scalar(b = other(1, step(0))) && clip_of(2, step(1), lo, hi)) {
+        if (n == 3)
+            r = {ChainForm::HARD_SIGMOID, x, {a, b, lo, hi}};
+        else if (mode(3) == ElemMode::MUL && other(3, step(2)) == x)
+            r = {ChainForm::HARD_SWISH_MUL, x, {a, b, lo, hi}};
+    }
+    return r;
+}
+
+} // namespace
+
+void run_chain(const ElemwiseChainParam& p, size_t nin, const float* const* base,
+               const uint8_t* advance, float* y, size_t begin, size_t end) {
+    if (RecognizedChain r = recognize_chain(p, nin, advance); r.form != ChainForm::NONE) {
+        const float* x = base[r.x] + begin;
+        float s[4];
+        for (size_t i = 0; i < 4; ++i) s[i] = base[r.scalars[i]][0];
+        size_t n = end - begin;
+        if (r.form == ChainForm::HARD_SWISH_DIV)
+            hard_swish_div_loop(x, y + begin, n, s[0], s[1], s[2], s[3]);
+        else if (r.form == ChainForm::HARD_SWISH_MUL)
+            hard_swish_mul_loop(x, y + begin, n, s[0], s[1], s[2], s[3]);
+        else
+            hard_sigmoid_loop(x, y + begin, n, s[0], s[1], s[2], s[3]);
+        return;
+    }
+    size_t steps = p.modes.size();
+    thread_local std::vector<float> scratch;
+    thread_local std::vector<ElemKernel> kernels;
+    if (scratch.size() < steps * CHAIN_BLOCK) scratch.resize(steps * CHAIN_BLOCK);
+    kernels.resize(steps);
+    for (size_t s = 0; s < steps; ++s) {
+        kernels[s] = find_elem_kernel(ElemMode(p.modes[s]), DTypeEnum::FLOAT32);
+        BRAID_ASSERT(kernels[s], "ElemwiseChain: no float32 kernel for mode {}", p.modes[s]);
+    }
+    for (size_t off = begin; off < end; off += CHAIN_BLOCK) {
+        size_t len = std::min(CHAIN_BLOCK, end - off);
+        for (size_t s = 0; s < steps; ++s) {
+            std::array<const void*, 3> in{};
+            std::array<uint8_t, 3> step{};
+            for (size_t k = 0; k < 3; ++k) {
+                int32_t o = p.operands[3 * s + k];
+                if (o < 0) break;
+                if (size_t(o) < nin) {
+                    in[k] = base[o] + (advance[o] ? off : 0);
+                    step[k] = advance[o];
+                } else {
+                    in[k] = scratch.data() + (size_t(o) - nin) * CHAIN_BLOCK;
+                    step[k] = 1;
+                }
+            }
+            void* out = s + 1 == steps ? static_cast<void*>(y + off)
+                                       : static_cast<void*>(scratch.data() + s * CHAIN_BLOCK);
+            kernels[s](in.data(), step.data(), out, len);
+        }
+    }
 }
 
 // ---- the fusion pass ----

@@ -40,6 +40,19 @@ struct ElemwiseChainParam {
     }
 };
 
+//! Checks `param` for a chain of `inputs` inputs: ValueError naming `who` for no steps, a step
+//! whose mode does not chain, or an operand that is not an input or an earlier step.
+void check_chain_param(const ElemwiseChainParam& param, size_t inputs, const char* who);
+
+//! Elements a chain computes a step at a time, every intermediate result in cache.
+constexpr size_t CHAIN_BLOCK = 1024;
+
+//! The chain `p` over elements [begin, end) on the calling thread, with Elemwise's kernels:
+//! input i reads base[i][e] for element e where advance[i] is 1, base[i][0] where it is 0;
+//! the last step writes y[e]. y may be an input (each element is read before it is written).
+void run_chain(const ElemwiseChainParam& p, size_t nin, const float* const* base,
+               const uint8_t* advance, float* y, size_t begin, size_t end);
+
 //! The steps of ElemwiseChainParam run as one pass over memory (float32, CPU). No gradient rule:
 //! it exists only in compiled executables.
 class ElemwiseChain final : public ParamOperator<ElemwiseChain, ElemwiseChainParam> {

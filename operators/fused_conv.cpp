@@ -21,6 +21,10 @@ size_t nr_channel_inputs(const FusedConv2dParam& p) {
     return (p.has_bias ? 1 : 0) + (p.has_batch_norm ? 4 : 0);
 }
 
+size_t nr_inputs(const FusedConv2dParam& p) {
+    return 2 + nr_channel_inputs(p) + size_t(std::max(p.chain_scalars, 0));
+}
+
 //! Whether `s` holds one value per channel of an NCHW result with `o` channels, broadcasting
 //! along axis 1: [o, 1, 1] or [1, o, 1, 1].
 bool is_channel_bias(const TensorShape& s, size_t o) {
@@ -45,12 +49,14 @@ FusedConv2d::FusedConv2d(const VarNodeArray& inputs, Param param, const Operator
 
 SymbolVar FusedConv2d::make(const SymbolVarArray& inputs, Param param,
                             const OperatorConfig& config) {
-    if (inputs.size() != 2 + nr_channel_inputs(param))
-        BRAID_THROW(ShapeError, "FusedConv2d: expects {} inputs, got {}",
-                    2 + nr_channel_inputs(param), inputs.size());
+    if (param.chain_scalars < 0 || inputs.size() != nr_inputs(param))
+        BRAID_THROW(ShapeError, "FusedConv2d: expects {} inputs ({} chain scalars), got {}",
+                    nr_inputs(param), param.chain_scalars, inputs.size());
     if (param.has_activation && !fusable_activation(param.activation))
         BRAID_THROW(ValueError, "FusedConv2d: activation {} is not RELU, SIGMOID, TANH or GELU",
                     elem_mode_name(param.activation));
+    if (!param.chain.modes.empty())
+        check_chain_param(param.chain, 1 + size_t(param.chain_scalars), "FusedConv2d's chain");
     VarNodeArray nodes;
     for (auto& v : inputs) nodes.push_back(v.node());
     return inputs[0]
@@ -80,10 +86,11 @@ bool FusedConv2d::infer_output_shapes(const InferCtx& ctx, TensorShape* out) con
     if (x[1] != w[1] * size_t(p.groups) || ekh > ph || ekw > pw)
         BRAID_THROW(ShapeError, "{}: input {} does not fit weight {}", describe(), x.to_string(),
                     w.to_string());
+    size_t scalars0 = 2 + nr_channel_inputs(m_param);
     for (size_t i = 2; i < ctx.nr_inputs(); ++i)
-        if (ctx.shape(i)->total_nr_elems() != w[0])
-            BRAID_THROW(ShapeError, "{}: per-channel input {} has shape {}, expected {} values",
-                        describe(), i, ctx.shape(i)->to_string(), w[0]);
+        if (size_t want = i < scalars0 ? w[0] : 1; ctx.shape(i)->total_nr_elems() != want)
+            BRAID_THROW(ShapeError, "{}: {} input {} has shape {}, expected {} values", describe(),
+                        i < scalars0 ? "per-channel" : "chain", i, ctx.shape(i)->to_string(), want);
     out[0] = TensorShape{x[0], w[0], (ph - ekh) / size_t(p.stride_h) + 1,
                          (pw - ekw) / size_t(p.stride_w) + 1};
     return true;
@@ -120,6 +127,27 @@ void FusedConv2d::execute(ExecCtx& ctx) {
         m_param.has_activation ? find_elem_kernel(m_param.activation, DTypeEnum::FLOAT32) : nullptr;
     BRAID_ASSERT(act || !m_param.has_activation, "{}: no float32 activation kernel", describe());
     bool bn = m_param.has_batch_norm;
+    // The chain last, over each block of output rows: its input 0 the block, then its scalars.
+    const bool has_chain = !m_param.chain.modes.empty();
+    std::vector<Tensor> chain_scalars;
+    std::vector<const float*> chain_base{nullptr};
+    for (int32_t i = 0; has_chain && i < m_param.chain_scalars; ++i) {
+        chain_scalars.push_back(ctx.input(next++).contiguous());
+        chain_base.push_back(chain_scalars.back().ptr<float>());
+    }
+    std::vector<uint8_t> chain_advance(chain_base.size(), 0);
+    chain_advance[0] = 1;
+    auto chain_rows = [&](float* yb, size_t rows, size_t cols, size_t ld) {
+        thread_local std::vector<const float*> base; // input 0 differs per (concurrent) call
+        base.assign(chain_base.begin(), chain_base.end());
+        // Rows that follow one another (whole planes) run as one.
+        size_t runs = ld == cols ? 1 : rows, len = ld == cols ? rows * cols : cols;
+        for (size_t r = 0; r < runs; ++r) {
+            base[0] = yb + r * ld;
+            run_chain(m_param.chain, base.size(), base.data(), chain_advance.data(), yb + r * ld, 0,
+                      len);
+        }
+    };
     ConvEpilogue epilogue = [&](float* yb, size_t o0, size_t rows, size_t cols, size_t ld) {
         static const uint8_t steps[1] = {1};
         for (size_t r = 0; r < rows; ++r) {
@@ -138,6 +166,7 @@ void FusedConv2d::execute(ExecCtx& ctx) {
                 act(in, steps, row, cols);
             }
         }
+        if (has_chain) chain_rows(yb, rows, cols, ld);
     };
     // oneDNN: the batch norm's multiplier folded into the weights, bias and shift as the
     // convolution's bias, relu as its post-op; other activations run as the epilogue.
@@ -157,21 +186,21 @@ void FusedConv2d::execute(ExecCtx& ctx) {
         fusion.constant_weights = kern::if_constant(*m_constant_weights, {input(1)});
     }
     fusion.relu = m_param.has_activation && m_param.activation == ElemMode::RELU;
-    ConvEpilogue act_epilogue = [&](float* yb, size_t, size_t rows, size_t cols, size_t ld) {
+    // What the kernels below leave to an epilogue: activations other than relu, the chain.
+    bool act_after = act && !fusion.relu;
+    ConvEpilogue after = [&](float* yb, size_t, size_t rows, size_t cols, size_t ld) {
         static const uint8_t steps[1] = {1};
-        for (size_t r = 0; r < rows; ++r) {
+        for (size_t r = 0; r < rows && act_after; ++r) {
             const void* in[1] = {yb + r * ld};
             act(in, steps, yb + r * ld, cols);
         }
+        if (has_chain) chain_rows(yb, rows, cols, ld);
     };
-    bool act_after = act && !fusion.relu;
-    if (kern::dnnl_conv2d_forward(m_param.conv, x, w, y, fusion,
-                                  act_after ? &act_epilogue : nullptr))
-        return;
-    // The direct kernel: bias, batch norm and relu in registers, other activations after.
+    const ConvEpilogue* after_ptr = act_after || has_chain ? &after : nullptr;
+    if (kern::dnnl_conv2d_forward(m_param.conv, x, w, y, fusion, after_ptr)) return;
+    // The direct kernel: bias, batch norm and relu in registers, the rest after.
     DirectOutputOps ops{bias, bn ? mul.data() : nullptr, bn ? add.data() : nullptr, fusion.relu};
-    if (conv_direct_forward(m_param.conv, x, w, y, act_after ? &act_epilogue : nullptr, &ops))
-        return;
+    if (conv_direct_forward(m_param.conv, x, w, y, after_ptr, &ops)) return;
     conv2d_forward(m_param.conv, x, w, y, &epilogue);
 }
 
@@ -243,9 +272,68 @@ void fuse_conv_epilogue(CompilePassCtx& ctx) {
     }
 }
 
+/*!
+ * Folds an ElemwiseChain into the convolution (Conv2d or FusedConv2d) whose result it reads,
+ * where the chain's other inputs are single values and nothing else reads that result. Runs
+ * after fuse_elemwise_chains: a HardSwish written as x * min(max(x + 3, 0), 6) / 6 is one chain
+ * by then.
+ */
+void fold_chain_into_conv(CompilePassCtx& ctx) {
+    std::vector<ElemwiseChain*> chains;
+    for (auto* opr : ctx.order())
+        if (auto* c = dynamic_cast<ElemwiseChain*>(opr)) chains.push_back(c);
+    for (auto* chain : chains) {
+        CompNode cn = chain->comp_node();
+        if (cn.device().kind != Device::Kind::CPU || bound_to_static_values(*chain)) continue;
+        const auto& ins = chain->inputs();
+        int32_t conv_in = -1;
+        bool scalars = true;
+        for (size_t i = 0; i < ins.size(); ++i) {
+            VarNode* in = ctx.current(ins[i]); // a convolution fused earlier computes it now
+            OperatorNode* owner = in->owner();
+            bool conv = (dynamic_cast<Conv2d*>(owner) || dynamic_cast<FusedConv2d*>(owner)) &&
+                        owner->output(0) == in && in->shape() == chain->output(0)->shape();
+            if (conv && conv_in < 0)
+                conv_in = int32_t(i);
+            else if (ins[i]->shape().total_nr_elems() != 1)
+                scalars = false;
+        }
+        if (conv_in < 0 || !scalars) continue;
+        VarNode* result = ctx.current(ins[size_t(conv_in)]);
+        OperatorNode* conv = result->owner();
+        if (conv->comp_node() != cn || bound_to_static_values(*conv) || !ctx.removable(result) ||
+            ctx.single_reader(result) != chain)
+            continue;
+        FusedConv2dParam p;
+        SymbolVarArray inputs;
+        if (auto* f = dynamic_cast<FusedConv2d*>(conv)) {
+            p = f->param();
+            if (!p.chain.modes.empty()) continue;
+        } else {
+            p.conv = static_cast<Conv2d*>(conv)->param();
+        }
+        for (auto* in : conv->inputs()) inputs.emplace_back(in);
+        // The chain's inputs renumbered: the convolution's result first, then the scalars in
+        // their order; the steps keep their numbers (the input count is the same).
+        int32_t nin = int32_t(ins.size());
+        std::vector<int32_t> renumber(ins.size());
+        for (int32_t i = 0, next = 1; i < nin; ++i) {
+            renumber[size_t(i)] = i == conv_in ? 0 : next++;
+            if (i != conv_in) inputs.emplace_back(ins[size_t(i)]);
+        }
+        p.chain.modes = chain->param().modes;
+        p.chain.operands.clear();
+        for (int32_t o : chain->param().operands)
+            p.chain.operands.push_back(o >= 0 && o < nin ? renumber[size_t(o)] : o);
+        p.chain_scalars = nin - 1;
+        SymbolVar fused = FusedConv2d::make(inputs, p, OperatorConfig(chain->name(), cn));
+        ctx.replace({conv, chain}, fused.node()->owner());
+    }
+}
+
 SymbolVarArray load_fused_conv2d(const OprLoadContext& ctx) {
     auto p = read_param<FusedConv2d::Param>(ctx.params);
-    size_t n = 2 + nr_channel_inputs(p);
+    size_t n = nr_inputs(p);
     ctx.expect_inputs(n, n);
     SymbolVarArray inputs;
     for (size_t i = 0; i < n; ++i) inputs.push_back(ctx.input(i));
@@ -258,6 +346,10 @@ void register_fused_conv_operators() {
     OperatorRegistry::instance().add("FusedConv2d", "fused_conv", dump_param<FusedConv2d>,
                                      load_fused_conv2d);
     register_compile_pass("fuse_conv_epilogue", fuse_conv_epilogue);
+}
+
+void register_conv_chain_pass() {
+    register_compile_pass("fold_chain_into_conv", fold_chain_into_conv);
 }
 
 } // namespace braid::opr

@@ -1,7 +1,11 @@
-// FusedConv2d: a convolution with its channel bias, inference batch norm and activation applied
-// to each block of output while it is still in cache, and the compile-time pass
-// (graph/graph_pass.h) that forms it from Conv2d -> [Elemwise(ADD) bias] -> [BatchNorm] ->
-// [activation] chains (at least one of the three).
+// FusedConv2d: a convolution with its channel bias, inference batch norm, activation and an
+// elementwise chain applied to each block of output while it is still in cache, and the
+// compile-time passes (graph/graph_pass.h) that form it: one from Conv2d -> [Elemwise(ADD)
+// bias] -> [BatchNorm] -> [activation] chains (at least one of the three), and one, after the
+// elementwise chains are formed, that folds an ElemwiseChain reading a convolution's result
+// and otherwise single values (HardSwish and HardSigmoid as exporters write them, a scale and
+// a clip) into that convolution. The chain computes what ElemwiseChain computes, bit for bit,
+// on the convolution's output block.
 //
 // The batch norm is folded into one multiply-add per element, y = (conv + bias[c]) · a[c] + b[c]
 // with a = scale / sqrt(var + eps) and b = shift − mean · a, computed per run from the
@@ -18,6 +22,7 @@
 #include "graph/symbol_var.h"
 #include "operators/conv.h"
 #include "operators/elemwise.h"
+#include "operators/elemwise_chain.h"
 
 namespace braid::opr {
 
@@ -29,6 +34,10 @@ struct FusedConv2dParam {
     float eps = 1e-5f;
     bool has_activation = false;
     ElemMode activation = ElemMode::RELU; //!< RELU, SIGMOID, TANH, GELU or GELU_TANH
+    //! An elementwise chain after the activation (no steps: none). Its input 0 is the result
+    //! so far; inputs 1 .. chain_scalars are the operator's last inputs, one element each.
+    ElemwiseChainParam chain;
+    int32_t chain_scalars = 0;
     static constexpr auto fields() {
         using P = FusedConv2dParam;
         return std::tuple{param_field("conv", &P::conv),
@@ -36,13 +45,16 @@ struct FusedConv2dParam {
                           param_field("has_batch_norm", &P::has_batch_norm),
                           param_field("eps", &P::eps),
                           param_field("has_activation", &P::has_activation),
-                          param_field("activation", &P::activation, elem_mode_name)};
+                          param_field("activation", &P::activation, elem_mode_name),
+                          param_field("chain", &P::chain),
+                          param_field("chain_scalars", &P::chain_scalars)};
     }
 };
 
-//! y = act(batch_norm(conv2d(x, w) + bias)) in one kernel (float32, CPU); inputs x, w, then the
-//! bias when has_bias, then scale, shift, mean, var when has_batch_norm. No gradient rule: it
-//! exists only in compiled executables, where no gradient is taken through it.
+//! y = chain(act(batch_norm(conv2d(x, w) + bias))) in one kernel (float32, CPU); inputs x, w,
+//! then the bias when has_bias, then scale, shift, mean, var when has_batch_norm, then the
+//! chain's scalars. No gradient rule: it exists only in compiled executables, where no gradient
+//! is taken through it.
 class FusedConv2d final : public ParamOperator<FusedConv2d, FusedConv2dParam> {
 public:
     FusedConv2d(const VarNodeArray& inputs, Param param, const OperatorConfig& config);

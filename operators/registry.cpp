@@ -10,6 +10,7 @@ void register_io_operators();
 void register_elemwise_operators();
 void register_elemwise_pattern_passes();
 void register_elemwise_chain_operators();
+void register_conv_chain_pass();
 void register_attention_fusion_pass();
 void register_tensor_manip_operators();
 void register_matmul_operators();
@@ -76,8 +77,10 @@ void register_operator_library() {
         register_roi_align_operators();
         register_ngram_operators();
         register_control_flow_operators();
-        // Last: its pass joins what the other fusion passes left.
+        // Last: its pass joins what the other fusion passes left, and the next pass folds
+        // the chains that follow a convolution into it.
         register_elemwise_chain_operators();
+        register_conv_chain_pass();
     });
 }
 

@@ -2,6 +2,7 @@
 // equal unfused ones, the switch turns it off, and gradients are unaffected.
 #include "checker.h"
 
+#include "base/thread_pool.h"
 #include "graph/graph_pass.h"
 
 #include <gtest/gtest.h>
@@ -337,9 +338,10 @@ TEST(Fusion, PowByTwoBecomesASquare) {
                 << exponent << " " << fusion;
         }
         expect_tensor_near(results[0], results[1], 0, 0, fmt::format("x ^ {}", exponent));
-        if (exponent == 2.0)
+        if (exponent == 2.0) {
             for (size_t i = 0; i < 3 * 257; ++i)
                 EXPECT_EQ(results[0].ptr<float>()[i], x.ptr<float>()[i] * x.ptr<float>()[i]);
+        }
     }
 }
 
@@ -402,8 +404,10 @@ TEST(Fusion, QuantizationArithmeticIsOneChainWithTheSameBits) {
         auto q = opr::clip(opr::round(opr::true_div(xv, k(0.5))) + k(3), 0.0, 255.0);
         auto f = opr::floor(xv * k(0.1)) + opr::ceil(xv * k(0.3));
         auto exec = g->compile({q, f});
-        if (fusion) EXPECT_EQ(count_type(*exec, "ElemwiseChain"), 2u);
-        if (fusion) EXPECT_EQ(count_type(*exec, "Elemwise"), 0u);
+        if (fusion) {
+            EXPECT_EQ(count_type(*exec, "ElemwiseChain"), 2u);
+            EXPECT_EQ(count_type(*exec, "Elemwise"), 0u);
+        }
         exec->feed("x", x).run();
         results.push_back(exec->output(0).copy());
         results.push_back(exec->output(1).copy());
@@ -429,4 +433,126 @@ TEST(Fusion, AChainKeepsAnIntermediateSomethingElseReads) {
     fused->feed("x", wide).run();
     plain->feed("x", wide).run();
     expect_tensor_near(fused->output(0), plain->output(0), 0, 0, "after a new shape");
+}
+
+namespace {
+
+//! The activations exporters write as primitives with Clip, on x: 0 x * clip(x + 3, 0, 6) / 6,
+//! 1 x * clip(x * (1/6) + 0.5, 0, 1) (ONNX's HardSwish as imported), 2 clip(x * 0.2 + 0.5, 0, 1)
+//! (HardSigmoid), 3 the first with a product by 1/6 for the division (no loop of its own).
+SymbolVar clip_activation(SymbolVar x, int form) {
+    auto k = [&](double v) { return opr::scalar_like(x, v); };
+    switch (form) {
+    case 0:
+        return opr::true_div(x * opr::clip(x + k(3), 0.0, 6.0), k(6));
+    case 1:
+        return opr::clip(x * k(1.0 / 6.0) + k(0.5), 0.0, 1.0) * x;
+    case 2:
+        return opr::clip(k(0.2) * x + k(0.5), 0.0, 1.0);
+    default:
+        return x * opr::clip(x + k(3), 0.0, 6.0) * k(1.0 / 6.0);
+    }
+}
+
+} // namespace
+
+TEST(Fusion, ClippedActivationChainsGiveTheStepsBits) {
+    // Values at and around the clip edges (x = -3, 3 for the first form), signed zeros, NaN,
+    // infinities; several blocks with a tail.
+    std::mt19937 rng(29);
+    Tensor x = random_tensor({3, 1501}, dtype::Float32(), rng, -8, 8);
+    float* xp = x.ptr<float>();
+    const float special[] = {-3.f,
+                             3.f,
+                             -2.5f,
+                             2.5f,
+                             0.f,
+                             -0.f,
+                             std::nanf(""),
+                             std::numeric_limits<float>::infinity(),
+                             -std::numeric_limits<float>::infinity()};
+    for (size_t i = 0; i < std::size(special); ++i) xp[i * 97] = special[i];
+    for (int form = 0; form < 4; ++form) {
+        std::vector<Tensor> results;
+        for (bool fusion : {true, false}) {
+            register_all_operators();
+            GraphOptions opt;
+            opt.enable_fusion = fusion;
+            auto g = ComputingGraph::make(opt);
+            auto xv = opr::Input::make(*g, "x", dtype::Float32(), x.shape());
+            auto exec = g->compile({clip_activation(xv, form)});
+            if (fusion) {
+                EXPECT_EQ(count_type(*exec, "ElemwiseChain"), 1u) << form;
+            }
+            exec->feed("x", x).run();
+            results.push_back(exec->output(0).contiguous());
+        }
+        EXPECT_EQ(std::memcmp(results[0].raw_ptr(), results[1].raw_ptr(), results[0].nr_bytes()), 0)
+            << "form " << form;
+    }
+}
+
+namespace {
+
+//! A k x k convolution [+ batch norm] then a clipped activation (clip_activation's `form`);
+//! with `fetch_conv` the convolution's result is an output too. 3 x 3 runs in oneDNN where the
+//! build has it, 1 x 1 in braid's GEMM path: both call the chain on each output block.
+Dense run_conv_activation(bool batch_norm, int form, bool fusion, bool fetch_conv = false,
+                          size_t k = 3, size_t side = 12) {
+    register_all_operators();
+    std::mt19937 rng(5);
+    const size_t n = 1, c = 8, h = side, w = side - 2, o = 16;
+    auto wt = std::make_shared<Tensor>(random_tensor({o, c, k, k}, dtype::Float32(), rng, -.4, .4));
+    auto stat = [&](double lo, double hi) {
+        return std::make_shared<Tensor>(random_tensor({o}, dtype::Float32(), rng, lo, hi));
+    };
+    auto scale = stat(.5, 1.5), shift = stat(-.5, .5), mean = stat(-.2, .2), var = stat(.5, 2);
+    Tensor x = random_tensor({n, c, h, w}, dtype::Float32(), rng, -2, 2);
+    GraphOptions opt;
+    opt.enable_fusion = fusion;
+    auto g = ComputingGraph::make(opt);
+    auto param = [&](const std::shared_ptr<Tensor>& t) { return opr::SharedParam::make(*g, t); };
+    auto xv = opr::Input::make(*g, "x", dtype::Float32(), {n, c, h, w});
+    auto y = opr::conv2d(xv, param(wt), 1, int(k / 2), 1, 1);
+    if (batch_norm)
+        y = opr::batch_norm(y, param(scale), param(shift), param(mean), param(var), 1e-3f);
+    std::vector<OutputSpec> outs{clip_activation(y, form)};
+    if (fetch_conv) outs.emplace_back(y);
+    Dense d;
+    d.exec = g->compile(outs);
+    d.exec->feed("x", x).run();
+    d.y = d.exec->output(0);
+    return d;
+}
+
+} // namespace
+
+TEST(Fusion, AClippedActivationFoldsIntoTheConvolutionBeforeIt) {
+    for (size_t k : {3, 1})
+        for (bool bn : {true, false})
+            for (int form : {0, 1, 2, 3}) {
+                auto fused = run_conv_activation(bn, form, true, false, k);
+                auto plain = run_conv_activation(bn, form, false, false, k);
+                auto what = fmt::format("{0}x{0} batch norm {1} form {2}", k, bn, form);
+                EXPECT_EQ(count_type(*fused.exec, "FusedConv2d"), 1u) << what;
+                EXPECT_EQ(count_type(*fused.exec, "ElemwiseChain"), 0u) << what;
+                EXPECT_EQ(count_type(*fused.exec, "Elemwise"), 0u) << what;
+                expect_tensor_near(fused.y, plain.y, 1e-5, 1e-5, what);
+            }
+    // Three threads on a larger map: the convolution splits into bands of rows, and the chain
+    // runs on each band's rows of every channel.
+    size_t saved = kernel_threads();
+    set_kernel_threads(3);
+    for (size_t k : {3, 1}) {
+        auto fused = run_conv_activation(true, 0, true, false, k, 66);
+        auto plain = run_conv_activation(true, 0, false, false, k, 66);
+        EXPECT_EQ(count_type(*fused.exec, "ElemwiseChain"), 0u);
+        expect_tensor_near(fused.y, plain.y, 1e-5, 1e-5, fmt::format("{0}x{0}, 3 threads", k));
+    }
+    set_kernel_threads(saved);
+    // The convolution's result is fetched too: the chain stays an operator of its own.
+    auto fetched = run_conv_activation(true, 0, true, true);
+    EXPECT_EQ(count_type(*fetched.exec, "ElemwiseChain"), 1u);
+    expect_tensor_near(fetched.y, run_conv_activation(true, 0, false, true).y, 1e-5, 1e-5,
+                       "with the convolution fetched");
 }
