@@ -123,9 +123,9 @@ void ElemwiseChain::execute(ExecCtx& ctx) {
     }
     float* yp = y.ptr<float>();
     // At least 64 blocks (64K elements, tens of microseconds) per task.
+    ChainRunner runner(m_param, advance);
     parallel_for((n + CHAIN_BLOCK - 1) / CHAIN_BLOCK, 64, [&](size_t b0, size_t b1) {
-        run_chain(m_param, nin, base.data(), advance.data(), yp, b0 * CHAIN_BLOCK,
-                  std::min(b1 * CHAIN_BLOCK, n));
+        runner.run(base.data(), yp, b0 * CHAIN_BLOCK, std::min(b1 * CHAIN_BLOCK, n));
     });
 }
 
@@ -162,6 +162,15 @@ hard_swish_mul_loop(const float* x, float* y, size_t n, float a, float b, float 
     }
 }
 
+//! x * a + b: a scale and shift.
+BRAID_SIMD_CLONES BRAID_NO_FP_CONTRACT void affine_loop(const float* x, float* y, size_t n, float a,
+                                                        float b) {
+    for (size_t i = 0; i < n; ++i) {
+        float t = x[i] * a;
+        y[i] = t + b;
+    }
+}
+
 //! clip(x * a + b, lo, hi): HardSigmoid.
 BRAID_SIMD_CLONES BRAID_NO_FP_CONTRACT void
 hard_sigmoid_loop(const float* x, float* y, size_t n, float a, float b, float lo, float hi) {
@@ -171,22 +180,16 @@ hard_sigmoid_loop(const float* x, float* y, size_t n, float a, float b, float lo
     }
 }
 
-enum class ChainForm { NONE, HARD_SWISH_DIV, HARD_SWISH_MUL, HARD_SIGMOID };
+} // namespace
 
-//! A chain recognized as one of the forms: the input it maps and its scalar inputs, in the
-//! order of the form's loop arguments.
-struct RecognizedChain {
-    ChainForm form = ChainForm::NONE;
-    int32_t x = -1;
-    std::array<int32_t, 4> scalars{};
-};
-
-RecognizedChain recognize_chain(const ElemwiseChainParam& p, size_t nin, const uint8_t* advance) {
+//! The chain as one of the forms with a loop of their own; form NONE where it is none.
+ChainRunner::Loop ChainRunner::recognize(const ElemwiseChainParam& p, size_t nin,
+                                         const uint8_t* advance) {
     auto mode = [&](size_t s) { return ElemMode(p.modes[s]); };
     auto operand = [&](size_t s, size_t k) { return p.operands[3 * s + k]; };
     auto scalar = [&](int32_t o) { return o >= 0 && size_t(o) < nin && !advance[o]; };
     auto step = [&](size_t s) { return int32_t(nin + s); };
-    RecognizedChain r;
+    Loop r;
     // Step s of a commutative mode reading `known` and another operand: that operand, or -1.
     auto other = [&](size_t s, int32_t known) {
         if (operand(s, 0) == known) return operand(s, 1);
@@ -216,43 +219,53 @@ RecognizedChain recognize_chain(const ElemwiseChainParam& p, size_t nin, const u
     if (n == 4 && first(ElemMode::ADD, x, a) && clip_of(1, step(0), lo, hi) &&
         mode(2) == ElemMode::MUL && other(2, step(1)) == x && mode(3) == ElemMode::TRUE_DIV &&
         operand(3, 0) == step(2) && scalar(operand(3, 1)))
-        r = {ChainForm::HARD_SWISH_DIV, x, {a, lo, hi, operand(3, 1)}};
-    else if ((n == 3 || n == 4) && first(ElemMode::MUL, x, a) && mode(1) == ElemMode::ADD &&
-             scalar(b = other(1, step(0))) && clip_of(2, step(1), lo, hi)) {
-        if (n == 3)
-            r = {ChainForm::HARD_SIGMOID, x, {a, b, lo, hi}};
-        else if (mode(3) == ElemMode::MUL && other(3, step(2)) == x)
-            r = {ChainForm::HARD_SWISH_MUL, x, {a, b, lo, hi}};
+        r = {Form::HARD_SWISH_DIV, x, {a, lo, hi, operand(3, 1)}};
+    else if (n >= 2 && n <= 4 && first(ElemMode::MUL, x, a) && mode(1) == ElemMode::ADD &&
+             scalar(b = other(1, step(0)))) {
+        if (n == 2)
+            r = {Form::AFFINE, x, {a, b, a, a}};
+        else if (clip_of(2, step(1), lo, hi) && n == 3)
+            r = {Form::HARD_SIGMOID, x, {a, b, lo, hi}};
+        else if (clip_of(2, step(1), lo, hi) && mode(3) == ElemMode::MUL && other(3, step(2)) == x)
+            r = {Form::HARD_SWISH_MUL, x, {a, b, lo, hi}};
     }
     return r;
 }
 
-} // namespace
+ChainRunner::ChainRunner(const ElemwiseChainParam& p, std::vector<uint8_t> advance)
+    : m_param(p), m_advance(std::move(advance)),
+      m_loop(recognize(p, m_advance.size(), m_advance.data())) {
+    if (m_loop.form != Form::NONE) return;
+    for (int32_t m : p.modes) {
+        m_kernels.push_back(find_elem_kernel(ElemMode(m), DTypeEnum::FLOAT32));
+        BRAID_ASSERT(m_kernels.back(), "ElemwiseChain: no float32 kernel for mode {}", m);
+    }
+}
 
-void run_chain(const ElemwiseChainParam& p, size_t nin, const float* const* base,
-               const uint8_t* advance, float* y, size_t begin, size_t end) {
-    if (RecognizedChain r = recognize_chain(p, nin, advance); r.form != ChainForm::NONE) {
-        const float* x = base[r.x] + begin;
+void ChainRunner::run(const float* const* base, float* y, size_t begin, size_t end) const {
+    if (m_loop.form != Form::NONE) {
+        const float* x = base[m_loop.x] + begin;
         float s[4];
-        for (size_t i = 0; i < 4; ++i) s[i] = base[r.scalars[i]][0];
+        for (size_t i = 0; i < 4; ++i) s[i] = base[m_loop.scalars[i]][0];
         size_t n = end - begin;
-        if (r.form == ChainForm::HARD_SWISH_DIV)
-            hard_swish_div_loop(x, y + begin, n, s[0], s[1], s[2], s[3]);
-        else if (r.form == ChainForm::HARD_SWISH_MUL)
-            hard_swish_mul_loop(x, y + begin, n, s[0], s[1], s[2], s[3]);
-        else
-            hard_sigmoid_loop(x, y + begin, n, s[0], s[1], s[2], s[3]);
-        return;
+        switch (m_loop.form) {
+        case Form::HARD_SWISH_DIV:
+            return hard_swish_div_loop(x, y + begin, n, s[0], s[1], s[2], s[3]);
+        case Form::HARD_SWISH_MUL:
+            return hard_swish_mul_loop(x, y + begin, n, s[0], s[1], s[2], s[3]);
+        case Form::HARD_SIGMOID:
+            return hard_sigmoid_loop(x, y + begin, n, s[0], s[1], s[2], s[3]);
+        case Form::AFFINE:
+            return affine_loop(x, y + begin, n, s[0], s[1]);
+        case Form::NONE:
+            break;
+        }
     }
-    size_t steps = p.modes.size();
+    const ElemwiseChainParam& p = m_param;
+    size_t steps = p.modes.size(), nin = m_advance.size();
+    const uint8_t* advance = m_advance.data();
     thread_local std::vector<float> scratch;
-    thread_local std::vector<ElemKernel> kernels;
     if (scratch.size() < steps * CHAIN_BLOCK) scratch.resize(steps * CHAIN_BLOCK);
-    kernels.resize(steps);
-    for (size_t s = 0; s < steps; ++s) {
-        kernels[s] = find_elem_kernel(ElemMode(p.modes[s]), DTypeEnum::FLOAT32);
-        BRAID_ASSERT(kernels[s], "ElemwiseChain: no float32 kernel for mode {}", p.modes[s]);
-    }
     for (size_t off = begin; off < end; off += CHAIN_BLOCK) {
         size_t len = std::min(CHAIN_BLOCK, end - off);
         for (size_t s = 0; s < steps; ++s) {
@@ -271,7 +284,7 @@ void run_chain(const ElemwiseChainParam& p, size_t nin, const float* const* base
             }
             void* out = s + 1 == steps ? static_cast<void*>(y + off)
                                        : static_cast<void*>(scratch.data() + s * CHAIN_BLOCK);
-            kernels[s](in.data(), step.data(), out, len);
+            m_kernels[s](in.data(), step.data(), out, len);
         }
     }
 }

@@ -18,7 +18,9 @@
 #include "graph/param_fields.h"
 #include "graph/symbol_var.h"
 #include "operators/elemwise.h"
+#include "operators/elemwise_kernels.h"
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -47,11 +49,37 @@ void check_chain_param(const ElemwiseChainParam& param, size_t inputs, const cha
 //! Elements a chain computes a step at a time, every intermediate result in cache.
 constexpr size_t CHAIN_BLOCK = 1024;
 
-//! The chain `p` over elements [begin, end) on the calling thread, with Elemwise's kernels:
-//! input i reads base[i][e] for element e where advance[i] is 1, base[i][0] where it is 0;
-//! the last step writes y[e]. y may be an input (each element is read before it is written).
-void run_chain(const ElemwiseChainParam& p, size_t nin, const float* const* base,
-               const uint8_t* advance, float* y, size_t begin, size_t end);
+//! A chain ready to run on the calling thread. Chains of the forms exporters write for
+//! activations and scales (x * clip(x + a, lo, hi) / d, x * clip(x * a + b, lo, hi),
+//! clip(x * a + b, lo, hi), x * a + b, with a, b, lo, hi, d single values) run as one loop of
+//! their own; others run each step over blocks of CHAIN_BLOCK elements with Elemwise's
+//! kernels. Both give the bits of the steps run one by one.
+class ChainRunner {
+public:
+    //! `p`'s input i advances one value per element where advance[i] is 1 and is one value
+    //! for every element where it is 0. `p` must outlive the runner.
+    ChainRunner(const ElemwiseChainParam& p, std::vector<uint8_t> advance);
+    //! Whether the chain runs as one loop of its own.
+    bool one_loop() const { return m_loop.form != Form::NONE; }
+    //! Elements [begin, end): input i reads base[i][e] (base[i][0] where it does not advance);
+    //! the last step writes y[e]. y may be an input: each element is read before it is written.
+    void run(const float* const* base, float* y, size_t begin, size_t end) const;
+
+private:
+    enum class Form { NONE, HARD_SWISH_DIV, HARD_SWISH_MUL, HARD_SIGMOID, AFFINE };
+    //! The form, the input it maps and its single values in the order of the form's loop.
+    struct Loop {
+        Form form = Form::NONE;
+        int32_t x = -1;
+        std::array<int32_t, 4> scalars{};
+    };
+    static Loop recognize(const ElemwiseChainParam& p, size_t nin, const uint8_t* advance);
+
+    const ElemwiseChainParam& m_param;
+    std::vector<uint8_t> m_advance;
+    Loop m_loop;
+    std::vector<ElemKernel> m_kernels; //!< per step, where there is no loop
+};
 
 //! The steps of ElemwiseChainParam run as one pass over memory (float32, CPU). No gradient rule:
 //! it exists only in compiled executables.

@@ -11,6 +11,7 @@
 #include "operators/elemwise_kernels.h"
 
 #include <cmath>
+#include <optional>
 #include <vector>
 
 namespace braid::opr {
@@ -137,6 +138,8 @@ void FusedConv2d::execute(ExecCtx& ctx) {
     }
     std::vector<uint8_t> chain_advance(chain_base.size(), 0);
     chain_advance[0] = 1;
+    std::optional<ChainRunner> chain;
+    if (has_chain) chain.emplace(m_param.chain, chain_advance);
     auto chain_rows = [&](float* yb, size_t rows, size_t cols, size_t ld) {
         thread_local std::vector<const float*> base; // input 0 differs per (concurrent) call
         base.assign(chain_base.begin(), chain_base.end());
@@ -144,8 +147,7 @@ void FusedConv2d::execute(ExecCtx& ctx) {
         size_t runs = ld == cols ? 1 : rows, len = ld == cols ? rows * cols : cols;
         for (size_t r = 0; r < runs; ++r) {
             base[0] = yb + r * ld;
-            run_chain(m_param.chain, base.size(), base.data(), chain_advance.data(), yb + r * ld, 0,
-                      len);
+            chain->run(base.data(), yb + r * ld, 0, len);
         }
     };
     ConvEpilogue epilogue = [&](float* yb, size_t o0, size_t rows, size_t cols, size_t ld) {
@@ -299,6 +301,11 @@ void fold_chain_into_conv(CompilePassCtx& ctx) {
                 scalars = false;
         }
         if (conv_in < 0 || !scalars) continue;
+        // Only a chain that runs as one loop: one that runs step by step costs more on each
+        // output block than as one operator over the whole tensor.
+        std::vector<uint8_t> advance(ins.size(), 0);
+        advance[size_t(conv_in)] = 1;
+        if (!ChainRunner(chain->param(), advance).one_loop()) continue;
         VarNode* result = ctx.current(ins[size_t(conv_in)]);
         OperatorNode* conv = result->owner();
         if (conv->comp_node() != cn || bound_to_static_values(*conv) || !ctx.removable(result) ||

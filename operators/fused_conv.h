@@ -3,9 +3,10 @@
 // compile-time passes (graph/graph_pass.h) that form it: one from Conv2d -> [Elemwise(ADD)
 // bias] -> [BatchNorm] -> [activation] chains (at least one of the three), and one, after the
 // elementwise chains are formed, that folds an ElemwiseChain reading a convolution's result
-// and otherwise single values (HardSwish and HardSigmoid as exporters write them, a scale and
-// a clip) into that convolution. The chain computes what ElemwiseChain computes, bit for bit,
-// on the convolution's output block.
+// and otherwise single values into that convolution, where the chain runs as one loop
+// (ChainRunner: HardSwish and HardSigmoid as exporters write them, a scale and shift). The chain
+// computes what ElemwiseChain computes, bit for bit, on each block of the convolution's output
+// while it is in cache.
 //
 // The batch norm is folded into one multiply-add per element, y = (conv + bias[c]) · a[c] + b[c]
 // with a = scale / sqrt(var + eps) and b = shift − mean · a, computed per run from the
