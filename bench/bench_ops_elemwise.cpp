@@ -108,6 +108,21 @@ void run_elemwise_cases(const OpsOptions& opt) {
         report_case(opt, "hard_swish_chain", with_threads(std::to_string(elems)), fused, unfused,
                     "GB/s", "the_5_elemwise_unfused");
     }
+    // The same with Clip, as exporters write it: a chain of that form runs as one loop
+    // (ChainRunner), against the same graph unfused.
+    for (size_t elems : {n, size_t(256) * 1024}) {
+        if (!case_selected(opt, "hard_swish_clip")) break;
+        auto hard_swish = [](const SymbolVarArray& in) {
+            auto k = [&](double v) { return opr::scalar_like(in[0], v); };
+            return opr::reduce_sum(opr::true_div(in[0] * opr::clip(in[0] + k(3), 0.0, 6.0), k(6)),
+                                   {0});
+        };
+        double bytes = 2 * 4.0 * double(elems);
+        double fused = graph_gbps(opt, {{elems}}, hard_swish, bytes, true);
+        double unfused = graph_gbps(opt, {{elems}}, hard_swish, bytes, false);
+        report_case(opt, "hard_swish_clip", with_threads(std::to_string(elems)), fused, unfused,
+                    "GB/s", "the_4_elemwise_unfused");
+    }
     if (case_selected(opt, "gelu")) {
         double gbps = graph_gbps(
             opt, {{n}}, [](const SymbolVarArray& in) { return opr::gelu(in[0]); }, 2 * f32_bytes);
