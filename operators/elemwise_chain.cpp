@@ -135,11 +135,6 @@ namespace {
 // loop runs the steps' operations in the steps' order on one element at a time, so it gives the
 // steps' bits. A product and a sum in one loop would be contracted into an FMA (another
 // rounding): those loops turn contraction off.
-#if defined(__GNUC__) && !defined(__clang__)
-#define BRAID_NO_FP_CONTRACT __attribute__((optimize("-ffp-contract=off")))
-#else
-#define BRAID_NO_FP_CONTRACT
-#endif
 
 //! clip as ClipOp computes it.
 inline float clip_value(float x, float lo, float hi) {

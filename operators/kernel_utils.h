@@ -26,6 +26,15 @@ namespace braid::opr {
 #define BRAID_SIMD_CLONES
 #endif
 
+//! Turns off the contraction of a product and a sum into one FMA in a function, which rounds
+//! once where the unfused operations round twice: for loops whose bits must equal those of
+//! the operations one by one, in every multi-versioned copy.
+#if defined(__GNUC__) && !defined(__clang__)
+#define BRAID_NO_FP_CONTRACT __attribute__((optimize("-ffp-contract=off")))
+#else
+#define BRAID_NO_FP_CONTRACT
+#endif
+
 //! Forces inlining of a helper into its (possibly multi-versioned) caller, so the helper's
 //! loops are compiled for the caller's target.
 #if defined(__GNUC__)

@@ -108,7 +108,8 @@ constexpr size_t TILE = 256;  //!< columns per work item in a middle-axis reduct
 constexpr size_t KBLOCK = 64; //!< rows per float32 block in a middle-axis reduction
 
 //! Reduces n contiguous elements.
-template <class Op, typename T> typename Op::Wide reduce_row(const T* x, size_t n) {
+template <class Op, typename T>
+BRAID_SIMD_CLONES BRAID_NO_FP_CONTRACT typename Op::Wide reduce_row(const T* x, size_t n) {
     using Lane = typename Op::Lane;
     using Wide = typename Op::Wide;
     Wide total = Wide(Op::init());
