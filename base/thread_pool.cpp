@@ -35,6 +35,8 @@ public:
     ~ThreadPool() { stop_workers(); }
 
     size_t threads() const { return m_workers.size() + 1; }
+    //! Workers polling for the next region now (awake: one joins without a wake-up).
+    size_t polling() const { return m_polling.load(std::memory_order_relaxed); }
 
     void resize(size_t nthreads) {
         std::lock_guard region(m_region);
@@ -118,6 +120,7 @@ private:
     void worker_loop(size_t index, uint64_t seen) {
         for (;;) {
             bool join, deterministic;
+            m_polling.fetch_add(1, std::memory_order_relaxed);
             poll_for(
                 WORKER_POLL,
                 [&] {
@@ -126,6 +129,7 @@ private:
                 },
                 [&] { return current_cpu() == m_caller_cpu.load(std::memory_order_relaxed); },
                 true);
+            m_polling.fetch_sub(1, std::memory_order_relaxed);
             {
                 std::unique_lock lk(m_mutex);
                 m_cv.wait(lk, [&] { return m_stop || m_job.load() != seen; });
@@ -173,6 +177,7 @@ private:
     std::atomic<size_t> m_active{0}; //!< workers that joined the current region, not done
     std::atomic<uint64_t> m_job{0};  //!< region number, written under m_mutex, polled without
     std::atomic<bool> m_stop_flag{false};
+    std::atomic<size_t> m_polling{0}; //!< workers in their poll for the next region
     //! CPUs last seen running the caller of a region and a worker that joined one: hints for
     //! the polls, which must not spin on the CPU of the thread they wait for.
     std::atomic<int> m_caller_cpu{-1},
@@ -205,6 +210,10 @@ size_t kernel_threads() {
 
 void set_kernel_threads(size_t n) {
     pool().resize(n);
+}
+
+bool pool_workers_awake() {
+    return pool().polling() > 0;
 }
 
 void parallel_for(size_t n, size_t grain, RangeFn fn) {

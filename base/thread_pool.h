@@ -42,6 +42,10 @@ size_t kernel_threads();
 //! Sets the number of kernel threads (>= 1); takes effect for later parallel regions.
 void set_kernel_threads(size_t n);
 
+//! Whether a worker of the pool is polling for the next region (it joins one at once); false
+//! when they all sleep, and waking one costs microseconds.
+bool pool_workers_awake();
+
 //! Runs fn(begin, end) over [0, n) in chunks of at least `grain` iterations, in parallel
 //! when n > grain and the pool is free. Exceptions from fn are rethrown in the caller.
 void parallel_for(size_t n, size_t grain, RangeFn fn);

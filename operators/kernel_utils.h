@@ -52,12 +52,21 @@ constexpr size_t PARALLEL_MIN_ELEMS = 32768;
 //! when its small convolutions were split).
 constexpr double PARALLEL_MIN_MACS = 2e6;
 
+//! Below this many elements of work a kernel also runs single-threaded when the pool's workers
+//! sleep (pool_workers_awake()): waking one took 5-15 us in a virtual machine, longer than
+//! such a pass. A classifier's 57,600-element broadcast multiply took 2.8 us on one thread and
+//! 13.7 us split over two, where its workers had slept since the last parallel kernel.
+constexpr size_t PARALLEL_WAKE_ELEMS = 262144;
+
 //! Runs fn(begin, end) over [0, n), where each item costs about `work_per_item` elements:
-//! serially when the whole is small, else through the shared kernel pool in chunks of at
-//! least PARALLEL_MIN_ELEMS / 2 elements of work.
+//! serially when the whole is small (or mid-sized while the pool's workers sleep), else
+//! through the shared kernel pool in chunks of at least PARALLEL_MIN_ELEMS / 2 elements of
+//! work.
 template <typename Fn> void parallel_range(size_t n, size_t work_per_item, Fn&& fn) {
     work_per_item = std::max<size_t>(work_per_item, 1);
-    if (n < 2 || n * work_per_item < PARALLEL_MIN_ELEMS) {
+    size_t work = n * work_per_item;
+    if (n < 2 || work < PARALLEL_MIN_ELEMS ||
+        (work < PARALLEL_WAKE_ELEMS && !pool_workers_awake())) {
         if (n) fn(size_t(0), n);
         return;
     }

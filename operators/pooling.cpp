@@ -6,6 +6,7 @@
 #include "base/hash.h"
 #include "base/thread_pool.h"
 #include "operators/dense_kernels.h"
+#include "operators/kernel_utils.h"
 #include "operators/max_pool_vector.h"
 
 #include <algorithm>
@@ -227,19 +228,18 @@ void Pooling::execute(ExecCtx& ctx) {
     bool is_max = p.mode == PoolMode::MAX;
     if (TilePool tiles = is_max ? tile_pool(g) : nullptr) {
         size_t rows = xs[0] * xs[1] * ys[2], row_work = ys[3] * size_t(p.window_h * p.window_w);
-        parallel_for(rows, std::max<size_t>(1, 16384 / std::max<size_t>(row_work, 1)),
-                     [&](size_t begin, size_t end) { tiles(g, xp, yp, begin, end); });
+        parallel_range(rows, row_work,
+                       [&](size_t begin, size_t end) { tiles(g, xp, yp, begin, end); });
         kern::store_float32(yf, y);
         return;
     }
-    size_t grain = std::max<size_t>(1, 16384 / std::max<size_t>(work, 1));
     if (is_max && max_pool_vector_applies(g)) {
-        parallel_for(xs[0] * xs[1], grain,
-                     [&](size_t begin, size_t end) { max_pool_vector(g, xp, yp, begin, end); });
+        parallel_range(xs[0] * xs[1], work,
+                       [&](size_t begin, size_t end) { max_pool_vector(g, xp, yp, begin, end); });
         kern::store_float32(yf, y);
         return;
     }
-    parallel_for(xs[0] * xs[1], grain, [&](size_t begin, size_t end) {
+    parallel_range(xs[0] * xs[1], work, [&](size_t begin, size_t end) {
         std::vector<float> rowmax(is_max ? size_t(g.w) : 0);
         for (size_t plane = begin; plane < end; ++plane) {
             const float* xpl = xp + plane * in_plane;

@@ -176,7 +176,9 @@ TEST(ConvDirect, OutputOpsApplyBiasBatchNormAndReluInOrderBeforeTheEpilogue) {
             negatives += y.ptr<float>()[i] < 0.f;
         }
         EXPECT_EQ(wrong, 0u) << "bias " << v.bias << " bn " << v.bn << " relu " << v.relu;
-        if (!v.relu) EXPECT_GT(negatives, 0u) << "the case must have negative outputs";
+        if (!v.relu) {
+            EXPECT_GT(negatives, 0u) << "the case must have negative outputs";
+        }
     }
 }
 

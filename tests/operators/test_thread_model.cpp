@@ -4,12 +4,15 @@
 #include "checker.h"
 
 #include "base/thread_pool.h"
+#include "operators/kernel_utils.h"
 
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <ctime>
 #include <dirent.h>
+#include <mutex>
+#include <set>
 #include <thread>
 
 using namespace braid;
@@ -66,4 +69,31 @@ TEST(ThreadModel, KernelLibrariesStartNoThreadsAndNothingSpinsAfterARun) {
     double idle = process_cpu_ms() - before;
     set_kernel_threads(saved);
     EXPECT_LT(idle, 30.0) << "the process used " << idle << " ms of CPU in 300 ms after its runs";
+}
+
+TEST(ThreadModel, MidSizedKernelsStayOnTheCallerWhileTheWorkersSleep) {
+    // A kernel of PARALLEL_MIN_ELEMS .. PARALLEL_WAKE_ELEMS elements of work runs on the
+    // calling thread when the pool's workers sleep (waking one costs more than the pass), and
+    // a kernel of more is split.
+    size_t saved = kernel_threads();
+    set_kernel_threads(2);
+    auto threads_used = [](size_t work) {
+        std::mutex m;
+        std::set<std::thread::id> ids;
+        opr::parallel_range(work / 64, 64, [&](size_t, size_t) {
+            // Long enough per chunk that a woken worker finds chunks left.
+            std::this_thread::sleep_for(std::chrono::microseconds(200));
+            std::lock_guard lock(m);
+            ids.insert(std::this_thread::get_id());
+        });
+        return ids;
+    };
+    std::this_thread::sleep_for(std::chrono::milliseconds(50)); // past the workers' poll
+    EXPECT_FALSE(pool_workers_awake());
+    auto mid = threads_used(opr::PARALLEL_WAKE_ELEMS / 2);
+    EXPECT_EQ(mid.size(), 1u);
+    EXPECT_TRUE(mid.count(std::this_thread::get_id()));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_EQ(threads_used(opr::PARALLEL_WAKE_ELEMS * 2).size(), 2u);
+    set_kernel_threads(saved);
 }
