@@ -88,40 +88,29 @@ void run_elemwise_cases(const OpsOptions& opt) {
         report_case(opt, "add_bcast", with_threads("4096x4096+4096"), gbps, anchor_gbps(), "GB/s",
                     anchor);
     }
-    // HardSwish as exporters write it, x * min(max(x + 3, 0), 6) / 6: five Elemwise operators,
-    // which the fusion pass runs as one ElemwiseChain; the anchor is the same graph unfused,
-    // in the same run. Large (64 MiB, memory-bound) and cache-resident (1 MiB); bytes count
-    // the input read and the chain's result written once.
-    for (size_t elems : {n, size_t(256) * 1024}) {
-        if (!case_selected(opt, "hard_swish_chain")) break;
+    // HardSwish as exporters write it, x * min(max(x + 3, 0), 6) / 6 (five Elemwise operators,
+    // run step by step as one ElemwiseChain) or x * clip(x + 3, 0, 6) / 6 (four, a chain with a
+    // loop of its own); the anchor is the same graph unfused, in the same run. Large (64 MiB,
+    // memory-bound) and cache-resident (1 MiB); bytes count the input read and the chain's
+    // result written once.
+    for (bool clip : {false, true}) {
+        const char* name = clip ? "hard_swish_clip" : "hard_swish_chain";
+        if (!case_selected(opt, name)) continue;
         // Summed at the end, so that the graph's output is one float: a 64 MiB output tensor
         // would be allocated (and faulted in) anew by every run, hiding the chain's traffic.
-        auto hard_swish = [](const SymbolVarArray& in) {
+        auto hard_swish = [clip](const SymbolVarArray& in) {
             auto k = [&](double v) { return opr::scalar_like(in[0], v); };
-            return opr::reduce_sum(
-                opr::true_div(in[0] * opr::minimum(opr::maximum(in[0] + k(3), k(0)), k(6)), k(6)),
-                {0});
+            SymbolVar t = clip ? opr::clip(in[0] + k(3), 0.0, 6.0)
+                               : opr::minimum(opr::maximum(in[0] + k(3), k(0)), k(6));
+            return opr::reduce_sum(opr::true_div(in[0] * t, k(6)), {0});
         };
-        double bytes = 2 * 4.0 * double(elems);
-        double fused = graph_gbps(opt, {{elems}}, hard_swish, bytes, true);
-        double unfused = graph_gbps(opt, {{elems}}, hard_swish, bytes, false);
-        report_case(opt, "hard_swish_chain", with_threads(std::to_string(elems)), fused, unfused,
-                    "GB/s", "the_5_elemwise_unfused");
-    }
-    // The same with Clip, as exporters write it: a chain of that form runs as one loop
-    // (ChainRunner), against the same graph unfused.
-    for (size_t elems : {n, size_t(256) * 1024}) {
-        if (!case_selected(opt, "hard_swish_clip")) break;
-        auto hard_swish = [](const SymbolVarArray& in) {
-            auto k = [&](double v) { return opr::scalar_like(in[0], v); };
-            return opr::reduce_sum(opr::true_div(in[0] * opr::clip(in[0] + k(3), 0.0, 6.0), k(6)),
-                                   {0});
-        };
-        double bytes = 2 * 4.0 * double(elems);
-        double fused = graph_gbps(opt, {{elems}}, hard_swish, bytes, true);
-        double unfused = graph_gbps(opt, {{elems}}, hard_swish, bytes, false);
-        report_case(opt, "hard_swish_clip", with_threads(std::to_string(elems)), fused, unfused,
-                    "GB/s", "the_4_elemwise_unfused");
+        for (size_t elems : {n, size_t(256) * 1024}) {
+            double bytes = 2 * 4.0 * double(elems);
+            double fused = graph_gbps(opt, {{elems}}, hard_swish, bytes, true);
+            double unfused = graph_gbps(opt, {{elems}}, hard_swish, bytes, false);
+            report_case(opt, name, with_threads(std::to_string(elems)), fused, unfused, "GB/s",
+                        clip ? "the_4_elemwise_unfused" : "the_5_elemwise_unfused");
+        }
     }
     if (case_selected(opt, "gelu")) {
         double gbps = graph_gbps(

@@ -39,6 +39,15 @@ struct Dense {
     Tensor y;
 };
 
+//! Compiles `outs`, runs them once on input "x" and keeps output 0.
+Dense compile_and_run(ComputingGraph& g, const std::vector<OutputSpec>& outs, const Tensor& x) {
+    Dense d;
+    d.exec = g.compile(outs);
+    d.exec->feed("x", x).run();
+    d.y = d.exec->output(0);
+    return d;
+}
+
 Dense run_dense(const TensorShape& xs, size_t out, SymbolVar (*act)(SymbolVar), bool fusion,
                 const char* cn, bool fetch_product = false) {
     register_all_operators(); // the fusion pass is registered with the operators
@@ -58,11 +67,7 @@ Dense run_dense(const TensorShape& xs, size_t out, SymbolVar (*act)(SymbolVar), 
     if (act) y = act(y);
     std::vector<OutputSpec> outs{y};
     if (fetch_product) outs.emplace_back(prod);
-    Dense d;
-    d.exec = g->compile(outs);
-    d.exec->feed("x", x).run();
-    d.y = d.exec->output(0);
-    return d;
+    return compile_and_run(*g, outs, x);
 }
 
 } // namespace
@@ -162,11 +167,7 @@ Dense run_conv(bool with_bias, int groups, SymbolVar (*act)(SymbolVar), bool fus
     if (with_bias) y = y + param(bias).reshape({1, long(o), 1, 1});
     y = opr::batch_norm(y, param(scale), param(shift), param(mean), param(var), 1e-3f);
     if (act) y = act(y);
-    Dense d;
-    d.exec = g->compile({y});
-    d.exec->feed("x", x).run();
-    d.y = d.exec->output(0);
-    return d;
+    return compile_and_run(*g, {y}, x);
 }
 
 } // namespace
@@ -206,11 +207,7 @@ Dense run_gelu_erf(bool fusion, bool half_first, float c = 0.f, bool fetch_erf =
     SymbolVar y = half_first ? (u * k(0.5)) * (e + k(1.0)) : (u * (e + k(1.0))) * k(0.5);
     std::vector<OutputSpec> outs{y};
     if (fetch_erf) outs.emplace_back(e);
-    Dense d;
-    d.exec = g->compile(outs);
-    d.exec->feed("x", x).run();
-    d.y = d.exec->output(0);
-    return d;
+    return compile_and_run(*g, outs, x);
 }
 
 } // namespace
@@ -523,11 +520,7 @@ Dense run_conv_activation(bool batch_norm, int form, bool fusion, bool fetch_con
         y = opr::batch_norm(y, param(scale), param(shift), param(mean), param(var), 1e-3f);
     std::vector<OutputSpec> outs{clip_activation(y, form)};
     if (fetch_conv) outs.emplace_back(y);
-    Dense d;
-    d.exec = g->compile(outs);
-    d.exec->feed("x", x).run();
-    d.y = d.exec->output(0);
-    return d;
+    return compile_and_run(*g, outs, x);
 }
 
 } // namespace
