@@ -7,6 +7,7 @@
 namespace braid::opr {
 // One per family, defined at the end of operators/<family>.cpp.
 void register_io_operators();
+void register_constant_fold_pass();
 void register_elemwise_operators();
 void register_elemwise_pattern_passes();
 void register_elemwise_chain_operators();
@@ -48,6 +49,8 @@ void register_operator_library() {
         // The arithmetic the autodiff walk itself uses.
         register_grad_arith();
         register_io_operators();
+        // First: the other passes then see the constants that folding makes.
+        register_constant_fold_pass();
         register_elemwise_operators();
         // Before the matmul fusion pass, which folds the GELU it produces.
         register_elemwise_pattern_passes();

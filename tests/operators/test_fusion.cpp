@@ -556,3 +556,70 @@ TEST(Fusion, AClippedActivationFoldsIntoTheConvolutionBeforeIt) {
     expect_tensor_near(fetched.y, run_conv_activation(true, 0, false, true).y, 1e-5, 1e-5,
                        "with the convolution fetched");
 }
+
+namespace {
+
+//! x {4, 96} times w's three row blocks reordered (slices and a concat, as exporters rebuild
+//! an LSTM's gate blocks) times 0.5, with w {96, 48} an ImmutableTensor (constant, 4,608
+//! elements: over build-time folding's limit) or a SharedParam (`param`).
+SymbolVar constant_weights_graph(ComputingGraph& g, const std::shared_ptr<Tensor>& w, bool param) {
+    auto wv = param ? opr::SharedParam::make(g, w) : opr::ImmutableTensor::make(g, *w);
+    auto rows = [&](long a, long b) {
+        return opr::subtensor(wv, {opr::AxisIndex::slice(0, a, b)});
+    };
+    auto reordered =
+        opr::concat({rows(64, 96), rows(0, 32), rows(32, 64)}, 0) * opr::scalar_like(wv, 0.5);
+    auto x = opr::Input::make(g, "x", dtype::Float32(), {4, 96});
+    return opr::matmul(x, reordered);
+}
+
+} // namespace
+
+TEST(Fusion, ConstantSubgraphsRunOnceWhenCompiled) {
+    register_all_operators();
+    std::mt19937 rng(31);
+    auto w = std::make_shared<Tensor>(random_tensor({96, 48}, dtype::Float32(), rng));
+    Tensor x = random_tensor({4, 96}, dtype::Float32(), rng);
+    std::vector<Tensor> results;
+    for (bool fusion : {true, false}) {
+        GraphOptions opt;
+        opt.enable_fusion = fusion;
+        auto g = ComputingGraph::make(opt);
+        SymbolVar y = constant_weights_graph(*g, w, false);
+        auto exec = g->compile({y});
+        // Folded: the slices, the concat and the scale leave the executable.
+        EXPECT_EQ(count_type(*exec, "Concat"), fusion ? 0u : 1u);
+        EXPECT_EQ(count_type(*exec, "Subtensor"), fusion ? 0u : 3u);
+        EXPECT_EQ(count_type(*exec, "Elemwise"), fusion ? 0u : 1u);
+        exec->feed("x", x).run();
+        results.push_back(exec->output(0).copy());
+        if (fusion) {
+            // A second compile finds the same constant: the graph does not grow.
+            size_t oprs = g->operators().size();
+            auto again = g->compile({y});
+            EXPECT_EQ(g->operators().size(), oprs);
+            again->feed("x", x).run();
+            expect_tensor_near(again->output(0), results[0], 0, 0, "second compile");
+        }
+    }
+    expect_tensor_near(results[0], results[1], 0, 0, "folded against unfolded");
+}
+
+TEST(Fusion, ParametersAreNotFolded) {
+    // A SharedParam may change between runs: what is computed from it stays in the executable
+    // and sees the change.
+    register_all_operators();
+    std::mt19937 rng(37);
+    auto w = std::make_shared<Tensor>(random_tensor({96, 48}, dtype::Float32(), rng));
+    Tensor x = random_tensor({4, 96}, dtype::Float32(), rng);
+    auto g = ComputingGraph::make({});
+    auto exec = g->compile({constant_weights_graph(*g, w, true)});
+    EXPECT_EQ(count_type(*exec, "Concat"), 1u);
+    exec->feed("x", x).run();
+    Tensor before = exec->output(0).copy();
+    for (size_t i = 0; i < w->shape().total_nr_elems(); ++i) w->ptr<float>()[i] *= 2.f;
+    exec->feed("x", x).run();
+    Tensor after = exec->output(0).copy();
+    for (size_t i = 0; i < before.shape().total_nr_elems(); ++i)
+        ASSERT_EQ(after.ptr<float>()[i], 2.f * before.ptr<float>()[i]) << i;
+}

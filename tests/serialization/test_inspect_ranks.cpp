@@ -21,12 +21,14 @@ TEST(BraidInspectRanks, PrintsEveryRanksMemoryAndCollectiveBytes) {
     EXPECT_THAT(r.out, HasSubstr("per-rank plan for 4 ranks"));
     // dp_allreduce: x {8,16} float32 and label {8} int32 are 544 input bytes; w1 {16,32},
     // b1 {32}, w2 {32,10}, b2 {10} hold 3496 parameter bytes, plus two float32 scalar
-    // constants: 3504. Its 5 all-reduces move 4 + 2048 + 128 + 1280 + 40 = 3500 bytes of
+    // constants: 3504, and one more float32 {1} that the executable folds from one of them
+    // when compiled (fold_constants: a negated scalar, reshaped): 3508. Its 5
+    // all-reduces move 4 + 2048 + 128 + 1280 + 40 = 3500 bytes of
     // tensors; a ring over 4 ranks sends and receives 2 * 3/4 of each: 6 + 3072 + 192 + 1920 +
     // 60 = 5250 bytes.
     for (int rank = 0; rank < 4; ++rank) {
         EXPECT_THAT(r.out, ::testing::ContainsRegex(fmt::format(
-                               "\n +{} +[0-9]+ +3504 +544 +3500 +5 +5250 +5250\n", rank)))
+                               "\n +{} +[0-9]+ +3508 +544 +3500 +5 +5250 +5250\n", rank)))
             << r.out;
         EXPECT_THAT(r.out, HasSubstr(fmt::format(
                                "rank {}: ALL_REDUCE_SUM key \"dp:grad_w1\" on cpu0: group of 4 "
