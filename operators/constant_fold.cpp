@@ -24,16 +24,21 @@
 namespace braid::opr {
 namespace {
 
-//! Results over this size are left to be computed at run time: a constant is held for the
-//! executable's life where the run's arena would reuse the memory.
-constexpr size_t FOLD_MAX_BYTES = size_t(64) << 20;
+//! A result is folded when it is at most this size, or no larger than the constants it is
+//! computed from: a constant is held for the graph's life, where the run's arena reuses the
+//! memory. (Dequantizing a segmentation model's int8 weights to float32 at compile time made
+//! it 6% faster and held 150 MB more.)
+constexpr size_t FOLD_SMALL_BYTES = size_t(64) << 10;
 
 //! The result of `opr` on constant `inputs`, or an empty tensor where it is not folded.
 Tensor fold(OperatorNode& opr, const std::vector<const Tensor*>& inputs) {
     VarNode* out = opr.output(0);
     if (!out->shape_known() || !out->dtype().valid()) return {};
     auto bytes = out->shape().packed_bytes(out->dtype());
-    if (!bytes || *bytes > FOLD_MAX_BYTES || out->shape().is_empty()) return {};
+    size_t input_bytes = 0;
+    for (auto* t : inputs) input_bytes += t->nr_bytes();
+    if (!bytes || out->shape().is_empty() || (*bytes > FOLD_SMALL_BYTES && *bytes > input_bytes))
+        return {};
     std::vector<Tensor> contiguous;
     contiguous.reserve(inputs.size());
     std::vector<const Tensor*> in = inputs;
