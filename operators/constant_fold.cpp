@@ -12,6 +12,7 @@
 // constants; the folded operators between them leave the executable. A constant takes the
 // name of the operator it replaces with a suffix, so a second compile of the graph finds the
 // same constant (ComputingGraph's deduplication) instead of adding another.
+#include "base/determinism.h"
 #include "graph/graph_pass.h"
 #include "graph/input_node.h"
 #include "operators/io.h"
@@ -64,6 +65,9 @@ Tensor fold(OperatorNode& opr, const std::vector<const Tensor*>& inputs) {
 }
 
 void fold_constants(CompilePassCtx& ctx) {
+    // The kernels run in the graph's mode, as its executables run them: in deterministic mode
+    // a folded value's bits must not depend on the compiling thread's kernel threads.
+    DeterministicScope mode(ctx.graph().options().deterministic || deterministic_kernels());
     std::unordered_map<VarNode*, Tensor> value; // constant vars -> their values
     std::vector<OperatorNode*> folded;
     for (auto* opr : ctx.order()) {
