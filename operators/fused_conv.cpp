@@ -276,9 +276,9 @@ void fuse_conv_epilogue(CompilePassCtx& ctx) {
 
 /*!
  * Folds an ElemwiseChain into the convolution (Conv2d or FusedConv2d) whose result it reads,
- * where the chain's other inputs are single values and nothing else reads that result. Runs
- * after fuse_elemwise_chains: a HardSwish written as x * min(max(x + 3, 0), 6) / 6 is one chain
- * by then.
+ * where the chain's other inputs are single values, the chain runs as one loop (ChainRunner)
+ * and nothing else reads that result. Runs after fuse_elemwise_chains: a HardSwish written as
+ * x * clip(x + 3, 0, 6) / 6 is one chain by then.
  */
 void fold_chain_into_conv(CompilePassCtx& ctx) {
     std::vector<ElemwiseChain*> chains;
