@@ -5,10 +5,12 @@
 #include "onnx_internal.h"
 
 #include "base/error.h"
+#include "operators/conv.h"
 
 #include <fmt/format.h>
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,6 +57,9 @@ void add_rnn_converters(ConverterTable& table);
 //! w, without bias; 1-D to 3-D. `exact`: x and w hold integers whose products must sum
 //! exactly (Conv2dParam::exact).
 SymbolVar conv_with(const NodeCtx& c, SymbolVar x, SymbolVar w, bool exact = false);
+//! The geometry of the Conv-like node `c` (its attributes) for a 2-D x and w, where it pads
+//! each spatial axis alike at both ends; otherwise (another rank, uneven padding) none.
+std::optional<opr::Conv2dParam> plain_conv2d_param(const NodeCtx& c, SymbolVar x, SymbolVar w);
 
 //! Refuses to build an index or weight table of more than 2^24 elements at import (a hostile
 //! attribute could ask for billions), naming the node and `what`.

@@ -147,24 +147,46 @@ SymbolVar conv3d(SymbolVar x, SymbolVar wt, Window w, int groups, bool exact) {
 
 } // namespace
 
-SymbolVar conv_with(const NodeCtx& c, SymbolVar x, SymbolVar wt, bool exact) {
+namespace {
+
+//! The window of the Conv-like node `c` over x's spatial axes (1-D to 3-D) for weights wt.
+Window conv_window(const NodeCtx& c, SymbolVar x, SymbolVar wt) {
     size_t rank = rank_of(c, x);
     if (rank < 3 || rank > 5)
         c.unsupported(fmt::format("{}-D convolutions (only 1-D to 3-D)", int(rank) - 2));
-    size_t nsp = rank - 2;
     std::vector<int64_t> kernel = c.attr_ints("kernel_shape");
     if (kernel.empty())
-        for (size_t i = 0; i < nsp; ++i) kernel.push_back(int64_t(wt.shape()[i + 2]));
-    Window w = window_of(c, kernel, spatial_of(x), false);
-    int groups = int(c.attr_int("group", 1));
-    if (nsp == 3) return conv3d(x, wt, w, groups, exact);
-    if (nsp == 1) as_2d(x, w), wt = expand_dims(wt, {2});
-    if (!symmetric(w)) x = pad_explicitly(x, w, 0);
+        for (size_t i = 0; i + 2 < rank; ++i) kernel.push_back(int64_t(wt.shape()[i + 2]));
+    return window_of(c, kernel, spatial_of(x), false);
+}
+
+//! The Conv2dParam of a 2-D window whose ends are padded alike.
+Conv2dParam conv2d_param(const Window& w, int groups) {
     Conv2dParam p;
     p.pad_h = int(w.begin[0]), p.pad_w = int(w.begin[1]);
     p.stride_h = int(w.strides[0]), p.stride_w = int(w.strides[1]);
     p.dilation_h = int(w.dilations[0]), p.dilation_w = int(w.dilations[1]);
     p.groups = groups;
+    return p;
+}
+
+} // namespace
+
+std::optional<Conv2dParam> plain_conv2d_param(const NodeCtx& c, SymbolVar x, SymbolVar wt) {
+    if (rank_of(c, x) != 4) return std::nullopt;
+    Window w = conv_window(c, x, wt);
+    if (!symmetric(w)) return std::nullopt;
+    return conv2d_param(w, int(c.attr_int("group", 1)));
+}
+
+SymbolVar conv_with(const NodeCtx& c, SymbolVar x, SymbolVar wt, bool exact) {
+    size_t nsp = rank_of(c, x) - 2;
+    Window w = conv_window(c, x, wt);
+    int groups = int(c.attr_int("group", 1));
+    if (nsp == 3) return conv3d(x, wt, w, groups, exact);
+    if (nsp == 1) as_2d(x, w), wt = expand_dims(wt, {2});
+    if (!symmetric(w)) x = pad_explicitly(x, w, 0);
+    Conv2dParam p = conv2d_param(w, groups);
     if (exact) p.exact = true;
     SymbolVar y = Conv2d::make(x, wt, p);
     return nsp == 1 ? squeeze(y, {2}) : y;

@@ -5,7 +5,9 @@
 // whose results are summed in int32; what cannot be split so is refused instead of rounded.
 #include "op_util.h"
 
+#include "operators/conv_integer.h"
 #include "operators/elemwise.h"
+#include "operators/io.h"
 #include "operators/matmul.h"
 #include "operators/reduce.h"
 #include "operators/subtensor.h"
@@ -150,7 +152,24 @@ SymbolVar integer_conv(const NodeCtx& c, SymbolVar x, SymbolVar w) {
     });
 }
 
+//! Input `zp_input`, or a zero of `dt` where it is absent.
+SymbolVar zero_point_or_zero(const NodeCtx& c, size_t zp_input, DType dt) {
+    if (c.has_input(zp_input)) return c.in(zp_input);
+    Tensor zero(TensorShape{}, dt);
+    zero.ptr<uint8_t>()[0] = 0;
+    return ImmutableTensor::make(c.graph(), zero);
+}
+
+//! On a CPU comp node a 2-D ConvInteger padded alike at both ends is the ConvInteger operator
+//! (oneDNN's int8 kernels where they are exact); elsewhere the float32 composition above.
 SymbolVarArray conv_integer(const NodeCtx& c) {
+    SymbolVar x = c.in(0), w = c.in(1);
+    auto param = plain_conv2d_param(c, x, w);
+    bool cpu = x.comp_node().device().kind == Device::Kind::CPU;
+    auto eight_bit = [](DType dt) { return dt == dtype::Uint8() || dt == dtype::Int8(); };
+    if (param && cpu && eight_bit(x.dtype()) && eight_bit(w.dtype()))
+        return one(ConvInteger::make(x, w, zero_point_or_zero(c, 2, x.dtype()),
+                                     zero_point_or_zero(c, 3, w.dtype()), *param));
     return one(integer_conv(c, integer_operand(c, 0, 2), integer_operand(c, 1, 3)));
 }
 

@@ -34,20 +34,20 @@ SymbolVar conv2d(SymbolVar x, SymbolVar w, int stride, int padding, int dilation
     return Conv2d::make(x, w, {stride, stride, padding, padding, dilation, dilation, groups});
 }
 
-void Conv2d::init_output_dtypes() {
-    // Params are checked here, the first step after the operator got its name.
-    const auto& p = m_param;
+void check_conv2d_param(const Conv2dParam& p, const std::string& who) {
     if (p.stride_h < 1 || p.stride_w < 1)
-        BRAID_THROW(ValueError, "{}: strides must be >= 1, got {}x{}", describe(), p.stride_h,
-                    p.stride_w);
+        BRAID_THROW(ValueError, "{}: strides must be >= 1, got {}x{}", who, p.stride_h, p.stride_w);
     if (p.dilation_h < 1 || p.dilation_w < 1)
-        BRAID_THROW(ValueError, "{}: dilations must be >= 1, got {}x{}", describe(), p.dilation_h,
+        BRAID_THROW(ValueError, "{}: dilations must be >= 1, got {}x{}", who, p.dilation_h,
                     p.dilation_w);
     if (p.pad_h < 0 || p.pad_w < 0)
-        BRAID_THROW(ValueError, "{}: paddings must be >= 0, got {}x{}", describe(), p.pad_h,
-                    p.pad_w);
-    if (p.groups < 1)
-        BRAID_THROW(ValueError, "{}: groups must be >= 1, got {}", describe(), p.groups);
+        BRAID_THROW(ValueError, "{}: paddings must be >= 0, got {}x{}", who, p.pad_h, p.pad_w);
+    if (p.groups < 1) BRAID_THROW(ValueError, "{}: groups must be >= 1, got {}", who, p.groups);
+}
+
+void Conv2d::init_output_dtypes() {
+    // Params are checked here, the first step after the operator got its name.
+    check_conv2d_param(m_param, describe());
     DType x = input(0)->dtype(), w = input(1)->dtype();
     if (x != w || !kern::is_dense_float(x))
         BRAID_THROW(DTypeError,
@@ -59,37 +59,40 @@ void Conv2d::init_output_dtypes() {
 
 bool Conv2d::infer_output_shapes(const InferCtx& ctx, TensorShape* out) const {
     if (!ctx.shape(0) || !ctx.shape(1)) return false;
-    const auto &x = *ctx.shape(0), &w = *ctx.shape(1);
+    out[0] = conv2d_output_shape(m_param, *ctx.shape(0), *ctx.shape(1), describe());
+    return true;
+}
+
+TensorShape conv2d_output_shape(const Conv2dParam& p, const TensorShape& x, const TensorShape& w,
+                                const std::string& who) {
     if (x.ndim() != 4 || w.ndim() != 4)
         BRAID_THROW(ShapeError, "{}: input must be 4-D NCHW and weight 4-D OIHW, got {} and {}",
-                    describe(), x.to_string(), w.to_string());
-    const auto& p = m_param;
+                    who, x.to_string(), w.to_string());
     size_t groups = size_t(p.groups);
     if (x[1] != w[1] * groups)
         BRAID_THROW(ShapeError,
                     "{}: input {} has {} channels, weight {} expects {} ({} per group x {} "
                     "groups)",
-                    describe(), x.to_string(), x[1], w.to_string(), w[1] * groups, w[1], groups);
+                    who, x.to_string(), x[1], w.to_string(), w[1] * groups, w[1], groups);
     if (w[0] % groups != 0)
         BRAID_THROW(ShapeError, "{}: groups={} does not divide the {} output channels of weight {}",
-                    describe(), groups, w[0], w.to_string());
+                    who, groups, w[0], w.to_string());
     if (w[2] == 0 || w[3] == 0)
-        BRAID_THROW(ShapeError, "{}: weight {} has an empty kernel", describe(), w.to_string());
+        BRAID_THROW(ShapeError, "{}: weight {} has an empty kernel", who, w.to_string());
     size_t ekh = size_t(p.dilation_h) * (w[2] - 1) + 1, ekw = size_t(p.dilation_w) * (w[3] - 1) + 1;
     size_t ph = x[2] + 2 * size_t(p.pad_h), pw = x[3] + 2 * size_t(p.pad_w);
     if (ekh > ph || ekw > pw)
         BRAID_THROW(ShapeError,
                     "{}: dilated kernel {}x{} of weight {} is larger than the padded input {}x{} "
                     "of {}",
-                    describe(), ekh, ekw, w.to_string(), ph, pw, x.to_string());
+                    who, ekh, ekw, w.to_string(), ph, pw, x.to_string());
     size_t oh = (ph - ekh) / size_t(p.stride_h) + 1, ow = (pw - ekw) / size_t(p.stride_w) + 1;
     size_t k = w[1] * w[2] * w[3];
     constexpr size_t int_max = size_t(std::numeric_limits<int>::max());
     if (k > int_max || oh * ow > int_max || w[0] > int_max)
-        BRAID_THROW(ShapeError, "{}: {} with weight {} exceeds the BLAS size limit {}", describe(),
+        BRAID_THROW(ShapeError, "{}: {} with weight {} exceeds the BLAS size limit {}", who,
                     x.to_string(), w.to_string(), int_max);
-    out[0] = TensorShape{x[0], w[0], oh, ow};
-    return true;
+    return TensorShape{x[0], w[0], oh, ow};
 }
 
 namespace {
@@ -160,11 +163,16 @@ void Conv2d::execute(ExecCtx& ctx) {
     Tensor& y = ctx.output(0);
     if (y.shape().is_empty()) return;
     Tensor yf = kern::float32_target(y);
-    kern::DnnlConvFusion fusion;
-    fusion.constant_weights = kern::if_constant(*m_constant_weights, {input(1)});
-    if (!kern::dnnl_conv2d_forward(m_param, x, w, yf, fusion, nullptr))
-        conv2d_forward(m_param, x, w, yf, nullptr);
+    conv2d_float32(m_param, x, w, yf, kern::if_constant(*m_constant_weights, {input(1)}));
     kern::store_float32(yf, y);
+}
+
+void conv2d_float32(const Conv2dParam& param, const Tensor& x, const Tensor& w, Tensor& y,
+                    kern::DnnlConstantWeights* constant_weights) {
+    kern::DnnlConvFusion fusion;
+    fusion.constant_weights = constant_weights;
+    if (!kern::dnnl_conv2d_forward(param, x, w, y, fusion, nullptr))
+        conv2d_forward(param, x, w, y, nullptr);
 }
 
 void conv2d_forward(const Conv2dParam& pr, const Tensor& x, const Tensor& w, Tensor& yf,

@@ -82,6 +82,18 @@ using ConvEpilogue = std::function<void(float* y, size_t o0, size_t rows, size_t
 void conv2d_forward(const Conv2dParam& param, const Tensor& x, const Tensor& w, Tensor& y,
                     const ConvEpilogue* epilogue);
 
+//! Conv2d's CPU kernel on float32 tensors: oneDNN's where it runs the case, else
+//! conv2d_forward(). `constant_weights` as DnnlConvFusion::constant_weights (may be null).
+void conv2d_float32(const Conv2dParam& param, const Tensor& x, const Tensor& w, Tensor& y,
+                    kern::DnnlConstantWeights* constant_weights = nullptr);
+
+//! Throws ValueError naming `who` for strides, dilations or groups below 1 or negative paddings.
+void check_conv2d_param(const Conv2dParam& param, const std::string& who);
+//! The output shape of x [N, C, H, W] convolved with w [O, C/groups, KH, KW] (see the file
+//! comment); throws ShapeError naming `who` for inputs that do not fit the geometry.
+TensorShape conv2d_output_shape(const Conv2dParam& param, const TensorShape& x,
+                                const TensorShape& w, const std::string& who);
+
 //! conv2d with the same stride, padding and dilation along both spatial dims.
 SymbolVar conv2d(SymbolVar x, SymbolVar w, int stride = 1, int padding = 0, int dilation = 1,
                  int groups = 1);

@@ -74,6 +74,11 @@ std::string dnnl_conv2d_impl(const Conv2dParam&, const TensorShape&, const Tenso
     return "";
 }
 
+bool dnnl_conv_integer_forward(const Conv2dParam&, const Tensor&, const Tensor&, int32_t, Tensor&,
+                               DnnlConstantWeights*) {
+    return false;
+}
+
 #else
 
 namespace {
@@ -93,24 +98,24 @@ dnnl::stream& thread_stream() {
     return stream;
 }
 
-//! A growable 64-byte-aligned float buffer, kept per thread across runs so large scratch
-//! buffers are not faulted in again on every run.
+//! A growable 64-byte-aligned buffer (of floats unless asked otherwise), kept per thread across
+//! runs so large scratch buffers are not faulted in again on every run.
 class AlignedBuffer {
 public:
-    float* get(size_t bytes) {
+    template <typename T = float> T* get(size_t bytes) {
         if (bytes > m_bytes) {
-            m_data.reset(static_cast<float*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
+            m_data.reset(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
             if (!m_data) BRAID_THROW(Error, "oneDNN convolution: cannot allocate {} bytes", bytes);
             m_bytes = bytes;
         }
-        return m_data.get();
+        return static_cast<T*>(m_data.get());
     }
 
 private:
     struct Free {
-        void operator()(float* p) const { std::free(p); }
+        void operator()(void* p) const { std::free(p); }
     };
-    std::unique_ptr<float, Free> m_data;
+    std::unique_ptr<void, Free> m_data;
     size_t m_bytes = 0;
 };
 
@@ -160,7 +165,8 @@ struct ConvPlan {
     memory::desc src_md, wei_md, dst_md, scratch_md;
     memory::desc src_plain, wei_plain, dst_plain; //!< NCHW / OIHW of one task, src strided
     bool has_bias = false;
-    std::string impl; //!< oneDNN's implementation name, e.g. "jit:avx2"
+    bool zero_point = false; //!< takes the source's zero point (integer convolutions)
+    std::string impl;        //!< oneDNN's implementation name, e.g. "jit:avx2"
     std::optional<Reorder> src_reorder, wei_reorder; //!< plain (strided) -> primitive layout
     std::optional<Reorder> dst_reorder;              //!< primitive layout -> strided NCHW
     memory::desc dst_strided;                        //!< the task's slice of y
@@ -174,7 +180,8 @@ struct PlanKey {
     int64_t sh, sw, pt, pb, pw, dh, dw, groups;
     int64_t x_plane, y_plane; //!< channel strides of the whole source and output
     int64_t bias, relu;
-    int64_t exact; //!< Conv2dParam::exact: no Winograd
+    int64_t exact;  //!< Conv2dParam::exact: no Winograd
+    int64_t src_dt; //!< the source's dnnl data type: f32, or u8 / s8 (s8 weights, s32 output)
     bool operator==(const PlanKey& k) const { return std::memcmp(this, &k, sizeof k) == 0; }
 };
 
@@ -187,6 +194,24 @@ struct PlanKeyHash {
         return h;
     }
 };
+
+bool is_integer(const PlanKey& k) {
+    return k.src_dt != int64_t(memory::data_type::f32);
+}
+
+/*!
+ * Whether oneDNN sums 8-bit products exactly on this CPU (within braid's and oneDNN's ISA caps):
+ * with VNNI (vpdpbusd, AVX-512 or AVX2) or AMX it does. Without, its int8 kernels add pairs of
+ * u8 x s8 products in 16 bits with saturation (vpmaddubsw), and a convolution of full-range
+ * uint8 data gave wrong sums (for 64 channels of 3x3, most of them).
+ */
+bool exact_int8_products() {
+    cpu_engine(); // applies braid's ISA cap first
+    auto isa = unsigned(dnnl::get_effective_cpu_isa());
+    return (isa &
+            (unsigned(dnnl_cpu_isa_avx512_core_vnni) & ~unsigned(dnnl_cpu_isa_avx512_core))) ||
+           (isa & (unsigned(dnnl_cpu_isa_avx2_vnni) & ~unsigned(dnnl_cpu_isa_avx2)));
+}
 
 //! One way to ask oneDNN for a convolution: its algorithm and the layouts of source and
 //! destination (weights are always left to oneDNN).
@@ -226,6 +251,8 @@ struct ConvChoice {
  */
 std::vector<ConvChoice> conv_choices(const PlanKey& k) {
     std::vector<ConvChoice> choices;
+    // Integer convolutions: oneDNN's pick (brgconv in NHWC where it has VNNI).
+    if (is_integer(k)) return {{dnnl::algorithm::convolution_direct, tag::any, tag::any}};
     if (k.kh == 3 && k.kw == 3 && k.sh == 1 && k.sw == 1 && k.dh == 1 && k.dw == 1 &&
         k.groups == 1 && !k.exact && k.oh >= 4 && k.ow >= 4)
         choices.push_back({dnnl::algorithm::convolution_winograd, tag::any, tag::any});
@@ -246,24 +273,31 @@ std::vector<ConvChoice> conv_choices(const PlanKey& k) {
 //! braid's im2col path) or cannot run the case.
 std::shared_ptr<ConvPlan> make_plan(const PlanKey& k) {
     dnnl_single_thread();
-    const auto f32 = memory::data_type::f32;
+    bool integer = is_integer(k);
+    if (integer && !exact_int8_products()) return nullptr;
+    const auto src_t = memory::data_type(k.src_dt);
+    const auto wei_t = integer ? memory::data_type::s8 : memory::data_type::f32;
+    const auto dst_t = integer ? memory::data_type::s32 : memory::data_type::f32;
     memory::dims src_dims{1, k.c, k.h, k.w}, dst_dims{1, k.oc, k.oh, k.ow};
     memory::dims wei_dims =
         k.groups == 1 ? memory::dims{k.oc, k.c, k.kh, k.kw}
                       : memory::dims{k.groups, k.oc / k.groups, k.c / k.groups, k.kh, k.kw};
     auto plan = std::make_shared<ConvPlan>();
     plan->has_bias = k.bias != 0;
+    plan->zero_point = integer;
     // A band of rows reads its rows of each source channel plane and writes its rows of each
     // output plane: strided views that a reorder copies from and into.
     bool band = k.x_plane != k.h * k.w || k.y_plane != k.oh * k.ow;
-    plan->src_plain = memory::desc(src_dims, f32, memory::dims{k.c * k.x_plane, k.x_plane, k.w, 1});
-    plan->dst_plain = memory::desc(dst_dims, f32, tag::nchw);
-    plan->wei_plain = memory::desc(wei_dims, f32, k.groups == 1 ? tag::oihw : tag::goihw);
+    plan->src_plain =
+        memory::desc(src_dims, src_t, memory::dims{k.c * k.x_plane, k.x_plane, k.w, 1});
+    plan->dst_plain = memory::desc(dst_dims, dst_t, tag::nchw);
+    plan->wei_plain = memory::desc(wei_dims, wei_t, k.groups == 1 ? tag::oihw : tag::goihw);
     // The task's output slice inside y: channels [o0, o0 + oc) of one batch item.
     plan->dst_strided =
-        memory::desc(dst_dims, f32, memory::dims{k.o_total * k.y_plane, k.y_plane, k.ow, 1});
-    memory::desc bias_md = plan->has_bias ? memory::desc({k.oc}, f32, tag::a) : memory::desc();
-    memory::desc any_wei(wei_dims, f32, tag::any);
+        memory::desc(dst_dims, dst_t, memory::dims{k.o_total * k.y_plane, k.y_plane, k.ow, 1});
+    memory::desc bias_md =
+        plan->has_bias ? memory::desc({k.oc}, memory::data_type::f32, tag::a) : memory::desc();
+    memory::desc any_wei(wei_dims, wei_t, tag::any);
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     if (k.relu) {
@@ -271,6 +305,9 @@ std::shared_ptr<ConvPlan> make_plan(const PlanKey& k) {
         ops.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
         attr.set_post_ops(ops);
     }
+    // The source's zero point, given per run: padding contributes nothing to the sums (as if
+    // the source were padded with its zero point).
+    if (integer) attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
     dnnl::primitive_attr attr_user;
     attr_user.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     std::optional<dnnl::convolution_forward::primitive_desc> pd;
@@ -278,8 +315,8 @@ std::shared_ptr<ConvPlan> make_plan(const PlanKey& k) {
         try {
             dnnl::convolution_forward::desc desc(
                 dnnl::prop_kind::forward_inference, choice.algorithm,
-                memory::desc(src_dims, f32, choice.src), any_wei, bias_md,
-                memory::desc(dst_dims, f32, choice.dst), {k.sh, k.sw}, {k.dh - 1, k.dw - 1},
+                memory::desc(src_dims, src_t, choice.src), any_wei, bias_md,
+                memory::desc(dst_dims, dst_t, choice.dst), {k.sh, k.sw}, {k.dh - 1, k.dw - 1},
                 {k.pt, k.pw}, {k.pb, k.pw});
             dnnl::convolution_forward::primitive_desc candidate(desc, attr, cpu_engine());
             if (std::string(candidate.impl_info_str()).rfind("ref", 0) == 0) continue;
@@ -331,12 +368,12 @@ std::shared_ptr<ConvPlan> find_plan(const PlanKey& k) {
     return cache.emplace(k, plan).first->second;
 }
 
-using PackedFloats = std::vector<float, AlignedAllocator<float>>;
+using PackedBytes = std::vector<unsigned char, AlignedAllocator<unsigned char>>;
 
 //! `plain` (a task's OIHW weights) in `plan`'s weight layout.
-PackedFloats reorder_weights(const ConvPlan& plan, const float* plain) {
-    PackedFloats packed(plan.wei_md.get_size() / sizeof(float));
-    memory from(plan.wei_plain, cpu_engine(), const_cast<float*>(plain));
+PackedBytes reorder_weights(const ConvPlan& plan, const void* plain) {
+    PackedBytes packed(plan.wei_md.get_size());
+    memory from(plan.wei_plain, cpu_engine(), const_cast<void*>(plain));
     memory to(plan.wei_md, cpu_engine(), packed.data());
     plan.wei_reorder->run(from, to, "weight reorder");
     return packed;
@@ -350,21 +387,21 @@ PackedFloats reorder_weights(const ConvPlan& plan, const float* plain) {
  * for 64x64x3x3), so weights updated in place between runs are always picked up.
  */
 struct PackedWeights {
-    std::vector<float> plain;
-    PackedFloats packed;
+    std::vector<unsigned char> plain;
+    PackedBytes packed;
 };
 
 /*!
  * The packed weights for `plan` of the weights at `key_ptr` (the operator's weight tensor,
- * offset to the task's first output channel), made from `plain` (`count` floats: those
+ * offset to the task's first output channel), made from `plain` (`bytes` long: those
  * weights, scaled by the folded batch norm where there is one). The cache is process-wide and
  * thread-safe; entries are immutable snapshots, replaced when the weights change.
  */
-std::shared_ptr<const PackedWeights> packed_weights(const ConvPlan& plan, const float* key_ptr,
-                                                    const float* plain, size_t count) {
+std::shared_ptr<const PackedWeights> packed_weights(const ConvPlan& plan, const void* key_ptr,
+                                                    const void* plain, size_t bytes) {
     struct Key {
         const ConvPlan* plan;
-        const float* weights;
+        const void* weights;
         bool operator==(const Key&) const = default;
     };
     struct KeyHash {
@@ -380,31 +417,31 @@ std::shared_ptr<const PackedWeights> packed_weights(const ConvPlan& plan, const 
         std::lock_guard lock(mutex);
         if (auto it = cache.find(key); it != cache.end()) {
             const auto& entry = it->second;
-            if (entry->plain.size() == count &&
-                std::memcmp(entry->plain.data(), plain, count * sizeof(float)) == 0)
+            if (entry->plain.size() == bytes && std::memcmp(entry->plain.data(), plain, bytes) == 0)
                 return entry;
         }
     }
     auto fresh = std::make_shared<PackedWeights>();
-    fresh->plain.assign(plain, plain + count);
+    const auto* first = static_cast<const unsigned char*>(plain);
+    fresh->plain.assign(first, first + bytes);
     fresh->packed = reorder_weights(plan, plain);
     std::lock_guard lock(mutex);
-    size_t bytes = (fresh->plain.size() + fresh->packed.size()) * sizeof(float);
+    size_t kept = fresh->plain.size() + fresh->packed.size();
     // Bounded: past 256 MiB of kept weights, start over.
-    if (cached_bytes + bytes > (size_t(256) << 20)) {
+    if (cached_bytes + kept > (size_t(256) << 20)) {
         cache.clear();
         cached_bytes = 0;
     }
     auto& slot = cache[key];
-    if (slot) cached_bytes -= (slot->plain.size() + slot->packed.size()) * sizeof(float);
+    if (slot) cached_bytes -= slot->plain.size() + slot->packed.size();
     slot = fresh;
-    cached_bytes += bytes;
+    cached_bytes += kept;
     return fresh;
 }
 
 //! The plan key of one batch item of x * w computing output channels [0, oc).
 PlanKey plan_key(const Conv2dParam& pr, const TensorShape& xs, const TensorShape& ws, int64_t oc,
-                 const DnnlConvFusion& fusion) {
+                 const DnnlConvFusion& fusion, memory::data_type src_dt = memory::data_type::f32) {
     int64_t ekh = int64_t(pr.dilation_h) * (int64_t(ws[2]) - 1) + 1;
     int64_t ekw = int64_t(pr.dilation_w) * (int64_t(ws[3]) - 1) + 1;
     int64_t oh = (int64_t(xs[2]) + 2 * pr.pad_h - ekh) / pr.stride_h + 1;
@@ -430,7 +467,8 @@ PlanKey plan_key(const Conv2dParam& pr, const TensorShape& xs, const TensorShape
                    oh * ow,
                    fusion.shift != nullptr,
                    fusion.relu,
-                   pr.exact.value_or(false)};
+                   pr.exact.value_or(false),
+                   int64_t(src_dt)};
 }
 
 //! Output rows below which a band is not worth a task of its own; bands start at multiples of
@@ -469,22 +507,22 @@ struct DnnlConstantWeights::Impl {
     struct Entry {
         std::shared_ptr<const void> plan; //!< kept alive: the plan cache may drop it
         int64_t o0;
-        std::shared_ptr<const float> weights;
+        std::shared_ptr<const void> weights;
     };
     std::mutex mutex;
     std::vector<Entry> entries;
 
     //! The weights of (plan, o0), made by make() (outside the lock) when there are none yet.
     template <typename Make>
-    std::shared_ptr<const float> get(const std::shared_ptr<const void>& plan, int64_t o0,
-                                     Make&& make) {
+    std::shared_ptr<const void> get(const std::shared_ptr<const void>& plan, int64_t o0,
+                                    Make&& make) {
         {
             std::lock_guard lock(mutex);
             for (const auto& e : entries)
                 if (e.plan == plan && e.o0 == o0) return e.weights;
         }
-        auto buffer = std::make_shared<const PackedFloats>(make());
-        std::shared_ptr<const float> weights(buffer, buffer->data());
+        auto buffer = std::make_shared<const PackedBytes>(make());
+        std::shared_ptr<const void> weights(buffer, buffer->data());
         std::lock_guard lock(mutex);
         entries.push_back({plan, o0, weights});
         return weights;
@@ -494,13 +532,25 @@ struct DnnlConstantWeights::Impl {
 DnnlConstantWeights::DnnlConstantWeights() : m_impl(std::make_unique<Impl>()) {}
 DnnlConstantWeights::~DnnlConstantWeights() = default;
 
-bool dnnl_conv2d_forward(const Conv2dParam& pr, const Tensor& x, const Tensor& w, Tensor& y,
-                         const DnnlConvFusion& fusion, const ConvEpilogue* epilogue) {
+namespace {
+
+//! The tensors of one convolution: float32 x, w and y, or 8-bit x and w with int32 y (and the
+//! source's zero point).
+struct ConvOperands {
+    const Tensor &x, &w;
+    Tensor& y;
+    memory::data_type src_dt = memory::data_type::f32;
+    int32_t src_zero_point = 0;
+};
+
+//! dnnl_conv2d_forward() and dnnl_conv_integer_forward() on contiguous tensors.
+bool run_convolution(const Conv2dParam& pr, const ConvOperands& io, const DnnlConvFusion& fusion,
+                     const ConvEpilogue* epilogue) {
     if (!dnnl_conv_enabled()) return false;
-    const auto &xs = x.shape(), &ws = w.shape(), &ys = y.shape();
+    const auto &xs = io.x.shape(), &ws = io.w.shape(), &ys = io.y.shape();
     int64_t n = int64_t(xs[0]), o = int64_t(ws[0]);
     int64_t groups = pr.groups;
-    if (braid_kernel_faster(pr, ws)) return false;
+    bool integer = io.src_dt != memory::data_type::f32;
     // Tasks: batch items, and blocks of each item when there are fewer items than threads (a
     // batch of one: the common inference case). An item splits into bands of output rows where
     // the output has rows enough: each band is the whole convolution on its rows, reordering
@@ -549,7 +599,7 @@ bool dnnl_conv2d_forward(const Conv2dParam& pr, const Tensor& x, const Tensor& w
     };
     std::vector<Block> blocks(static_cast<size_t>(nblocks));
     std::vector<std::shared_ptr<ConvPlan>> plans(static_cast<size_t>(nblocks));
-    PlanKey key = plan_key(pr, xs, ws, 0, fusion);
+    PlanKey key = plan_key(pr, xs, ws, 0, fusion, io.src_dt);
     int64_t ekh = int64_t(pr.dilation_h) * (int64_t(ws[2]) - 1) + 1;
     for (int64_t b = 0; b < nblocks; ++b) {
         Block& blk = blocks[size_t(b)];
@@ -586,25 +636,28 @@ bool dnnl_conv2d_forward(const Conv2dParam& pr, const Tensor& x, const Tensor& w
     const ConvPlan& first = *plans[0];
     bool src_per_task = bands || split_groups; // each task reorders its own part of the source
 
-    const float* xp = x.ptr<float>();
-    const float* wp = w.ptr<float>();
-    float* yp = y.ptr<float>();
+    // Byte pointers and element sizes: float32, or 8-bit source and weights (the destination
+    // is float32 or int32, 4 bytes either way).
+    const auto* xp = static_cast<const unsigned char*>(io.x.raw_ptr());
+    const auto* wp = static_cast<const unsigned char*>(io.w.raw_ptr());
+    auto* yp = static_cast<unsigned char*>(io.y.raw_ptr());
+    size_t elem = integer ? 1 : sizeof(float);
     size_t in_plane = size_t(ih * iw), in_item = xs[1] * in_plane, out_plane = size_t(oh * ow);
     size_t w_per_oc = ws[1] * ws[2] * ws[3];
 
     // Phase 1: the source of every batch item in the primitive's layout, in a buffer of the
     // calling thread (the tasks of phase 2 read it), unless each task reorders its own part.
-    const float* src = xp;
-    size_t src_item = in_item;
+    const unsigned char* src = xp;
+    size_t src_item = in_item * elem; // bytes
     if (first.src_reorder && !src_per_task) {
         thread_local AlignedBuffer src_buffer;
-        size_t bytes = first.src_md.get_size();
-        src_item = bytes / sizeof(float);
-        float* dst = src_buffer.get(bytes * size_t(n));
+        src_item = first.src_md.get_size();
+        auto* dst = src_buffer.get<unsigned char>(src_item * size_t(n));
         parallel_for(size_t(n), 1, [&](size_t begin, size_t end) {
             dnnl_single_thread();
             for (size_t i = begin; i < end; ++i) {
-                memory from(first.src_plain, cpu_engine(), const_cast<float*>(xp + i * in_item));
+                memory from(first.src_plain, cpu_engine(),
+                            const_cast<unsigned char*>(xp + i * in_item * elem));
                 memory to(first.src_md, cpu_engine(), dst + i * src_item);
                 first.src_reorder->run(from, to, "source reorder");
             }
@@ -622,55 +675,64 @@ bool dnnl_conv2d_forward(const Conv2dParam& pr, const Tensor& x, const Tensor& w
             const ConvPlan& plan = *plans[b];
             const Block& blk = blocks[b];
             size_t o0 = size_t(blk.o0), oc = size_t(blk.oc);
-            // The block's weights, scaled by the folded batch norm.
-            auto scaled = [&]() -> const float* {
-                const float* wt = wp + o0 * w_per_oc;
+            // The block's weights, scaled by the folded batch norm (float32 only).
+            auto scaled = [&]() -> const void* {
+                const void* wt = wp + o0 * w_per_oc * elem;
                 if (!fusion.scale) return wt;
                 float* s = scaled_buf.get(oc * w_per_oc * sizeof(float));
                 for (size_t r = 0; r < oc; ++r) {
                     float a = fusion.scale[o0 + r];
-                    const float* in = wt + r * w_per_oc;
+                    const float* in = static_cast<const float*>(wt) + r * w_per_oc;
                     float* out = s + r * w_per_oc;
                     for (size_t i = 0; i < w_per_oc; ++i) out[i] = in[i] * a;
                 }
                 return s;
             };
+            size_t w_bytes = oc * w_per_oc * elem;
             memory wei_mem;
             std::shared_ptr<const PackedWeights> packed;
-            std::shared_ptr<const float> kept;
+            std::shared_ptr<const void> kept;
             if (fusion.constant_weights && (plan.wei_reorder || fusion.scale)) {
                 kept = fusion.constant_weights->impl().get(plans[b], blk.o0, [&] {
-                    const float* wt = scaled();
+                    const auto* wt = static_cast<const unsigned char*>(scaled());
                     return plan.wei_reorder ? reorder_weights(plan, wt)
-                                            : PackedFloats(wt, wt + oc * w_per_oc);
+                                            : PackedBytes(wt, wt + w_bytes);
                 });
-                wei_mem = memory(plan.wei_md, cpu_engine(), const_cast<float*>(kept.get()));
+                wei_mem = memory(plan.wei_md, cpu_engine(), const_cast<void*>(kept.get()));
             } else if (plan.wei_reorder) {
-                packed = packed_weights(plan, wp + o0 * w_per_oc, scaled(), oc * w_per_oc);
-                wei_mem =
-                    memory(plan.wei_md, cpu_engine(), const_cast<float*>(packed->packed.data()));
+                packed = packed_weights(plan, wp + o0 * w_per_oc * elem, scaled(), w_bytes);
+                wei_mem = memory(plan.wei_md, cpu_engine(),
+                                 const_cast<unsigned char*>(packed->packed.data()));
             } else {
-                wei_mem = memory(plan.wei_md, cpu_engine(), const_cast<float*>(scaled()));
+                wei_mem = memory(plan.wei_md, cpu_engine(), const_cast<void*>(scaled()));
             }
-            float* y_task = yp + (item * size_t(o) + o0) * out_plane + size_t(blk.r0 * ow);
+            auto* y_task = reinterpret_cast<float*>(yp) + (item * size_t(o) + o0) * out_plane +
+                           size_t(blk.r0 * ow);
             float* dst = plan.dst_reorder ? dst_buf.get(plan.dst_md.get_size()) : y_task;
             memory dst_mem(plan.dst_md, cpu_engine(), dst);
-            const float* task_src = src + item * src_item;
+            const unsigned char* task_src = src + item * src_item;
             if (src_per_task) { // the block's channels and rows of the plain source
-                task_src = xp + item * in_item + o0 / size_t(opg) * size_t(cpg) * in_plane +
-                           size_t(blk.src_row * iw);
+                task_src = xp + (item * in_item + o0 / size_t(opg) * size_t(cpg) * in_plane +
+                                 size_t(blk.src_row * iw)) *
+                                    elem;
                 if (plan.src_reorder) {
-                    float* buf = src_buf.get(plan.src_md.get_size());
-                    memory from(plan.src_plain, cpu_engine(), const_cast<float*>(task_src));
+                    auto* buf = src_buf.get<unsigned char>(plan.src_md.get_size());
+                    memory from(plan.src_plain, cpu_engine(), const_cast<unsigned char*>(task_src));
                     memory to(plan.src_md, cpu_engine(), buf);
                     plan.src_reorder->run(from, to, "source reorder");
                     task_src = buf;
                 }
             }
             std::unordered_map<int, memory> args{
-                {DNNL_ARG_SRC, memory(plan.src_md, cpu_engine(), const_cast<float*>(task_src))},
+                {DNNL_ARG_SRC,
+                 memory(plan.src_md, cpu_engine(), const_cast<unsigned char*>(task_src))},
                 {DNNL_ARG_WEIGHTS, wei_mem},
                 {DNNL_ARG_DST, dst_mem}};
+            int32_t zero_point = io.src_zero_point;
+            if (plan.zero_point)
+                args.emplace(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC,
+                             memory(memory::desc({1}, memory::data_type::s32, tag::x), cpu_engine(),
+                                    &zero_point));
             if (plan.has_bias)
                 args.emplace(DNNL_ARG_BIAS,
                              memory(memory::desc({int64_t(oc)}, memory::data_type::f32, tag::a),
@@ -688,6 +750,23 @@ bool dnnl_conv2d_forward(const Conv2dParam& pr, const Tensor& x, const Tensor& w
         }
     });
     return true;
+}
+
+} // namespace
+
+bool dnnl_conv2d_forward(const Conv2dParam& pr, const Tensor& x, const Tensor& w, Tensor& y,
+                         const DnnlConvFusion& fusion, const ConvEpilogue* epilogue) {
+    if (braid_kernel_faster(pr, w.shape())) return false;
+    return run_convolution(pr, {x, w, y}, fusion, epilogue);
+}
+
+bool dnnl_conv_integer_forward(const Conv2dParam& pr, const Tensor& x, const Tensor& w,
+                               int32_t x_zero_point, Tensor& y,
+                               DnnlConstantWeights* constant_weights) {
+    auto src_dt = x.dtype() == dtype::Uint8() ? memory::data_type::u8 : memory::data_type::s8;
+    DnnlConvFusion fusion;
+    fusion.constant_weights = constant_weights;
+    return run_convolution(pr, {x, w, y, src_dt, x_zero_point}, fusion, nullptr);
 }
 
 std::string dnnl_conv2d_impl(const Conv2dParam& param, const TensorShape& x, const TensorShape& w,

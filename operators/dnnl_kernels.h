@@ -85,6 +85,19 @@ bool dnnl_conv2d_forward(const Conv2dParam& param, const Tensor& x, const Tensor
                          const DnnlConvFusion& fusion, const ConvEpilogue* epilogue);
 
 /*!
+ * Runs an integer convolution with oneDNN on contiguous NCHW x (uint8 or int8), OIHW w (int8)
+ * and int32 y (allocated with the output shape): y = the sum of (x - x_zero_point) * w over
+ * each window, padding contributing nothing (as if x were padded with its zero point), exact.
+ * Returns false, having written nothing, when oneDNN is disabled or has no exact kernel for the
+ * case: its int8 kernels sum 8-bit products exactly only with VNNI or AMX instructions (without,
+ * pairs of products are added in 16 bits with saturation). `constant_weights`, when set, keeps
+ * w's primitive forms as for dnnl_conv2d_forward().
+ */
+bool dnnl_conv_integer_forward(const Conv2dParam& param, const Tensor& x, const Tensor& w,
+                               int32_t x_zero_point, Tensor& y,
+                               DnnlConstantWeights* constant_weights);
+
+/*!
  * The oneDNN implementation dnnl_conv2d_forward() runs for one batch item of x [N, C, H, W]
  * convolved with w [O, C/groups, KH, KW] computing all O channels (e.g. "jit:avx2" or
  * "jit_fp32_wino_2x3:avx512_core"), or "" where it runs braid's own kernel. For tests and
