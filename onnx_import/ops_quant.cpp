@@ -9,6 +9,7 @@
 #include "operators/elemwise.h"
 #include "operators/io.h"
 #include "operators/matmul.h"
+#include "operators/quantize.h"
 #include "operators/reduce.h"
 #include "operators/subtensor.h"
 #include "operators/tensor_manip.h"
@@ -68,15 +69,19 @@ SymbolVarArray dequantize_linear(const NodeCtx& c) {
     return one(x * per_axis(c, as_float(c.in(1)), axis, rank));
 }
 
-//! uint8 quantization with a scale and zero point chosen from x's range (which includes 0).
+//! uint8 quantization with a scale and zero point chosen from x's range (which includes 0):
+//! the DynamicQuantizeLinear operator on a CPU comp node, elsewhere the same arithmetic
+//! composed (operators/quantize.h).
 SymbolVarArray dynamic_quantize_linear(const NodeCtx& c) {
     SymbolVar x = as_float(c.in(0));
+    if (x.comp_node().device().kind == Device::Kind::CPU) return DynamicQuantizeLinear::make(x);
     std::vector<int> all;
     for (size_t i = 0; i < rank_of(c, x); ++i) all.push_back(int(i));
     SymbolVar zero = scalar_like(x, 0).reshape(std::vector<long>{});
     SymbolVar lo = minimum(reduce_min(x, all, false), zero);
     SymbolVar hi = maximum(reduce_max(x, all, false), zero);
-    SymbolVar scale = (hi - lo) / 255.0;
+    // A range of zero width (x all zeros) has scale 1 / 255, as in ONNX's reference.
+    SymbolVar scale = (hi - lo + TypeCvt::make(equal(hi, lo), dtype::Float32())) / 255.0;
     SymbolVar zp = clip(round(neg(lo) / scale), 0.0, 255.0);
     SymbolVar y = saturate(round(x / scale) + zp, dtype::Uint8());
     return {y, scale, TypeCvt::make(zp, dtype::Uint8())};

@@ -67,6 +67,18 @@ IntegerConvGeometry geometry_of(const Conv2dParam& p, const TensorShape& xs, con
             p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.dilation_h, p.dilation_w};
 }
 
+// The loops of add_window_sums(), compiled for AVX2 too (int32 products need SSE4.1).
+template <typename T> BRAID_SIMD_CLONES void add_to(int32_t* sum, const T* v, size_t n) {
+    for (size_t i = 0; i < n; ++i) sum[i] += int32_t(v[i]);
+}
+
+BRAID_SIMD_CLONES void add_scaled(int32_t* out, const int32_t* s, size_t n, int32_t a) {
+    for (size_t i = 0; i < n; ++i) out[i] += a * s[i];
+}
+
+//! Pixels per task of the channel sums.
+constexpr size_t SUM_BLOCK = 4096;
+
 /*!
  * Adds corr[o] * s[n, g, p] to y[n, o, p] for each output channel o of group g, where
  * s[n, g, p] is the sum of (x - xz) over output pixel p's window (its positions inside the
@@ -75,20 +87,21 @@ IntegerConvGeometry geometry_of(const Conv2dParam& p, const TensorShape& xs, con
 void add_window_sums(const IntegerConvGeometry& g, const Tensor& x, int32_t xz,
                      const std::vector<int32_t>& corr, Tensor& y) {
     size_t plane = g.h * g.w, out_plane = g.oh * g.ow;
-    // t[n, g, pixel] = sum over the group's channels of (x - xz).
+    // t[n, g, pixel] = sum over the group's channels of (x - xz), in blocks of pixels.
     std::vector<int32_t> t(g.n * g.groups * plane);
-    const auto* xp = static_cast<const unsigned char*>(x.raw_ptr());
-    bool is_signed = x.dtype() == dtype::Int8();
-    parallel_range(g.n * g.groups, g.cg * plane, [&](size_t begin, size_t end) {
-        for (size_t item = begin; item < end; ++item) {
-            int32_t* sum = t.data() + item * plane;
-            std::fill(sum, sum + plane, -int32_t(g.cg) * xz);
+    size_t blocks = (plane + SUM_BLOCK - 1) / SUM_BLOCK;
+    parallel_range(g.n * g.groups * blocks, g.cg * SUM_BLOCK, [&](size_t begin, size_t end) {
+        for (size_t task = begin; task < end; ++task) {
+            size_t item = task / blocks, p0 = task % blocks * SUM_BLOCK;
+            size_t len = std::min(plane, p0 + SUM_BLOCK) - p0;
+            int32_t* sum = t.data() + item * plane + p0;
+            std::fill(sum, sum + len, -int32_t(g.cg) * xz);
             for (size_t c = 0; c < g.cg; ++c) {
-                const unsigned char* row = xp + (item * g.cg + c) * plane;
-                if (is_signed)
-                    for (size_t i = 0; i < plane; ++i) sum[i] += int32_t(int8_t(row[i]));
+                size_t at = (item * g.cg + c) * plane + p0;
+                if (x.dtype() == dtype::Int8())
+                    add_to(sum, x.ptr<int8_t>() + at, len);
                 else
-                    for (size_t i = 0; i < plane; ++i) sum[i] += int32_t(row[i]);
+                    add_to(sum, x.ptr<uint8_t>() + at, len);
             }
         }
     });
@@ -112,20 +125,19 @@ void add_window_sums(const IntegerConvGeometry& g, const Tensor& x, int32_t xz,
                         ptrdiff_t hi =
                             ptrdiff_t(g.w) - off > 0 ? (ptrdiff_t(g.w) - off + g.sw - 1) / g.sw : 0;
                         hi = std::min(hi, ptrdiff_t(g.ow));
+                        if (lo >= hi) continue;
                         if (g.sw == 1)
-                            for (ptrdiff_t ow = lo; ow < hi; ++ow) s[size_t(ow)] += row[ow + off];
+                            add_to(s.data() + lo, row + lo + off, size_t(hi - lo));
                         else
                             for (ptrdiff_t ow = lo; ow < hi; ++ow)
                                 s[size_t(ow)] += row[ow * g.sw + off];
                     }
                 }
                 size_t n = item / g.groups, grp = item % g.groups;
-                for (size_t o = grp * g.og; o < (grp + 1) * g.og; ++o) {
-                    int32_t a = corr[o];
-                    if (a == 0) continue;
-                    int32_t* out = yp + (n * g.o + o) * out_plane + oh * g.ow;
-                    for (size_t i = 0; i < g.ow; ++i) out[i] += a * s[i];
-                }
+                for (size_t o = grp * g.og; o < (grp + 1) * g.og; ++o)
+                    if (corr[o] != 0)
+                        add_scaled(yp + (n * g.o + o) * out_plane + oh * g.ow, s.data(), g.ow,
+                                   corr[o]);
             }
         });
 }

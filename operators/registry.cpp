@@ -19,6 +19,7 @@ void register_fused_matmul_operators();
 void register_reduce_operators();
 void register_conv_operators();
 void register_conv_integer_operators();
+void register_quantize_operators();
 void register_fused_conv_operators();
 void register_conv_backward_operators();
 void register_pooling_operators();
@@ -62,6 +63,7 @@ void register_operator_library() {
         register_reduce_operators();
         register_conv_operators();
         register_conv_integer_operators();
+        register_quantize_operators();
         register_fused_conv_operators();
         register_conv_backward_operators();
         register_pooling_operators();
