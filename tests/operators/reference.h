@@ -4,6 +4,7 @@
 #pragma once
 
 #include "checker.h"
+#include "operators/conv.h"
 
 #include <gtest/gtest.h>
 
@@ -35,6 +36,45 @@ inline Tensor ref_nary(const std::vector<Tensor>& in, DType dt,
         store_from_double(dt, r.raw_ptr(), i, f(args));
     }
     return r;
+}
+
+/*!
+ * Conv2d's definition as plain loops for x [N, C, H, W] and w [O, C/groups, KH, KW]: each
+ * output [N, O, OH, OW] (row-major) is the sum, in T, of term(x index, w index, output channel)
+ * over its window's positions inside x (padding contributes nothing).
+ */
+template <typename T, typename Term>
+std::vector<T> conv2d_reference(const TensorShape& xs, const TensorShape& ws,
+                                const opr::Conv2dParam& p, Term term) {
+    size_t n = xs[0], c = xs[1], h = xs[2], wd = xs[3], o = ws[0], cg = ws[1], kh = ws[2],
+           kw = ws[3];
+    size_t og = o / size_t(p.groups);
+    size_t oh = (h + 2 * p.pad_h - p.dilation_h * (kh - 1) - 1) / p.stride_h + 1;
+    size_t ow = (wd + 2 * p.pad_w - p.dilation_w * (kw - 1) - 1) / p.stride_w + 1;
+    std::vector<T> y(n * o * oh * ow);
+    for (size_t b = 0; b < n; ++b)
+        for (size_t oc = 0; oc < o; ++oc) {
+            size_t g = oc / og;
+            for (size_t i = 0; i < oh; ++i)
+                for (size_t j = 0; j < ow; ++j) {
+                    T s = 0;
+                    for (size_t ic = 0; ic < cg; ++ic)
+                        for (size_t a = 0; a < kh; ++a)
+                            for (size_t bb = 0; bb < kw; ++bb) {
+                                ptrdiff_t ih =
+                                    ptrdiff_t(i * p.stride_h + a * p.dilation_h) - p.pad_h;
+                                ptrdiff_t iw =
+                                    ptrdiff_t(j * p.stride_w + bb * p.dilation_w) - p.pad_w;
+                                if (ih < 0 || iw < 0 || ih >= ptrdiff_t(h) || iw >= ptrdiff_t(wd))
+                                    continue;
+                                size_t ch = g * cg + ic;
+                                s += term(((b * c + ch) * h + size_t(ih)) * wd + size_t(iw),
+                                          ((oc * cg + ic) * kh + a) * kw + bb, oc);
+                            }
+                    y[((b * o + oc) * oh + i) * ow + j] = s;
+                }
+        }
+    return y;
 }
 
 //! A tensor of `shape` and `dt` holding `values` (converted with store_from_double).

@@ -9,37 +9,11 @@ using namespace braid::test;
 namespace {
 
 Tensor ref_conv2d(const Tensor& x, const Tensor& w, const opr::Conv2dParam& p, DType out_dtype) {
-    const auto &xs = x.shape(), &ws = w.shape();
-    size_t n = xs[0], c = xs[1], h = xs[2], wd = xs[3], o = ws[0], cg = ws[1], kh = ws[2],
-           kw = ws[3];
-    size_t groups = size_t(p.groups), og = o / groups;
-    size_t oh = (h + 2 * p.pad_h - p.dilation_h * (kh - 1) - 1) / p.stride_h + 1;
-    size_t ow = (wd + 2 * p.pad_w - p.dilation_w * (kw - 1) - 1) / p.stride_w + 1;
     auto xv = values_of(x), wv = values_of(w);
-    std::vector<double> y(n * o * oh * ow);
-    for (size_t b = 0; b < n; ++b)
-        for (size_t oc = 0; oc < o; ++oc) {
-            size_t g = oc / og;
-            for (size_t i = 0; i < oh; ++i)
-                for (size_t j = 0; j < ow; ++j) {
-                    double s = 0;
-                    for (size_t ic = 0; ic < cg; ++ic)
-                        for (size_t a = 0; a < kh; ++a)
-                            for (size_t bb = 0; bb < kw; ++bb) {
-                                ptrdiff_t ih =
-                                    ptrdiff_t(i * p.stride_h + a * p.dilation_h) - p.pad_h;
-                                ptrdiff_t iw =
-                                    ptrdiff_t(j * p.stride_w + bb * p.dilation_w) - p.pad_w;
-                                if (ih < 0 || iw < 0 || ih >= ptrdiff_t(h) || iw >= ptrdiff_t(wd))
-                                    continue;
-                                size_t ch = g * cg + ic;
-                                s += xv[((b * c + ch) * h + size_t(ih)) * wd + size_t(iw)] *
-                                     wv[((oc * cg + ic) * kh + a) * kw + bb];
-                            }
-                    y[((b * o + oc) * oh + i) * ow + j] = s;
-                }
-        }
-    return tensor_of(TensorShape{n, o, oh, ow}, out_dtype, y);
+    auto y = conv2d_reference<double>(
+        x.shape(), w.shape(), p, [&](size_t xi, size_t wi, size_t) { return xv[xi] * wv[wi]; });
+    TensorShape ys = opr::conv2d_output_shape(p, x.shape(), w.shape(), "reference");
+    return tensor_of(ys, out_dtype, y);
 }
 
 void check_conv(const TensorShape& x, const TensorShape& w, const opr::Conv2dParam& p,

@@ -4,6 +4,7 @@
 // and on the portable float32 kernel, at one and several threads; full-range data, where a
 // kernel that adds pairs of products in 16 bits would saturate. Results must be equal.
 #include "checker.h"
+#include "reference.h"
 
 #include "base/cpu_isa.h"
 #include "base/thread_pool.h"
@@ -54,37 +55,11 @@ int64_t value(const Tensor& t, size_t i) {
 //! The definition: sum over each window's positions inside x of (x - xz)(w - wz[o]).
 std::vector<int64_t> reference(const IntConvCase& c, const Tensor& x, const Tensor& w,
                                const Tensor& xz, const Tensor& wz) {
-    size_t n = c.x[0], ch = c.x[1], h = c.x[2], wd = c.x[3], o = c.w[0], kh = c.w[2], kw = c.w[3];
-    size_t groups = size_t(c.p.groups), cg = c.w[1], og = o / groups;
-    size_t oh = (h + 2 * c.p.pad_h - c.p.dilation_h * (kh - 1) - 1) / c.p.stride_h + 1;
-    size_t ow = (wd + 2 * c.p.pad_w - c.p.dilation_w * (kw - 1) - 1) / c.p.stride_w + 1;
-    std::vector<int64_t> y(n * o * oh * ow);
     int64_t a = value(xz, 0);
-    for (size_t b = 0; b < n; ++b)
-        for (size_t oc = 0; oc < o; ++oc) {
-            int64_t z = value(wz, wz.shape().total_nr_elems() == 1 ? 0 : oc);
-            size_t g = oc / og;
-            for (size_t r = 0; r < oh; ++r)
-                for (size_t q = 0; q < ow; ++q) {
-                    int64_t s = 0;
-                    for (size_t ci = 0; ci < cg; ++ci)
-                        for (size_t i = 0; i < kh; ++i)
-                            for (size_t j = 0; j < kw; ++j) {
-                                auto ih =
-                                    ptrdiff_t(r * c.p.stride_h + i * c.p.dilation_h) - c.p.pad_h;
-                                auto iw =
-                                    ptrdiff_t(q * c.p.stride_w + j * c.p.dilation_w) - c.p.pad_w;
-                                if (ih < 0 || iw < 0 || ih >= ptrdiff_t(h) || iw >= ptrdiff_t(wd))
-                                    continue;
-                                size_t xi =
-                                    ((b * ch + g * cg + ci) * h + size_t(ih)) * wd + size_t(iw);
-                                size_t wi = ((oc * cg + ci) * kh + i) * kw + j;
-                                s += (value(x, xi) - a) * (value(w, wi) - z);
-                            }
-                    y[((b * o + oc) * oh + r) * ow + q] = s;
-                }
-        }
-    return y;
+    bool per_channel = wz.shape().total_nr_elems() != 1;
+    return conv2d_reference<int64_t>(c.x, c.w, c.p, [&](size_t xi, size_t wi, size_t oc) {
+        return (value(x, xi) - a) * (value(w, wi) - value(wz, per_channel ? oc : 0));
+    });
 }
 
 struct Built {

@@ -35,7 +35,9 @@ Quantized definition(const std::vector<float>& x) {
     if (nan) lo = hi = std::numeric_limits<float>::quiet_NaN();
     Quantized q;
     q.scale = (hi == lo ? 1.f : hi - lo) / 255.f;
-    auto saturate = [](float v) { return std::isnan(v) ? uint8_t(0) : uint8_t(std::clamp(v, 0.f, 255.f)); };
+    auto saturate = [](float v) {
+        return std::isnan(v) ? uint8_t(0) : uint8_t(std::clamp(v, 0.f, 255.f));
+    };
     q.zero_point = saturate(std::nearbyint(-lo / q.scale));
     for (float v : x) {
         volatile float ratio = v / q.scale; // rounded to float before it is rounded to integer
