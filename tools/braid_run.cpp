@@ -258,7 +258,7 @@ int main(int argc, char** argv) {
         ->check(CLI::Range(size_t(1), size_t(4096)));
     app.add_option("--comp-node", cfg.comp_node,
                    "Run every operator on this comp node: cpu0, cpu:default, cuda0, ... "
-                   "(default: as recorded in the model)");
+                   "(default: cpu:default, the calling thread; cpu0 with --devices)");
     app.add_option("--output-dir", cfg.output_dir, "Write each output as DIR/NAME.npy");
     app.add_flag("--json", cfg.json, "Print one JSON object instead of text");
     app.add_option("--profile", cfg.profile_path,
