@@ -1,6 +1,7 @@
-// oneDNN kernels for the CPU convolution (operators/conv.h, operators/fused_conv.h), used when
-// braid is built with oneDNN (BRAID_WITH_DNNL) and the case is one oneDNN runs with a JIT
-// kernel; every other case runs braid's im2col + sgemm kernel.
+// oneDNN kernels for the CPU convolution (operators/conv.h, operators/fused_conv.h) and the
+// integer convolution (operators/conv_integer.h: u8/s8 x s8 -> s32 where oneDNN sums exactly),
+// used when braid is built with oneDNN (BRAID_WITH_DNNL) and the case is one oneDNN runs with a
+// JIT kernel; every other case runs braid's own kernel.
 //
 // Threading follows the policy of operators/dense_kernels.h: braid's pool is the only source of
 // parallelism. Every oneDNN primitive runs single-threaded on the thread that executes it
