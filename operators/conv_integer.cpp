@@ -76,6 +76,16 @@ BRAID_SIMD_CLONES void add_scaled(int32_t* out, const int32_t* s, size_t n, int3
     for (size_t i = 0; i < n; ++i) out[i] += a * s[i];
 }
 
+//! low = (x + move) & 127, high = (x + move) >> 7, bytewise (move: 128 takes int8 to uint8).
+BRAID_SIMD_CLONES void split_bytes(const uint8_t* x, uint8_t* low, uint8_t* high, size_t n,
+                                   uint8_t move) {
+    for (size_t i = 0; i < n; ++i) {
+        uint8_t v = uint8_t(x[i] + move);
+        low[i] = v & 127;
+        high[i] = v >> 7;
+    }
+}
+
 //! Pixels per task of the channel sums.
 constexpr size_t SUM_BLOCK = 4096;
 
@@ -228,12 +238,35 @@ bool ConvInteger::execute_int8(const Tensor& x, const Tensor& w, int32_t xz,
             w8 = shifted_to_int8(w);
         }
     }
-    if (!kern::dnnl_conv_integer_forward(m_param, x, w8, xz, y, kept)) return false;
+    if (!kern::dnnl_conv_integer_forward(m_param, x, w8, xz, y, kept) &&
+        !conv_in_halves(x, w8, xz, y, kept))
+        return false;
     // y holds sum (x - xz)(w - shift); the true sums add (shift - wz) * sum (x - xz).
     std::vector<int32_t> corr(wz.size());
     bool any = false;
     for (size_t o = 0; o < wz.size(); ++o) any |= (corr[o] = shift - wz[o]) != 0;
     if (any) add_window_sums(geometry_of(m_param, x.shape(), w.shape(), y.shape()), x, xz, corr, y);
+    return true;
+}
+
+bool ConvInteger::conv_in_halves(const Tensor& x, const Tensor& w8, int32_t xz, Tensor& y,
+                                 kern::DnnlConstantWeights* kept) {
+    // x as uint8 (int8 moved up by 128, its zero point too), split into its low 7 bits and
+    // its top bit: x = low + 128 * high.
+    size_t n = x.shape().total_nr_elems();
+    Tensor low(x.shape(), dtype::Uint8()), high(x.shape(), dtype::Uint8());
+    int32_t move = x.dtype() == dtype::Int8() ? 128 : 0;
+    split_bytes(static_cast<const uint8_t*>(x.raw_ptr()), low.ptr<uint8_t>(), high.ptr<uint8_t>(),
+                n, uint8_t(move));
+    // sum (x - xz) w = sum (low - xz) w + 128 * sum high * w.
+    if (!kern::dnnl_conv_integer_forward(m_param, low, w8, xz + move, y, kept, true)) return false;
+    Tensor upper(y.shape(), dtype::Int32());
+    if (!kern::dnnl_conv_integer_forward(m_param, high, w8, 0, upper, kept, true)) return false;
+    size_t m = y.shape().total_nr_elems();
+    parallel_range((m + SUM_BLOCK - 1) / SUM_BLOCK, SUM_BLOCK, [&](size_t begin, size_t end) {
+        size_t first = begin * SUM_BLOCK, last = std::min(m, end * SUM_BLOCK);
+        add_scaled(y.ptr<int32_t>() + first, upper.ptr<int32_t>() + first, last - first, 128);
+    });
     return true;
 }
 

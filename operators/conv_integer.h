@@ -12,12 +12,16 @@
 // Kernels (CPU only; the ONNX importer composes the integer convolution of float32 operators
 // for other devices):
 //  - oneDNN's u8 x s8 -> s32 convolution where the CPU has VNNI or AMX (the only int8 kernels
-//    of oneDNN that sum exactly, operators/dnnl_kernels.h). Weights of uint8 are shifted to
-//    int8 by -128; the shift and the weight zero point are put back with box sums of x:
-//    sum (x - xz)(w - wz) = sum (x - xz)(w - 128) + (128 - wz) * sum (x - xz), the last sum
-//    over the window's valid positions and the group's channels, one per output pixel.
-//  - otherwise float32 convolutions of (x - xz) and (w - wz), in chunks of input channels
-//    whose sums stay exact (at most 258 products each), added in int32.
+//    of oneDNN that sum full-range data exactly, operators/dnnl_kernels.h). Weights of uint8
+//    are shifted to int8 by -128; the shift and the weight zero point are put back with box
+//    sums of x: sum (x - xz)(w - wz) = sum (x - xz)(w - 128) + (128 - wz) * sum (x - xz), the
+//    last sum over the window's valid positions and the group's channels, one per output
+//    pixel. Without VNNI (AVX2, AVX-512 before VNNI) oneDNN's int8 kernels are exact for
+//    sources below 128: x is split into its low 7 bits and its top bit, convolved apart, and
+//    y = low + 128 * high (two convolutions).
+//  - where oneDNN runs neither (no oneDNN, below AVX2): float32 convolutions of (x - xz) and
+//    (w - wz), in chunks of input channels whose sums stay exact (at most 258 products
+//    each), added in int32.
 #pragma once
 
 #include "operators/conv.h"
@@ -46,6 +50,10 @@ private:
     //! oneDNN's kernel: returns false, having written nothing, where it does not run the case.
     bool execute_int8(const Tensor& x, const Tensor& w, int32_t x_zero_point,
                       const std::vector<int32_t>& w_zero_point, Tensor& y);
+    //! oneDNN's kernel where it sums exactly only 7-bit sources (no VNNI): x's low 7 bits and
+    //! its top bit convolved apart, y = low + 128 * high. False where oneDNN runs neither.
+    bool conv_in_halves(const Tensor& x, const Tensor& w8, int32_t x_zero_point, Tensor& y,
+                        kern::DnnlConstantWeights* kept);
     //! The portable kernel: float32 convolutions of exact chunks.
     void execute_float32(const Tensor& x, const Tensor& w, int32_t x_zero_point,
                          const std::vector<int32_t>& w_zero_point, Tensor& y);

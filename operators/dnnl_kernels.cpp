@@ -75,7 +75,7 @@ std::string dnnl_conv2d_impl(const Conv2dParam&, const TensorShape&, const Tenso
 }
 
 bool dnnl_conv_integer_forward(const Conv2dParam&, const Tensor&, const Tensor&, int32_t, Tensor&,
-                               DnnlConstantWeights*) {
+                               DnnlConstantWeights*, bool) {
     return false;
 }
 
@@ -182,6 +182,7 @@ struct PlanKey {
     int64_t bias, relu;
     int64_t exact;  //!< Conv2dParam::exact: no Winograd
     int64_t src_dt; //!< the source's dnnl data type: f32, or u8 / s8 (s8 weights, s32 output)
+    int64_t narrow; //!< a u8 source below 128: sums are exact without VNNI too
     bool operator==(const PlanKey& k) const { return std::memcmp(this, &k, sizeof k) == 0; }
 };
 
@@ -274,7 +275,7 @@ std::vector<ConvChoice> conv_choices(const PlanKey& k) {
 std::shared_ptr<ConvPlan> make_plan(const PlanKey& k) {
     dnnl_single_thread();
     bool integer = is_integer(k);
-    if (integer && !exact_int8_products()) return nullptr;
+    if (integer && !k.narrow && !exact_int8_products()) return nullptr;
     const auto src_t = memory::data_type(k.src_dt);
     const auto wei_t = integer ? memory::data_type::s8 : memory::data_type::f32;
     const auto dst_t = integer ? memory::data_type::s32 : memory::data_type::f32;
@@ -441,7 +442,8 @@ std::shared_ptr<const PackedWeights> packed_weights(const ConvPlan& plan, const 
 
 //! The plan key of one batch item of x * w computing output channels [0, oc).
 PlanKey plan_key(const Conv2dParam& pr, const TensorShape& xs, const TensorShape& ws, int64_t oc,
-                 const DnnlConvFusion& fusion, memory::data_type src_dt = memory::data_type::f32) {
+                 const DnnlConvFusion& fusion, memory::data_type src_dt = memory::data_type::f32,
+                 bool narrow = false) {
     int64_t ekh = int64_t(pr.dilation_h) * (int64_t(ws[2]) - 1) + 1;
     int64_t ekw = int64_t(pr.dilation_w) * (int64_t(ws[3]) - 1) + 1;
     int64_t oh = (int64_t(xs[2]) + 2 * pr.pad_h - ekh) / pr.stride_h + 1;
@@ -468,7 +470,8 @@ PlanKey plan_key(const Conv2dParam& pr, const TensorShape& xs, const TensorShape
                    fusion.shift != nullptr,
                    fusion.relu,
                    pr.exact.value_or(false),
-                   int64_t(src_dt)};
+                   int64_t(src_dt),
+                   narrow};
 }
 
 //! Output rows below which a band is not worth a task of its own; bands start at multiples of
@@ -541,6 +544,7 @@ struct ConvOperands {
     Tensor& y;
     memory::data_type src_dt = memory::data_type::f32;
     int32_t src_zero_point = 0;
+    bool narrow = false; //!< a u8 source below 128 (dnnl_conv_integer_forward())
 };
 
 //! dnnl_conv2d_forward() and dnnl_conv_integer_forward() on contiguous tensors.
@@ -599,7 +603,7 @@ bool run_convolution(const Conv2dParam& pr, const ConvOperands& io, const DnnlCo
     };
     std::vector<Block> blocks(static_cast<size_t>(nblocks));
     std::vector<std::shared_ptr<ConvPlan>> plans(static_cast<size_t>(nblocks));
-    PlanKey key = plan_key(pr, xs, ws, 0, fusion, io.src_dt);
+    PlanKey key = plan_key(pr, xs, ws, 0, fusion, io.src_dt, io.narrow);
     int64_t ekh = int64_t(pr.dilation_h) * (int64_t(ws[2]) - 1) + 1;
     for (int64_t b = 0; b < nblocks; ++b) {
         Block& blk = blocks[size_t(b)];
@@ -762,11 +766,12 @@ bool dnnl_conv2d_forward(const Conv2dParam& pr, const Tensor& x, const Tensor& w
 
 bool dnnl_conv_integer_forward(const Conv2dParam& pr, const Tensor& x, const Tensor& w,
                                int32_t x_zero_point, Tensor& y,
-                               DnnlConstantWeights* constant_weights) {
+                               DnnlConstantWeights* constant_weights, bool source_below_128) {
     auto src_dt = x.dtype() == dtype::Uint8() ? memory::data_type::u8 : memory::data_type::s8;
     DnnlConvFusion fusion;
     fusion.constant_weights = constant_weights;
-    return run_convolution(pr, {x, w, y, src_dt, x_zero_point}, fusion, nullptr);
+    bool narrow = source_below_128 && src_dt == memory::data_type::u8;
+    return run_convolution(pr, {x, w, y, src_dt, x_zero_point, narrow}, fusion, nullptr);
 }
 
 std::string dnnl_conv2d_impl(const Conv2dParam& param, const TensorShape& x, const TensorShape& w,

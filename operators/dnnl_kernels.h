@@ -91,12 +91,15 @@ bool dnnl_conv2d_forward(const Conv2dParam& param, const Tensor& x, const Tensor
  * each window, padding contributing nothing (as if x were padded with its zero point), exact.
  * Returns false, having written nothing, when oneDNN is disabled or has no exact kernel for the
  * case: its int8 kernels sum 8-bit products exactly only with VNNI or AMX instructions (without,
- * pairs of products are added in 16 bits with saturation). `constant_weights`, when set, keeps
- * w's primitive forms as for dnnl_conv2d_forward().
+ * pairs of products are added in 16 bits with saturation), unless `source_below_128` says that
+ * a uint8 x holds values below 128 only: then a pair of products stays within 16 bits (at most
+ * 2 * 127 * 128) and every int8 kernel sums exactly. `constant_weights`, when set, keeps w's
+ * primitive forms as for dnnl_conv2d_forward().
  */
 bool dnnl_conv_integer_forward(const Conv2dParam& param, const Tensor& x, const Tensor& w,
                                int32_t x_zero_point, Tensor& y,
-                               DnnlConstantWeights* constant_weights);
+                               DnnlConstantWeights* constant_weights,
+                               bool source_below_128 = false);
 
 /*!
  * The oneDNN implementation dnnl_conv2d_forward() runs for one batch item of x [N, C, H, W]

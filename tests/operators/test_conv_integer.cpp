@@ -156,6 +156,24 @@ TEST(ConvInteger, OneDnnRunsItWhereItsInt8KernelsSumExactly) {
         EXPECT_FALSE(ran) << "without VNNI oneDNN's int8 sums saturate";
 }
 
+TEST(ConvInteger, OneDnnSumsSevenBitSourcesExactlyWithoutVnniToo) {
+    // What ConvInteger runs on CPUs without VNNI: a uint8 source below 128 keeps each pair of
+    // products within 16 bits, so every int8 kernel of oneDNN (AVX2 included) sums exactly.
+    if (!opr::kern::dnnl_conv_enabled()) GTEST_SKIP() << "braid was built without oneDNN";
+    if (cpu_isa() < CpuIsa::AVX2) GTEST_SKIP() << "oneDNN has no int8 JIT kernel below AVX2";
+    std::mt19937 rng(6);
+    IntConvCase c{{1, 64, 20, 20}, {32, 64, 3, 3}, geometry(1, 1), dtype::Uint8(), dtype::Int8()};
+    Tensor x = random_8bit(c.x, c.xt, rng), w = random_8bit(c.w, c.wt, rng);
+    for (size_t i = 0; i < c.x.total_nr_elems(); ++i) x.ptr<uint8_t>()[i] &= 127;
+    Tensor xz(TensorShape{}, dtype::Uint8()), wz(TensorShape{}, dtype::Int8());
+    xz.ptr<uint8_t>()[0] = 77;
+    wz.ptr<int8_t>()[0] = 0;
+    Tensor y(TensorShape{1, 32, 20, 20}, dtype::Int32());
+    ASSERT_TRUE(opr::kern::dnnl_conv_integer_forward(c.p, x, w, 77, y, nullptr, true))
+        << "oneDNN declined a 7-bit source";
+    expect_equal(y, reference(c, x, w, xz, wz), "7-bit source");
+}
+
 TEST(ConvInteger, RefusesWhatItCannotComputeExactly) {
     register_all_operators();
     auto g = ComputingGraph::make({});
