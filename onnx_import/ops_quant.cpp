@@ -87,16 +87,12 @@ SymbolVarArray dynamic_quantize_linear(const NodeCtx& c) {
     return {y, scale, TypeCvt::make(zp, dtype::Uint8())};
 }
 
-//! The most products of 8-bit values (each at most 255 * 255 in magnitude) whose sum float32
-//! holds exactly: every partial sum stays below 2^24.
-constexpr size_t EXACT_TERMS = ((size_t(1) << 24) - 1) / (255 * 255); // 258
-
 //! Refuses products whose int32 sums float32 might round.
 void check_exact(const NodeCtx& c, size_t k, const char* why = "") {
-    if (k > EXACT_TERMS)
+    if (k > EXACT_INT8_TERMS)
         c.unsupported(fmt::format("an integer reduction over {} terms (braid computes integer "
                                   "products in float32, exact up to {} terms{})",
-                                  k, EXACT_TERMS, why));
+                                  k, EXACT_INT8_TERMS, why));
 }
 
 SymbolVar integer_operand(const NodeCtx& c, size_t input, size_t zp_input) {
@@ -130,8 +126,8 @@ SymbolVar integer_matmul(const NodeCtx& c, SymbolVar a, SymbolVar b) {
         return ra == 2 && rb == 2 ? matmul(x, y) : batched_matmul(x, y);
     };
     size_t k = a.shape()[ra - 1];
-    if (k <= EXACT_TERMS) return TypeCvt::make(product(a, b), dtype::Int32());
-    return int32_sum_of_chunks(k, EXACT_TERMS, [&](long k0, long k1) {
+    if (k <= EXACT_INT8_TERMS) return TypeCvt::make(product(a, b), dtype::Int32());
+    return int32_sum_of_chunks(k, EXACT_INT8_TERMS, [&](long k0, long k1) {
         return product(subtensor(a, {AxisIndex::slice(int(ra) - 1, k0, k1)}),
                        subtensor(b, {AxisIndex::slice(int(rb) - 2, k0, k1)}));
     });
@@ -148,10 +144,10 @@ SymbolVar integer_conv(const NodeCtx& c, SymbolVar x, SymbolVar w) {
     size_t window = 1;
     for (size_t i = 2; i < w.shape().ndim(); ++i) window *= w.shape()[i];
     size_t channels = w.shape()[1], k = channels * window;
-    if (k <= EXACT_TERMS) return TypeCvt::make(conv_with(c, x, w, true), dtype::Int32());
+    if (k <= EXACT_INT8_TERMS) return TypeCvt::make(conv_with(c, x, w, true), dtype::Int32());
     if (c.attr_int("group", 1) != 1) check_exact(c, k, ", and splits only ungrouped ones");
     check_exact(c, window, " per input channel");
-    return int32_sum_of_chunks(channels, EXACT_TERMS / window, [&](long c0, long c1) {
+    return int32_sum_of_chunks(channels, EXACT_INT8_TERMS / window, [&](long c0, long c1) {
         auto part = [&](SymbolVar v) { return subtensor(v, {AxisIndex::slice(1, c0, c1)}); };
         return conv_with(c, part(x), part(w), true);
     });

@@ -15,10 +15,6 @@ namespace braid::opr {
 
 namespace {
 
-//! The most products of 8-bit values (each at most 255 * 255 in magnitude) whose sum float32
-//! holds exactly: every partial sum stays below 2^24.
-constexpr size_t EXACT_TERMS = ((size_t(1) << 24) - 1) / (255 * 255); // 258
-
 bool is_8bit(DType dt) {
     return dt == dtype::Uint8() || dt == dtype::Int8();
 }
@@ -201,11 +197,11 @@ bool ConvInteger::infer_output_shapes(const InferCtx& ctx, TensorShape* out) con
                     "{}: the weight's zero point must have one element or one per output "
                     "channel ({}), got {}",
                     describe(), w[0], wz.to_string());
-    if (w[2] * w[3] > EXACT_TERMS)
+    if (w[2] * w[3] > EXACT_INT8_TERMS)
         BRAID_THROW(ShapeError,
                     "{}: a {}x{} window has {} elements; integer convolutions are computed "
                     "exactly for windows of up to {}",
-                    describe(), w[2], w[3], w[2] * w[3], EXACT_TERMS);
+                    describe(), w[2], w[3], w[2] * w[3], EXACT_INT8_TERMS);
     return true;
 }
 
@@ -276,8 +272,8 @@ void ConvInteger::execute_float32(const Tensor& x, const Tensor& w, int32_t xz,
     size_t window = g.kh * g.kw, plane = g.h * g.w, out_plane = g.oh * g.ow;
     // One convolution of all channels where its sums are exact, else per group one per chunk
     // of the group's input channels.
-    bool whole = g.cg * window <= EXACT_TERMS;
-    size_t chunk = whole ? g.cg : EXACT_TERMS / window;
+    bool whole = g.cg * window <= EXACT_INT8_TERMS;
+    size_t chunk = whole ? g.cg : EXACT_INT8_TERMS / window;
     Conv2dParam p = m_param;
     p.exact = true;
     if (!whole) p.groups = 1;

@@ -30,6 +30,10 @@
 
 namespace braid::opr {
 
+//! The most products of 8-bit values (each at most 255 * 255 in magnitude) whose sum float32
+//! holds exactly: every partial sum stays below 2^24.
+constexpr size_t EXACT_INT8_TERMS = ((size_t(1) << 24) - 1) / (255 * 255); // 258
+
 //! y = the integer convolution of x and w around their zero points; see the file comment.
 class ConvInteger final : public ParamOperator<ConvInteger, Conv2dParam> {
 public:
