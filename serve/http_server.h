@@ -31,6 +31,8 @@ struct ServerOptions {
     int write_timeout_s = 5;
     int64_t request_timeout_ms = 30000; //!< every request's deadline, at most
     int drain_timeout_s = 30;           //!< on SIGTERM, how long requests in flight may take
+    //! How long a connection that answered a request polls for the next before it sleeps.
+    int64_t poll_us = 50;
 };
 
 //! The HTTP server. See the file comment for thread-safety.

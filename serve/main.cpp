@@ -111,6 +111,12 @@ int main(int argc, char** argv) {
         ->envname("BRAID_SERVE_DRAIN_TIMEOUT_S")
         ->check(CLI::Range(0, 3600))
         ->capture_default_str();
+    app.add_option("--poll-us", options.poll_us,
+                   "after answering a request, how long a connection polls for the next one "
+                   "before it sleeps (0: sleeps at once)")
+        ->envname("BRAID_SERVE_POLL_US")
+        ->check(CLI::Range(int64_t(0), int64_t(1000000)))
+        ->capture_default_str();
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

@@ -73,6 +73,26 @@ JLEN=$(tr -d '\r' <"$WORK/bin_headers" | sed -n 's/^[Ii]nference-[Hh]eader-[Cc]o
     fail "binary infer: JSON part $JLEN bytes, body $(stat -c %s "$WORK/bin_resp") bytes, expected 40 bytes of logits after it"
 head -c "$JLEN" "$WORK/bin_resp" | grep -q '"binary_data_size":40' || fail "binary infer: no binary_data_size 40"
 if [ -d "$REPO/relu_onnx" ]; then
+# Responses are sent whole after each request. On one kept-alive connection: a response over
+# 64 KiB (800 rows of JSON logits) and then a small one both arrive complete.
+BIG_HDR='{"inputs":[{"name":"x","shape":[800,784],"datatype":"FP32","parameters":{"binary_data_size":2508800}}]}'
+{ printf '%s' "$BIG_HDR"; head -c 2508800 /dev/zero; } >"$WORK/big_req"
+curl -s --max-time 30 -o "$WORK/big_resp" -w '%{http_code} %{num_connects}\n' -X POST \
+    -H "Inference-Header-Content-Length: ${#BIG_HDR}" --data-binary @"$WORK/big_req" \
+    "$URL/v2/models/mlp/infer" --next -s -o "$WORK/small_resp" -w '%{http_code} %{num_connects}\n' \
+    -X POST -d "$JSON_MLP" "$URL/v2/models/mlp/infer" >"$WORK/two_codes"
+[ "$(tr '\n' ' ' <"$WORK/two_codes")" = "200 1 200 0 " ] ||
+    fail "two requests on one connection: status and new connections $(tr '\n' ' ' <"$WORK/two_codes"), expected 200 1 200 0"
+[ "$(stat -c %s "$WORK/big_resp")" -gt 65536 ] && grep -q '"shape":\[800,10\]' "$WORK/big_resp" &&
+    [ "$(tail -c 4 "$WORK/big_resp")" = ']}]}' ] ||
+    fail "800-row response: $(stat -c %s "$WORK/big_resp") bytes, ends with $(tail -c 20 "$WORK/big_resp")"
+grep -q '"id":"r1"' "$WORK/small_resp" || fail "second request on the connection: $(head -c 200 "$WORK/small_resp")"
+# A client that asks for "100 Continue" before sending its body gets it at once (curl would
+# otherwise wait 20 s for it, past its 10 s limit).
+C100=$(curl -s --max-time 10 --expect100-timeout 20 -o /dev/null -w '%{http_code}' -X POST \
+    -H 'Expect: 100-continue' --data-binary @"$WORK/big_req" \
+    -H "Inference-Header-Content-Length: ${#BIG_HDR}" "$URL/v2/models/mlp/infer")
+[ "$C100" = 200 ] || fail "Expect: 100-continue: status $C100, expected 200 within 10 s"
     expect_status 200 GET /v2/models/relu_onnx && expect_body_has '"platform":"onnx"'
     RELU_DATA=$(awk 'BEGIN { for (i = 0; i < 60; i++) printf "%s%d", (i ? "," : ""), i - 30 }')
     expect_status 200 POST /v2/models/relu_onnx/infer \
