@@ -231,8 +231,10 @@ private:
                 !stream.wait_readable(int(keep_alive_timeout_sec_) * 1000))
                 break;
             bool closed = false;
+            m_pollers.begin_request();
             ok = process_request(stream, left == 1, closed, nullptr);
             ok = stream.flush() && ok;
+            m_pollers.end_request();
             if (!ok || closed) break;
         }
         m_tracker.close();
@@ -404,30 +406,33 @@ private:
      * Polling before sleeping, for a connection that answered a request and waits for the next:
      * waking a thread that sleeps in poll() costs tens of microseconds (more in a virtual
      * machine), as much as the rest of a small request, twice per round trip. So the thread
-     * first checks its socket for up to the poll budget. Fewer threads poll at once than there
-     * are cores, so that under load the pollers leave the CPU to the threads with work.
+     * first checks its socket for up to the poll budget, but only while cores would otherwise be
+     * idle: the threads handling requests and the ones polling stay fewer than the cores less
+     * one (kept for the clients and the rest of the process). Under load no thread polls.
      */
     class Pollers {
     public:
         explicit Pollers(std::chrono::microseconds budget)
-            : m_budget(budget), m_max(std::max(1, int(std::thread::hardware_concurrency()) - 1)) {}
+            : m_budget(budget), m_cores(std::max(1, int(std::thread::hardware_concurrency()) - 1)) {}
         //! True when the next request's bytes came within the budget; false when they did not
-        //! or the thread did not poll (no budget, or enough threads polling already).
+        //! or the thread did not poll (no budget, or no idle core).
         bool poll(const SocketStream& stream) {
             if (m_budget.count() <= 0) return false;
-            if (m_polling.fetch_add(1, std::memory_order_relaxed) >= m_max) {
-                m_polling.fetch_sub(1, std::memory_order_relaxed);
-                return false;
-            }
-            bool ready = stream.poll_readable(m_budget);
+            int polling = m_polling.fetch_add(1, std::memory_order_relaxed);
+            bool ready = false;
+            if (polling + m_busy.load(std::memory_order_relaxed) < m_cores)
+                ready = stream.poll_readable(m_budget);
             m_polling.fetch_sub(1, std::memory_order_relaxed);
             return ready;
         }
+        //! Brackets the handling of one request, from its first bytes to its sent response.
+        void begin_request() { m_busy.fetch_add(1, std::memory_order_relaxed); }
+        void end_request() { m_busy.fetch_sub(1, std::memory_order_relaxed); }
 
     private:
         std::chrono::microseconds m_budget;
-        int m_max;
-        std::atomic<int> m_polling{0};
+        int m_cores;
+        std::atomic<int> m_polling{0}, m_busy{0};
     };
 
     ConnectionTracker& m_tracker;

@@ -78,31 +78,21 @@ ModelConfig read_model_config(const std::string& path) {
     return config;
 }
 
-//! A request waiting in the batch queue; shared by its HTTP thread and the batch worker.
+//! A request in the batch queue. Its state is guarded by the runner's m_mutex; its outputs and
+//! error are written by the thread running its batch before `done` is set.
 struct ModelRunner::Pending {
     std::vector<HostTensor> inputs;
     std::string request_id;
     Clock::time_point arrival, deadline;
     int64_t rows = 0;
 
-    std::mutex mutex;
-    std::condition_variable cv;
-    bool done = false;      //!< the worker finished with it (outputs or error set)
-    bool abandoned = false; //!< its HTTP thread gave up (deadline): do no work for it
-    bool started = false;   //!< a worker took it into a batch
+    std::condition_variable cv; //!< wakes its thread: done, or it may lead a batch
+    bool done = false;          //!< outputs or error set
+    bool started = false;       //!< taken into a batch
     int error_status = 0;
     std::string error;
     std::vector<HostTensor> outputs; //!< every model output, this request's rows
-
-    void finish(int status, std::string message) {
-        std::lock_guard lock(mutex);
-        error_status = status;
-        error = std::move(message);
-        done = true;
-        cv.notify_all();
-    }
 };
-
 ModelRunner::ModelRunner(std::string name, std::string platform,
                          std::shared_ptr<embed::Model> model, ModelConfig config,
                          ModelMetrics& metrics)
@@ -131,9 +121,6 @@ ModelRunner::ModelRunner(std::string name, std::string platform,
         for (int64_t i = 0; i < m_config.instances; ++i) warm.push_back(m_model->acquire_context());
     }
     m_free = size_t(m_config.instances);
-    if (batching())
-        for (int64_t i = 0; i < m_config.instances; ++i)
-            m_workers.emplace_back([this] { batch_worker(); });
 }
 
 void ModelRunner::mark_dynamic_output_dims() {
@@ -170,14 +157,7 @@ void ModelRunner::mark_dynamic_output_dims() {
     }
 }
 
-ModelRunner::~ModelRunner() {
-    {
-        std::lock_guard lock(m_mutex);
-        m_stopping = true;
-    }
-    m_cv.notify_all();
-    for (auto& t : m_workers) t.join();
-}
+ModelRunner::~ModelRunner() = default;
 
 std::string ModelRunner::where(const std::string& request_id) const {
     return "model \"" + m_name + "\"" +
@@ -217,7 +197,6 @@ void ModelRunner::infer_direct(InferRequest& request, Clock::time_point arrival,
     // oldest waiter (a condition variable alone lets late arrivals overtake, and the p99 grows).
     {
         std::unique_lock lock(m_mutex);
-        if (m_stopping) throw RequestError(503, "model \"" + m_name + "\" is unloading");
         if (m_free > 0 && m_waiters.empty()) {
             --m_free;
         } else {
@@ -293,22 +272,25 @@ void ModelRunner::infer_batched(InferRequest& request, Clock::time_point arrival
                                     std::to_string(pending->rows) +
                                     ", the model takes 1 to max_batch_size " +
                                     std::to_string(m_config.max_batch_size) + " rows");
-    {
-        std::lock_guard lock(m_mutex);
-        if (m_stopping) throw RequestError(503, "model \"" + m_name + "\" is unloading");
-        m_queue.push_back(pending);
-    }
-    m_cv.notify_all();
-    {
-        std::unique_lock lock(pending->mutex);
-        if (!pending->cv.wait_until(lock, deadline, [&] { return pending->done; })) {
-            pending->abandoned = true;
+    std::unique_lock lock(m_mutex);
+    m_queue.push_back(pending);
+    // A request arriving while the oldest one waits for its batch to fill may complete it.
+    if (m_queue.size() > 1) m_queue.front()->cv.notify_one();
+    while (!pending->done) {
+        if (m_free > 0 && m_queue.front() == pending) {
+            lead_batch(lock);
+            continue;
+        }
+        if (pending->cv.wait_until(lock, deadline) == std::cv_status::timeout && !pending->done) {
+            bool started = pending->started;
+            if (!started) withdraw(*pending);
             throw RequestError(504, where(request.id) + " deadline passed after " +
                                         ms_text(Clock::now() - arrival) +
-                                        (pending->started ? " while its batch was running"
-                                                          : " in the batch queue; it was not run"));
+                                        (started ? " while its batch was running"
+                                                 : " in the batch queue; it was not run"));
         }
     }
+    lock.unlock();
     if (pending->error_status) throw RequestError(pending->error_status, pending->error);
     result.json_length = encode_infer_response(result.body, m_signature, request, [&](size_t k) {
         auto& t = pending->outputs[k];
@@ -316,84 +298,83 @@ void ModelRunner::infer_batched(InferRequest& request, Clock::time_point arrival
     });
 }
 
-void ModelRunner::batch_worker() {
-    auto context = m_model->acquire_context(); // this worker's instance
-    std::vector<std::shared_ptr<Pending>> batch;
-    const auto delay = std::chrono::microseconds(m_config.max_queue_delay_us);
-    for (;;) {
-        batch.clear();
-        {
-            std::unique_lock lock(m_mutex);
-            // A bounded wait, so that a missed notification costs at most 100 ms.
-            while (m_queue.empty() && !m_stopping)
-                m_cv.wait_for(lock, std::chrono::milliseconds(100));
-            if (m_queue.empty()) return; // stopping, and every queued request ran
-            for (;;) {
-                auto now = Clock::now();
-                // Requests past their deadline, or given up by their client, do no work.
-                for (auto it = m_queue.begin(); it != m_queue.end();) {
-                    Pending& p = **it;
-                    bool abandoned;
-                    {
-                        std::lock_guard plock(p.mutex);
-                        abandoned = p.abandoned;
-                    }
-                    if (abandoned || p.deadline <= now) {
-                        p.finish(504, where(p.request_id) + " deadline passed after " +
-                                          ms_text(now - p.arrival) +
-                                          " in the batch queue; it was not run");
-                        it = m_queue.erase(it);
-                    } else {
-                        ++it;
-                    }
-                }
-                if (m_queue.empty()) break;
-                // Rows of the queued requests whose shapes match the oldest one's.
-                const Pending& first = *m_queue.front();
-                int64_t rows = 0;
-                for (auto& p : m_queue) {
-                    bool same = true;
-                    for (size_t k = 0; same && k < first.inputs.size(); ++k)
-                        same = std::equal(first.inputs[k].shape.begin() + 1,
-                                          first.inputs[k].shape.end(),
-                                          p->inputs[k].shape.begin() + 1, p->inputs[k].shape.end());
-                    if (same) rows += p->rows;
-                }
-                auto window_end = first.arrival + delay;
-                if (rows >= m_config.max_batch_size || now >= window_end || m_stopping) break;
-                auto wake = window_end;
-                for (auto& p : m_queue) wake = std::min(wake, p->deadline);
-                m_cv.wait_until(lock, wake);
-            }
-            if (m_queue.empty()) continue;
-            // Take the oldest request and the matching ones after it, up to max_batch_size.
-            const auto first = m_queue.front();
-            int64_t rows = 0;
-            for (auto it = m_queue.begin(); it != m_queue.end();) {
-                Pending& p = **it;
-                bool same = true;
-                for (size_t k = 0; same && k < first->inputs.size(); ++k)
-                    same =
-                        std::equal(first->inputs[k].shape.begin() + 1, first->inputs[k].shape.end(),
-                                   p.inputs[k].shape.begin() + 1, p.inputs[k].shape.end());
-                if (same && rows + p.rows <= m_config.max_batch_size) {
-                    rows += p.rows;
-                    {
-                        std::lock_guard plock(p.mutex);
-                        p.started = true;
-                    }
-                    batch.push_back(*it);
-                    it = m_queue.erase(it);
-                } else {
-                    ++it;
-                }
-            }
-        }
-        run_batch(*context, batch);
-    }
+void ModelRunner::withdraw(Pending& pending) {
+    auto it =
+        std::find_if(m_queue.begin(), m_queue.end(), [&](auto& p) { return p.get() == &pending; });
+    if (it == m_queue.end()) return;
+    bool was_first = it == m_queue.begin();
+    m_queue.erase(it);
+    if (was_first && !m_queue.empty()) m_queue.front()->cv.notify_one();
 }
 
-void ModelRunner::run_batch(embed::Context& ctx, std::vector<std::shared_ptr<Pending>>& batch) {
+void ModelRunner::lead_batch(std::unique_lock<std::mutex>& lock) {
+    Pending& first = *m_queue.front();
+    auto now = Clock::now();
+    // Requests past their deadline do no work (their threads answer 504).
+    for (auto it = m_queue.begin(); it != m_queue.end();) {
+        if ((*it)->deadline <= now) {
+            Pending& p = **it;
+            p.error_status = 504;
+            p.error = where(p.request_id) + " deadline passed after " + ms_text(now - p.arrival) +
+                      " in the batch queue; it was not run";
+            p.done = true;
+            p.cv.notify_one();
+            it = m_queue.erase(it);
+        } else {
+            ++it;
+        }
+    }
+    if (m_queue.empty() || m_queue.front().get() != &first) {
+        if (!m_queue.empty()) m_queue.front()->cv.notify_one();
+        return;
+    }
+    auto same_shape = [&](const Pending& p) {
+        for (size_t k = 0; k < first.inputs.size(); ++k)
+            if (!std::equal(first.inputs[k].shape.begin() + 1, first.inputs[k].shape.end(),
+                            p.inputs[k].shape.begin() + 1, p.inputs[k].shape.end()))
+                return false;
+        return true;
+    };
+    // Wait for the window, unless the queue holds a full batch already.
+    auto window_end = first.arrival + std::chrono::microseconds(m_config.max_queue_delay_us);
+    if (now < window_end) {
+        int64_t rows = 0;
+        for (auto& p : m_queue)
+            if (same_shape(*p)) rows += p->rows;
+        if (rows < m_config.max_batch_size) {
+            first.cv.wait_until(lock, std::min(window_end, first.deadline));
+            return; // the caller looks again
+        }
+    }
+    // The oldest request and the matching ones after it, up to max_batch_size rows.
+    std::vector<std::shared_ptr<Pending>> batch;
+    int64_t rows = 0;
+    for (auto it = m_queue.begin(); it != m_queue.end();) {
+        Pending& p = **it;
+        if (same_shape(p) && rows + p.rows <= m_config.max_batch_size) {
+            rows += p.rows;
+            p.started = true;
+            batch.push_back(*it);
+            it = m_queue.erase(it);
+        } else {
+            ++it;
+        }
+    }
+    --m_free;
+    // Another instance may lead the next batch at once.
+    if (m_free > 0 && !m_queue.empty()) m_queue.front()->cv.notify_one();
+    lock.unlock();
+    run_batch(batch);
+    lock.lock();
+    ++m_free;
+    for (auto& p : batch) {
+        p->done = true;
+        p->cv.notify_one();
+    }
+    if (!m_queue.empty()) m_queue.front()->cv.notify_one();
+}
+
+void ModelRunner::run_batch(std::vector<std::shared_ptr<Pending>>& batch) {
     auto start = Clock::now();
     int64_t total = 0;
     auto deadline = Clock::time_point::min();
@@ -404,7 +385,13 @@ void ModelRunner::run_batch(embed::Context& ctx, std::vector<std::shared_ptr<Pen
     }
     m_metrics.batch_size.observe(double(total));
     const Pending& first = *batch.front();
+    auto fail = [&](Pending& p, int status, std::string message) {
+        p.error_status = status;
+        p.error = std::move(message);
+    };
     try {
+        auto context = m_model->acquire_context();
+        embed::Context& ctx = *context;
         for (size_t k = 0; k < first.inputs.size(); ++k) {
             std::vector<int64_t> shape = first.inputs[k].shape;
             shape[0] = total;
@@ -442,22 +429,18 @@ void ModelRunner::run_batch(embed::Context& ctx, std::vector<std::shared_ptr<Pen
             }
         }
     } catch (const RequestError& e) {
-        for (auto& p : batch) p->finish(e.status(), e.what());
-        return;
+        for (auto& p : batch) fail(*p, e.status(), e.what());
     } catch (const embed::Error& e) {
         for (auto& p : batch) {
             try {
                 rethrow(e, p->request_id);
             } catch (const RequestError& re) {
-                p->finish(re.status(), re.what());
+                fail(*p, re.status(), re.what());
             }
         }
-        return;
     } catch (const std::exception& e) {
-        for (auto& p : batch) p->finish(500, "model \"" + m_name + "\": " + e.what());
-        return;
+        for (auto& p : batch) fail(*p, 500, "model \"" + m_name + "\": " + e.what());
     }
-    for (auto& p : batch) p->finish(0, "");
 }
 
 } // namespace braid::serve

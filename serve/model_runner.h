@@ -4,8 +4,8 @@
 // as one, and the outputs split back per request. A request that reaches its deadline before
 // its run starts gets an error and does no work.
 //
-// Thread-safe: infer() is called from any number of HTTP threads. Destruction stops the batch
-// workers after the queued requests ran; no infer() may be in progress.
+// Thread-safe: infer() is called from any number of HTTP threads, and runs each request (or
+// batch) on one of them. No infer() may be in progress at destruction.
 #pragma once
 
 #include "serve/metrics.h"
@@ -20,7 +20,6 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 namespace braid::serve {
@@ -79,8 +78,14 @@ private:
                       InferResult& result);
     void infer_batched(InferRequest& request, Clock::time_point arrival, Clock::time_point deadline,
                        InferResult& result);
-    void batch_worker();
-    void run_batch(embed::Context& ctx, std::vector<std::shared_ptr<Pending>>& batch);
+    //! Called by the thread of the oldest queued request while an instance is free (`lock`
+    //! holds m_mutex): waits for the batching window, or takes a batch and runs it on this
+    //! thread. The caller checks its request's state again afterwards.
+    void lead_batch(std::unique_lock<std::mutex>& lock);
+    //! Removes a request that gave up from the queue (m_mutex held).
+    void withdraw(Pending& pending);
+    //! Runs one batch on an instance and sets each request's outputs or error.
+    void run_batch(std::vector<std::shared_ptr<Pending>>& batch);
     //! "model \"mlp\", request \"7\":" (no request part when the id is empty).
     std::string where(const std::string& request_id) const;
     [[noreturn]] void rethrow(const embed::Error& e, const std::string& request_id) const;
@@ -94,7 +99,6 @@ private:
     // Direct runs: at most `instances` at a time, each with a context from the model's pool
     // (Model::acquire_context); m_free counts the instances not running.
     std::mutex m_mutex;
-    std::condition_variable m_cv;
     size_t m_free = 0;
     struct Waiter {
         std::condition_variable cv;
@@ -102,10 +106,11 @@ private:
     };
     std::deque<Waiter*> m_waiters; //!< requests waiting for an instance, oldest first
 
-    // Dynamic batching.
+    // Dynamic batching: the queue, oldest first. There is no batch thread: the oldest queued
+    // request's own thread runs the next batch when an instance is free (so a request alone
+    // runs at once on its thread, as without batching), and the others wait on their own
+    // condition variables (m_free counts the instances, as for direct runs).
     std::deque<std::shared_ptr<Pending>> m_queue;
-    bool m_stopping = false;
-    std::vector<std::thread> m_workers;
 };
 
 } // namespace braid::serve
