@@ -413,7 +413,8 @@ private:
     class Pollers {
     public:
         explicit Pollers(std::chrono::microseconds budget)
-            : m_budget(budget), m_cores(std::max(1, int(std::thread::hardware_concurrency()) - 1)) {}
+            : m_budget(budget), m_cores(std::max(1, int(std::thread::hardware_concurrency()) - 1)) {
+        }
         //! True when the next request's bytes came within the budget; false when they did not
         //! or the thread did not poll (no budget, or no idle core).
         bool poll(const SocketStream& stream) {
