@@ -129,13 +129,15 @@ void attention_forward(const AttentionGeometry& g, size_t heads, const HeadStrid
     size_t qblocks = (g.sq + qblock - 1) / qblock;
     blas_single_thread();
     parallel_for(heads * qblocks, 1, [&](size_t begin, size_t end) {
-        // Scratch kept per thread across runs: no page faults from fresh allocations.
+        // Scratch kept per thread across runs (no page faults from fresh allocations), sized
+        // by this geometry's blocks: a short sequence does not hold a whole 256 KiB block.
         thread_local std::vector<float> scratch;
-        size_t need = QUERY_BLOCK * KEY_BLOCK + 2 * QUERY_BLOCK;
+        size_t kblock = std::min(KEY_BLOCK, g.sk);
+        size_t need = qblock * kblock + 2 * qblock;
         if (scratch.size() < need) scratch.resize(need);
         float* scores = scratch.data();
-        float* row_max = scores + QUERY_BLOCK * KEY_BLOCK;
-        float* row_sum = row_max + QUERY_BLOCK;
+        float* row_max = scores + qblock * kblock;
+        float* row_sum = row_max + qblock;
         for (size_t t = begin; t < end; ++t) {
             size_t h = t / qblocks, q0 = (t % qblocks) * qblock;
             size_t rows = std::min(qblock, g.sq - q0);
@@ -153,11 +155,12 @@ void attention_backward(const AttentionGeometry& g, size_t heads, const HeadStri
     blas_single_thread();
     parallel_for(heads, 1, [&](size_t begin, size_t end) {
         thread_local std::vector<float> scratch;
-        if (scratch.size() < 2 * QUERY_TILE * KEY_TILE) scratch.resize(2 * QUERY_TILE * KEY_TILE);
+        size_t tile = std::min(QUERY_TILE, g.sq) * std::min(KEY_TILE, g.sk);
+        if (scratch.size() < 2 * tile) scratch.resize(2 * tile);
         for (size_t h = begin; h < end; ++h)
             backward_head(g, q + h * st.q, k + h * st.k, v + h * st.v, lse + h * st.lse,
                           dout + h * st.out, delta + h * st.lse, dq + h * st.q, dk + h * st.k,
-                          dv + h * st.v, scratch.data(), scratch.data() + QUERY_TILE * KEY_TILE);
+                          dv + h * st.v, scratch.data(), scratch.data() + tile);
     });
 }
 
