@@ -122,6 +122,7 @@ struct LeafVisitor {
     JsonLeafFn fn;
     size_t max_depth;
     Json leaf;
+    size_t visited = 0; //!< leaves passed to `fn`, for error messages
 
     //! False once `fn` asked to stop. The leaf is reused: only the fields of its type are
     //! set (a fresh Json per element would cost more than reading the number).
@@ -149,6 +150,7 @@ struct LeafVisitor {
             leaf.type = Json::Type::NUL;
             break;
         }
+        ++visited;
         return fn(state, leaf);
     }
 };
@@ -224,7 +226,8 @@ void for_each_json_leaf(const Json& root, const Json& lazy_array, void* state, J
             lazy_array.raw.data(), lazy_array.raw.size(), size_t(end - lazy_array.raw.data())));
         visitor.visit(doc.get_value(), 0);
     } catch (const simdjson::simdjson_error& e) {
-        throw JsonError(std::string("invalid JSON in an array: ") + e.what());
+        throw JsonError("invalid JSON in an array at element " + std::to_string(visitor.visited) +
+                        " (counting from 0, nested arrays flattened): " + e.what());
     }
 }
 
