@@ -990,16 +990,17 @@ LoadedModel import_bytes(std::span<const uint8_t> bytes, const ImportOptions& op
 
 namespace {
 
+//! Parses the file straight from the stream: a copy of the file's bytes next to the parsed
+//! model (two, through a stringstream) would add to the process's peak memory.
 onnx::ModelProto parse_file(const std::string& path) {
-    std::ifstream f(path, std::ios::binary);
+    std::ifstream f(path, std::ios::binary | std::ios::ate);
     if (!f) BRAID_THROW(SerializationError, "{}: cannot open: {}", path, std::strerror(errno));
-    std::stringstream ss;
-    ss << f.rdbuf();
-    std::string bytes = ss.str();
+    auto size = f.tellg();
+    f.seekg(0);
     onnx::ModelProto model;
-    if (bytes.empty() || !model.ParseFromString(bytes))
+    if (size <= 0 || !model.ParseFromIstream(&f))
         BRAID_THROW(SerializationError, "{}: not an ONNX model (protobuf parse failed, {} bytes)",
-                    path, bytes.size());
+                    path, int64_t(size));
     return model;
 }
 
