@@ -179,7 +179,7 @@ struct PlanKey {
     int64_t c, h, w, o_total, oc, kh, kw, oh, ow;
     int64_t sh, sw, pt, pb, pw, dh, dw, groups;
     int64_t x_plane, y_plane; //!< channel strides of the whole source and output
-    int64_t bias, relu;
+    int64_t bias;
     int64_t exact;  //!< Conv2dParam::exact: no Winograd
     int64_t src_dt; //!< the source's dnnl data type: f32, or u8 / s8 (s8 weights, s32 output)
     int64_t narrow; //!< a u8 source below 128: sums are exact without VNNI too
@@ -301,11 +301,6 @@ std::shared_ptr<ConvPlan> make_plan(const PlanKey& k) {
     memory::desc any_wei(wei_dims, wei_t, tag::any);
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-    if (k.relu) {
-        dnnl::post_ops ops;
-        ops.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
-        attr.set_post_ops(ops);
-    }
     // The source's zero point, given per run: padding contributes nothing to the sums (as if
     // the source were padded with its zero point).
     if (integer) attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
@@ -468,7 +463,6 @@ PlanKey plan_key(const Conv2dParam& pr, const TensorShape& xs, const TensorShape
                    int64_t(xs[2]) * int64_t(xs[3]),
                    oh * ow,
                    fusion.shift != nullptr,
-                   fusion.relu,
                    pr.exact.value_or(false),
                    int64_t(src_dt),
                    narrow};

@@ -64,11 +64,12 @@ private:
 DnnlConstantWeights* if_constant(DnnlConstantWeights& kept, std::initializer_list<VarNode*> vars);
 
 //! What is fused into a oneDNN convolution, per output channel c:
-//! y = act(conv(x, w · scale[c]) + shift[c]), where a null scale or shift is 1 or 0.
+//! y = conv(x, w · scale[c]) + shift[c], where a null scale or shift is 1 or 0. Activations run
+//! in the caller's epilogue: oneDNN's relu post-op maps NaN to 0 at some instruction sets and
+//! passes it at others, where braid's relu passes it everywhere.
 struct DnnlConvFusion {
     const float* scale = nullptr; //!< folded into the weights before the convolution
     const float* shift = nullptr; //!< the convolution's bias
-    bool relu = false;            //!< max(y, 0) after the bias
     //! Set when w and scale are the same on every run while this lives: their primitive forms
     //! are kept in it instead of compared with a copy on each run.
     DnnlConstantWeights* constant_weights = nullptr;

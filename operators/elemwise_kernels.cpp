@@ -69,8 +69,9 @@ struct SignOp {
             return x > T(0) ? T(1) : x < T(0) ? T(-1) : x;
     }
 };
+//! max(x, 0) with NaN and -0 passed through, as ONNX's Relu (and ONNX Runtime) give them.
 struct ReluOp {
-    template <typename T> static T apply(T x) { return x > T(0) ? x : T(0); }
+    template <typename T> static T apply(T x) { return x < T(0) ? T(0) : x; }
 };
 struct SquareOp {
     template <typename T> static T apply(T x) {

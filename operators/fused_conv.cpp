@@ -171,7 +171,7 @@ void FusedConv2d::execute(ExecCtx& ctx) {
         if (has_chain) chain_rows(yb, rows, cols, ld);
     };
     // oneDNN: the batch norm's multiplier folded into the weights, bias and shift as the
-    // convolution's bias, relu as its post-op; other activations run as the epilogue.
+    // convolution's bias; the activation runs as the epilogue (kern::DnnlConvFusion).
     std::vector<float> shift;
     kern::DnnlConvFusion fusion;
     if (bn) {
@@ -187,9 +187,10 @@ void FusedConv2d::execute(ExecCtx& ctx) {
         fusion.shift = bias;
         fusion.constant_weights = kern::if_constant(*m_constant_weights, {input(1)});
     }
-    fusion.relu = m_param.has_activation && m_param.activation == ElemMode::RELU;
-    // What the kernels below leave to an epilogue: activations other than relu, the chain.
-    bool act_after = act && !fusion.relu;
+    // What the kernels below leave to an epilogue: the activation (the direct kernel applies
+    // relu itself), the chain.
+    bool relu = m_param.has_activation && m_param.activation == ElemMode::RELU;
+    bool act_after = act != nullptr;
     ConvEpilogue after = [&](float* yb, size_t, size_t rows, size_t cols, size_t ld) {
         static const uint8_t steps[1] = {1};
         for (size_t r = 0; r < rows && act_after; ++r) {
@@ -201,7 +202,9 @@ void FusedConv2d::execute(ExecCtx& ctx) {
     const ConvEpilogue* after_ptr = act_after || has_chain ? &after : nullptr;
     if (kern::dnnl_conv2d_forward(m_param.conv, x, w, y, fusion, after_ptr)) return;
     // The direct kernel: bias, batch norm and relu in registers, the rest after.
-    DirectOutputOps ops{bias, bn ? mul.data() : nullptr, bn ? add.data() : nullptr, fusion.relu};
+    DirectOutputOps ops{bias, bn ? mul.data() : nullptr, bn ? add.data() : nullptr, relu};
+    act_after = act && !relu;
+    after_ptr = act_after || has_chain ? &after : nullptr;
     if (conv_direct_forward(m_param.conv, x, w, y, after_ptr, &ops)) return;
     conv2d_forward(m_param.conv, x, w, y, &epilogue);
 }

@@ -90,7 +90,7 @@ struct SignOp {
     }
 };
 struct ReluOp {
-    template <typename T> __device__ static T apply(T x, T, T, int*) { return x > T(0) ? x : T(0); }
+    template <typename T> __device__ static T apply(T x, T, T, int*) { return x < T(0) ? T(0) : x; }
 };
 struct SquareOp {
     template <typename T> __device__ static T apply(T x, T, T, int*) {

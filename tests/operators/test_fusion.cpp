@@ -4,6 +4,7 @@
 
 #include "base/thread_pool.h"
 #include "graph/graph_pass.h"
+#include "operators/dnnl_kernels.h"
 
 #include <gtest/gtest.h>
 
@@ -184,6 +185,45 @@ TEST(Fusion, ConvBiasBatchNormActivationEqualsUnfused) {
                 EXPECT_EQ(count_type(*plain.exec, "FusedConv2d"), 0u);
                 expect_tensor_near(fused.y, plain.y, 1e-5, 1e-6, "conv chain");
             }
+}
+
+TEST(Fusion, ReluPassesNaNThroughInEveryConvolutionKernel) {
+    // relu(NaN) = NaN, as ONNX's Relu, whichever kernel applies it: fused into the convolution
+    // (the epilogue of oneDNN's convolution, whose own relu gave 0 at some instruction sets and
+    // NaN at others, or the direct kernel's output ops) or run after it as an Elemwise. One NaN
+    // pixel of x reaches the outputs whose windows hold it; the others stay finite and >= 0.
+    register_all_operators();
+    std::mt19937 rng(11);
+    const size_t n = 1, c = 8, h = 12, w = 12, o = 16;
+    auto wt = std::make_shared<Tensor>(random_tensor({o, c, 3, 3}, dtype::Float32(), rng, -.3, .3));
+    Tensor x = random_tensor({n, c, h, w}, dtype::Float32(), rng, -1, 1);
+    const size_t nan_row = 5, nan_col = 7;
+    x.ptr<float>()[(2 * h + nan_row) * w + nan_col] = std::numeric_limits<float>::quiet_NaN();
+    bool saved = opr::kern::dnnl_conv_enabled();
+    for (bool dnnl : {true, false})
+        for (bool fusion : {true, false}) {
+            opr::kern::set_dnnl_conv_enabled(dnnl && saved);
+            GraphOptions opt;
+            opt.enable_fusion = fusion;
+            auto g = ComputingGraph::make(opt);
+            auto xv = opr::Input::make(*g, "x", dtype::Float32(), {n, c, h, w});
+            auto y = opr::relu(opr::conv2d(xv, opr::SharedParam::make(*g, wt), 1, 1));
+            auto run = compile_and_run(*g, {y}, x);
+            auto what = fmt::format("oneDNN {} fusion {}", dnnl && saved, fusion);
+            EXPECT_EQ(count_type(*run.exec, "FusedConv2d"), fusion ? 1u : 0u) << what;
+            const float* out = run.y.ptr<float>();
+            size_t wrong = 0;
+            for (size_t k = 0; k < o; ++k)
+                for (size_t r = 0; r < h; ++r)
+                    for (size_t q = 0; q < w; ++q) {
+                        float v = out[(k * h + r) * w + q];
+                        bool sees = r + 1 >= nan_row && r <= nan_row + 1 && q + 1 >= nan_col &&
+                                    q <= nan_col + 1;
+                        wrong += sees ? !std::isnan(v) : !(v >= 0.f);
+                    }
+            EXPECT_EQ(wrong, 0u) << what;
+        }
+    opr::kern::set_dnnl_conv_enabled(saved);
 }
 
 namespace {
