@@ -187,25 +187,31 @@ void FusedConv2d::execute(ExecCtx& ctx) {
         fusion.shift = bias;
         fusion.constant_weights = kern::if_constant(*m_constant_weights, {input(1)});
     }
-    // What the kernels below leave to an epilogue: the activation (the direct kernel applies
-    // relu itself), the chain.
+    // What a kernel leaves to its epilogue: the activation, unless the kernel applied it (the
+    // direct kernel applies relu itself), and the chain; null when nothing is left.
     bool relu = m_param.has_activation && m_param.activation == ElemMode::RELU;
-    bool act_after = act != nullptr;
-    ConvEpilogue after = [&](float* yb, size_t, size_t rows, size_t cols, size_t ld) {
-        static const uint8_t steps[1] = {1};
-        for (size_t r = 0; r < rows && act_after; ++r) {
-            const void* in[1] = {yb + r * ld};
-            act(in, steps, yb + r * ld, cols);
-        }
-        if (has_chain) chain_rows(yb, rows, cols, ld);
+    auto leftover = [&](bool with_act) {
+        std::optional<ConvEpilogue> after;
+        if (with_act || has_chain)
+            after = [&, with_act](float* yb, size_t, size_t rows, size_t cols, size_t ld) {
+                static const uint8_t steps[1] = {1};
+                for (size_t r = 0; r < rows && with_act; ++r) {
+                    const void* in[1] = {yb + r * ld};
+                    act(in, steps, yb + r * ld, cols);
+                }
+                if (has_chain) chain_rows(yb, rows, cols, ld);
+            };
+        return after;
     };
-    const ConvEpilogue* after_ptr = act_after || has_chain ? &after : nullptr;
-    if (kern::dnnl_conv2d_forward(m_param.conv, x, w, y, fusion, after_ptr)) return;
+    auto dnnl_after = leftover(act != nullptr);
+    if (kern::dnnl_conv2d_forward(m_param.conv, x, w, y, fusion,
+                                  dnnl_after ? &*dnnl_after : nullptr))
+        return;
     // The direct kernel: bias, batch norm and relu in registers, the rest after.
     DirectOutputOps ops{bias, bn ? mul.data() : nullptr, bn ? add.data() : nullptr, relu};
-    act_after = act && !relu;
-    after_ptr = act_after || has_chain ? &after : nullptr;
-    if (conv_direct_forward(m_param.conv, x, w, y, after_ptr, &ops)) return;
+    auto direct_after = leftover(act && !relu);
+    if (conv_direct_forward(m_param.conv, x, w, y, direct_after ? &*direct_after : nullptr, &ops))
+        return;
     conv2d_forward(m_param.conv, x, w, y, &epilogue);
 }
 
