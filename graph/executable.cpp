@@ -43,6 +43,9 @@ struct Executable::Step {
     bool check_strided = false; //!< some input may arrive non-contiguous
     std::vector<std::pair<size_t, std::function<void(const Tensor&)>>> callbacks;
     std::vector<Tensor> contiguous_inputs; //!< scratch for inputs made contiguous
+    //! The kernel's scratch memory: the memory plan's, or allocated by the first run that
+    //! asks for more (a dynamic step) and kept.
+    Workspace workspace;
 };
 
 //! The sequence of one comp node and its progress in the current run.
@@ -268,6 +271,7 @@ void Executable::allocate_memory() {
             step.memory_waits = hooks.waits;
             step.release_after = hooks.release_after;
             step.notify = step.notify || hooks.notify;
+            step.workspace.assign(hooks.workspace);
         }
 }
 
@@ -487,7 +491,8 @@ void Executable::run_step(Step& step) {
                     t = Tensor(out_shapes[k], out->dtype(), opr->comp_node().allocator());
             }
     }
-    ExecCtx ctx(step.inputs.data(), step.inputs.size(), step.outputs.data(), step.outputs.size());
+    ExecCtx ctx(step.inputs.data(), step.inputs.size(), step.outputs.data(), step.outputs.size(),
+                &step.workspace);
     if (m_step_observer) [[unlikely]] {
         auto begin = std::chrono::steady_clock::now();
         step.kernel(*opr, ctx);

@@ -20,6 +20,17 @@ double ms_since(std::chrono::steady_clock::time_point start) {
         .count();
 }
 
+//! The workspace `opr` asks for, where its kernel runs and its input and output shapes are
+//! static; else 0 (a dynamic step's kernel allocates its own).
+size_t workspace_bytes(const OperatorNode& opr) {
+    if (bound_to_static_values(opr)) return 0;
+    for (auto* v : opr.inputs())
+        if (!v->shape_known()) return 0;
+    for (auto* v : opr.outputs())
+        if (!v->shape_known()) return 0;
+    return opr.workspace_bytes();
+}
+
 double thread_cpu_ms() {
     timespec ts{};
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
@@ -300,6 +311,14 @@ void MemoryPlan::plan_node(Analysis& a, size_t ni, std::vector<Tensor>& tensors)
     auto planner = MemPlanner::make(m_planner, rn.alignment);
     for (size_t key = 0; key < arena_vars.size(); ++key)
         planner->add(a.step[arena_vars[key]], lifetime_end[key], a.bytes[arena_vars[key]], key);
+    // Workspaces, keyed after the vars: alive during their step alone.
+    std::vector<std::pair<uint32_t, size_t>> workspaces; // (step, bytes)
+    if (cn.device().kind == Device::Kind::CPU)
+        for (uint32_t si = 0; si < nr_steps; ++si)
+            if (size_t bytes = workspace_bytes(*oprs[si])) {
+                planner->add(si, si + 1, bytes, arena_vars.size() + workspaces.size());
+                workspaces.emplace_back(si, bytes);
+            }
 
     // In place: an output takes over its input's block when this step is the block's last
     // reader and nothing else can observe the overwrite (see the header for every rule).
@@ -339,6 +358,7 @@ void MemoryPlan::plan_node(Analysis& a, size_t ni, std::vector<Tensor>& tensors)
     rn.lower_bound_bytes = planner->lower_bound();
     rn.no_reuse_bytes = planner->no_reuse_size();
     rn.nr_planned_vars = arena_vars.size();
+    rn.nr_workspaces = workspaces.size();
     charge_budget(rn.arena_bytes, "the arena of " + rn.comp_node);
     Storage& arena = m_arenas[ni];
     if (arena.empty() || arena.size() < rn.arena_bytes)
@@ -359,6 +379,20 @@ void MemoryPlan::plan_node(Analysis& a, size_t ni, std::vector<Tensor>& tensors)
         p.lifetime_end = lifetime_end[key];
         p.in_place = inplace_src[key] != NONE;
         p.inplace_of = p.in_place ? long(inplace_src[key]) : -1;
+    }
+    for (size_t k = 0; k < workspaces.size(); ++k) {
+        auto [si, bytes] = workspaces[k];
+        size_t off = planner->offset(arena_vars.size() + k);
+        hooks[si].workspace = Tensor(arena, off, TensorLayout({bytes}, dtype::Uint8()));
+        MemoryReport::VarPlacement p;
+        p.name = "workspace of " + oprs[si]->describe();
+        p.bytes = (bytes + align - 1) / align * align;
+        p.offset = off;
+        p.lifetime_begin = si;
+        p.lifetime_end = si + 1;
+        p.workspace = true;
+        rn.placements.push_back(std::move(p));
+        rn.workspace_bytes += bytes;
     }
 
     // Views and dynamic vars produced here.
@@ -416,10 +450,11 @@ std::string MemoryReport::to_string(size_t nr_largest) const {
             ratio, format_bytes(n.no_reuse_bytes), n.planner, n.alignment, n.plan_ms);
         s += fmt::format("  {} planned vars; forwarded {} read-only + {} in place; {} own "
                          "allocations ({}); {} dynamic ({} released early); {} kept for "
-                         "reads on other comp nodes\n",
+                         "reads on other comp nodes; {} workspaces ({})\n",
                          n.nr_planned_vars, n.nr_readonly_forwarded, n.nr_inplace_forwarded,
                          n.nr_own_allocation_vars, format_bytes(n.own_allocation_bytes),
-                         n.nr_dynamic_vars, n.nr_dynamic_released, n.nr_cross_node_reads);
+                         n.nr_dynamic_vars, n.nr_dynamic_released, n.nr_cross_node_reads,
+                         n.nr_workspaces, format_bytes(n.workspace_bytes));
         for (auto& p : n.largest_vars(nr_largest))
             s += fmt::format("    {:>12} at {:>10}  steps [{}, {}){}  {}\n", format_bytes(p.bytes),
                              p.offset, p.lifetime_begin, p.lifetime_end,

@@ -12,6 +12,8 @@
 //    input's block lives on the same comp node and is read by no other comp node, input,
 //    block and output have the same byte size, the dtypes agree, and the input is the
 //    block's var itself or a layout-keeping view of it (forward_keeps_layout());
+//  - workspaces: an operator's scratch memory (OperatorNode::workspace_bytes(), asked for when
+//    its input shapes are static) is a block of the arena alive during its step alone;
 //  - outside the arena: BOUND outputs (fed inputs, parameters, constants), outputs the user
 //    fetches and the vars they view (own allocation, valid after execute()), and
 //    dynamic-shape vars (allocated at execution; their tensor is released after their last
@@ -49,6 +51,7 @@ struct MemoryReport {
         size_t lifetime_end = 0;   //!< one past the last step it must stay intact
         bool in_place = false;     //!< took over the memory of one of its operator's inputs
         long inplace_of = -1;      //!< index of the placement it took over, or -1
+        bool workspace = false;    //!< an operator's scratch memory ("workspace of <opr>")
     };
     //! One comp node's plan.
     struct Node {
@@ -61,6 +64,8 @@ struct MemoryReport {
         size_t lower_bound_bytes = 0;    //!< largest total size alive at one step
         size_t no_reuse_bytes = 0;  //!< sum of the planned vars' sizes: the arena without reuse
         size_t nr_planned_vars = 0; //!< vars placed in the arena (in-place ones included)
+        size_t nr_workspaces = 0;   //!< operators' scratch blocks placed in the arena
+        size_t workspace_bytes = 0; //!< their sizes summed
         size_t nr_readonly_forwarded = 0;  //!< views sharing a planned var's memory
         size_t nr_inplace_forwarded = 0;   //!< outputs written over their input's memory
         size_t nr_own_allocation_vars = 0; //!< fetched outputs (and what they view) kept apart
@@ -69,7 +74,8 @@ struct MemoryReport {
         size_t nr_dynamic_released = 0; //!< of those, released after their last read
         size_t nr_cross_node_reads = 0; //!< vars kept to the end as another comp node reads them
         double plan_ms = 0;             //!< time spent planning this comp node
-        std::vector<VarPlacement> placements; //!< every arena var, in step order
+        //! Every arena var in step order, then the workspaces in step order.
+        std::vector<VarPlacement> placements;
 
         //! Read-only plus in-place forwarded vars.
         size_t nr_forwarded() const { return nr_readonly_forwarded + nr_inplace_forwarded; }
@@ -97,6 +103,8 @@ public:
         std::vector<size_t> release_after;
         //! A step on another comp node waits for this one.
         bool notify = false;
+        //! The step's workspace: bytes of the arena (empty: none planned).
+        Tensor workspace;
     };
     //! One comp node's compiled sequence.
     using Sequence = std::pair<CompNode, std::vector<OperatorNode*>>;

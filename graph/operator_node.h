@@ -9,7 +9,8 @@
 //     static values follow through value_inference();
 //  4. memory hints: output_mem() says whether an output is planned memory, a read-only
 //     view of an input, or bound by the operator itself; inplace_input() names an input
-//     whose memory the output may take over when the input dies here;
+//     whose memory the output may take over when the input dies here; workspace_bytes() asks
+//     for scratch memory the kernel uses during its step;
 //  5. execute(): the CPU kernel, run on the operator's comp node with the tensors in ExecCtx;
 //     kernels for other devices are registered per type (graph/kernel_registry.h) and may keep
 //     state in the operator's kernel_state();
@@ -24,6 +25,7 @@
 #pragma once
 
 #include "graph/var_node.h"
+#include "memory/workspace.h"
 
 #include <memory>
 #include <string>
@@ -80,20 +82,27 @@ private:
 };
 
 //! The tensors a kernel reads and writes. Outputs of kind PLANNED arrive allocated with
-//! their final shape; READONLY_FORWARD and BOUND outputs are assigned by the kernel.
+//! their final shape; READONLY_FORWARD and BOUND outputs are assigned by the kernel. The
+//! kernel's scratch memory comes from workspace(): the step's, placed by the memory plan, or
+//! (without one) a workspace of the context's own.
 class ExecCtx {
 public:
-    ExecCtx(const Tensor* const* inputs, size_t nin, Tensor* const* outputs, size_t nout)
-        : m_inputs(inputs), m_outputs(outputs), m_nin(nin), m_nout(nout) {}
+    ExecCtx(const Tensor* const* inputs, size_t nin, Tensor* const* outputs, size_t nout,
+            Workspace* workspace = nullptr)
+        : m_inputs(inputs), m_outputs(outputs), m_nin(nin), m_nout(nout), m_workspace(workspace) {}
     const Tensor& input(size_t i) const { return *m_inputs[i]; }
     Tensor& output(size_t i) const { return *m_outputs[i]; }
     size_t nr_inputs() const { return m_nin; }
     size_t nr_outputs() const { return m_nout; }
+    //! The scratch memory of this execution (memory/workspace.h).
+    Workspace& workspace() { return m_workspace ? *m_workspace : m_own_workspace; }
 
 private:
     const Tensor* const* m_inputs;
     Tensor* const* m_outputs;
     size_t m_nin, m_nout;
+    Workspace* m_workspace;
+    Workspace m_own_workspace;
 };
 
 //! How an operator's output values may be known before execution.
@@ -177,6 +186,10 @@ public:
     virtual int inplace_input(size_t output_idx) const { return -1; }
     //! Whether the kernel accepts non-contiguous inputs; otherwise it gets contiguous ones.
     virtual bool accepts_strided_inputs() const { return false; }
+    //! Bytes of scratch memory execute() asks ExecCtx::workspace() for, computed from the
+    //! inputs' static shapes (called only when every input's shape is known, on operators of
+    //! a CPU comp node); 0: none. The memory plan places them in the arena for this step alone.
+    virtual size_t workspace_bytes() const { return 0; }
 
     // ---- 5. execution ----
     //! Non-empty for an operator that completes only together with peers (a collective):

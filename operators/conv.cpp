@@ -163,15 +163,20 @@ void Conv2d::execute(ExecCtx& ctx) {
     Tensor& y = ctx.output(0);
     if (y.shape().is_empty()) return;
     Tensor yf = kern::float32_target(y);
-    conv2d_float32(m_param, x, w, yf, kern::if_constant(*m_constant_weights, {input(1)}));
+    conv2d_float32(m_param, x, w, yf, ctx.workspace(),
+                   kern::if_constant(*m_constant_weights, {input(1)}));
     kern::store_float32(yf, y);
 }
 
+size_t Conv2d::workspace_bytes() const {
+    return kern::dnnl_conv2d_workspace(m_param, input(0)->shape(), input(1)->shape(), {});
+}
+
 void conv2d_float32(const Conv2dParam& param, const Tensor& x, const Tensor& w, Tensor& y,
-                    kern::DnnlConstantWeights* constant_weights) {
+                    Workspace& workspace, kern::DnnlConstantWeights* constant_weights) {
     kern::DnnlConvFusion fusion;
     fusion.constant_weights = constant_weights;
-    if (!kern::dnnl_conv2d_forward(param, x, w, y, fusion, nullptr))
+    if (!kern::dnnl_conv2d_forward(param, x, w, y, fusion, nullptr, workspace))
         conv2d_forward(param, x, w, y, nullptr);
 }
 

@@ -64,6 +64,7 @@ public:
     static VarNode* grad_rule(OperatorNode& opr, size_t wrt, const VarNodeArray& out_grads);
     void init_output_dtypes() override;
     bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
+    size_t workspace_bytes() const override;
     void execute(ExecCtx& ctx) override;
 
 private:
@@ -82,10 +83,11 @@ using ConvEpilogue = std::function<void(float* y, size_t o0, size_t rows, size_t
 void conv2d_forward(const Conv2dParam& param, const Tensor& x, const Tensor& w, Tensor& y,
                     const ConvEpilogue* epilogue);
 
-//! Conv2d's CPU kernel on float32 tensors: oneDNN's where it runs the case, else
-//! conv2d_forward(). `constant_weights` as DnnlConvFusion::constant_weights (may be null).
+//! Conv2d's CPU kernel on float32 tensors: oneDNN's where it runs the case (its buffers in
+//! `workspace`), else conv2d_forward(). `constant_weights` as DnnlConvFusion::constant_weights
+//! (may be null).
 void conv2d_float32(const Conv2dParam& param, const Tensor& x, const Tensor& w, Tensor& y,
-                    kern::DnnlConstantWeights* constant_weights = nullptr);
+                    Workspace& workspace, kern::DnnlConstantWeights* constant_weights = nullptr);
 
 //! Throws ValueError naming `who` for strides, dilations or groups below 1 or negative paddings.
 void check_conv2d_param(const Conv2dParam& param, const std::string& who);

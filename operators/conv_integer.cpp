@@ -214,11 +214,20 @@ void ConvInteger::execute(ExecCtx& ctx) {
     std::vector<int32_t> wzs(w.shape()[0]);
     for (size_t o = 0; o < wzs.size(); ++o)
         wzs[o] = element(wz, wz.shape().total_nr_elems() == 1 ? 0 : o);
-    if (!execute_int8(x, w, xz, wzs, y)) execute_float32(x, w, xz, wzs, y);
+    if (!execute_int8(x, w, xz, wzs, y, ctx.workspace()))
+        execute_float32(x, w, xz, wzs, y, ctx.workspace());
+}
+
+size_t ConvInteger::workspace_bytes() const {
+    // oneDNN's kernel on the whole source, or (without exact int8 sums) on its halves.
+    const auto &x = input(0)->shape(), &w = input(1)->shape();
+    DType xd = input(0)->dtype();
+    size_t whole = kern::dnnl_conv_integer_workspace(m_param, x, xd, w);
+    return whole ? whole : kern::dnnl_conv_integer_workspace(m_param, x, xd, w, true);
 }
 
 bool ConvInteger::execute_int8(const Tensor& x, const Tensor& w, int32_t xz,
-                               const std::vector<int32_t>& wz, Tensor& y) {
+                               const std::vector<int32_t>& wz, Tensor& y, Workspace& workspace) {
     if (!kern::dnnl_conv_enabled()) return false;
     int32_t shift = weight_shift(w.dtype());
     // The weights as int8: uint8 ones shifted (kept while they are constants).
@@ -234,8 +243,8 @@ bool ConvInteger::execute_int8(const Tensor& x, const Tensor& w, int32_t xz,
             w8 = shifted_to_int8(w);
         }
     }
-    if (!kern::dnnl_conv_integer_forward(m_param, x, w8, xz, y, kept) &&
-        !conv_in_halves(x, w8, xz, y, kept))
+    if (!kern::dnnl_conv_integer_forward(m_param, x, w8, xz, y, kept, workspace) &&
+        !conv_in_halves(x, w8, xz, y, kept, workspace))
         return false;
     // y holds sum (x - xz)(w - shift); the true sums add (shift - wz) * sum (x - xz).
     std::vector<int32_t> corr(wz.size());
@@ -246,7 +255,7 @@ bool ConvInteger::execute_int8(const Tensor& x, const Tensor& w, int32_t xz,
 }
 
 bool ConvInteger::conv_in_halves(const Tensor& x, const Tensor& w8, int32_t xz, Tensor& y,
-                                 kern::DnnlConstantWeights* kept) {
+                                 kern::DnnlConstantWeights* kept, Workspace& workspace) {
     // x as uint8 (int8 moved up by 128, its zero point too), split into its low 7 bits and
     // its top bit: x = low + 128 * high.
     size_t n = x.shape().total_nr_elems();
@@ -255,9 +264,11 @@ bool ConvInteger::conv_in_halves(const Tensor& x, const Tensor& w8, int32_t xz, 
     split_bytes(static_cast<const uint8_t*>(x.raw_ptr()), low.ptr<uint8_t>(), high.ptr<uint8_t>(),
                 n, uint8_t(move));
     // sum (x - xz) w = sum (low - xz) w + 128 * sum high * w.
-    if (!kern::dnnl_conv_integer_forward(m_param, low, w8, xz + move, y, kept, true)) return false;
+    if (!kern::dnnl_conv_integer_forward(m_param, low, w8, xz + move, y, kept, workspace, true))
+        return false;
     Tensor upper(y.shape(), dtype::Int32());
-    if (!kern::dnnl_conv_integer_forward(m_param, high, w8, 0, upper, kept, true)) return false;
+    if (!kern::dnnl_conv_integer_forward(m_param, high, w8, 0, upper, kept, workspace, true))
+        return false;
     size_t m = y.shape().total_nr_elems();
     parallel_range((m + SUM_BLOCK - 1) / SUM_BLOCK, SUM_BLOCK, [&](size_t begin, size_t end) {
         size_t first = begin * SUM_BLOCK, last = std::min(m, end * SUM_BLOCK);
@@ -267,7 +278,7 @@ bool ConvInteger::conv_in_halves(const Tensor& x, const Tensor& w8, int32_t xz, 
 }
 
 void ConvInteger::execute_float32(const Tensor& x, const Tensor& w, int32_t xz,
-                                  const std::vector<int32_t>& wz, Tensor& y) {
+                                  const std::vector<int32_t>& wz, Tensor& y, Workspace& workspace) {
     IntegerConvGeometry g = geometry_of(m_param, x.shape(), w.shape(), y.shape());
     size_t window = g.kh * g.kw, plane = g.h * g.w, out_plane = g.oh * g.ow;
     // One convolution of all channels where its sums are exact, else per group one per chunk
@@ -296,7 +307,7 @@ void ConvInteger::execute_float32(const Tensor& x, const Tensor& w, int32_t xz,
             for (size_t o = 0; o < oc; ++o)
                 to_float(w, ((o0 + o) * g.cg + c_begin) * window, w_c * window, wz[o0 + o],
                          wfp + o * w_c * window);
-            conv2d_float32(p, xf, wf, yf);
+            conv2d_float32(p, xf, wf, yf, workspace);
             const float* yfp = yf.ptr<float>();
             for (size_t n = 0; n < g.n; ++n)
                 for (size_t o = 0; o < oc; ++o) {

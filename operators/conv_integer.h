@@ -48,19 +48,20 @@ public:
     const char* type_name() const override { return "ConvInteger"; }
     void init_output_dtypes() override;
     bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
+    size_t workspace_bytes() const override;
     void execute(ExecCtx& ctx) override;
 
 private:
     //! oneDNN's kernel: returns false, having written nothing, where it does not run the case.
     bool execute_int8(const Tensor& x, const Tensor& w, int32_t x_zero_point,
-                      const std::vector<int32_t>& w_zero_point, Tensor& y);
+                      const std::vector<int32_t>& w_zero_point, Tensor& y, Workspace& workspace);
     //! oneDNN's kernel where it sums exactly only 7-bit sources (no VNNI): x's low 7 bits and
     //! its top bit convolved apart, y = low + 128 * high. False where oneDNN runs neither.
     bool conv_in_halves(const Tensor& x, const Tensor& w8, int32_t x_zero_point, Tensor& y,
-                        kern::DnnlConstantWeights* kept);
+                        kern::DnnlConstantWeights* kept, Workspace& workspace);
     //! The portable kernel: float32 convolutions of exact chunks.
     void execute_float32(const Tensor& x, const Tensor& w, int32_t x_zero_point,
-                         const std::vector<int32_t>& w_zero_point, Tensor& y);
+                         const std::vector<int32_t>& w_zero_point, Tensor& y, Workspace& workspace);
 
     //! Constant uint8 weights shifted to int8, made on the first run.
     Tensor m_shifted_weights;

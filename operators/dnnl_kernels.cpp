@@ -65,8 +65,13 @@ DnnlConstantWeights::DnnlConstantWeights() = default;
 DnnlConstantWeights::~DnnlConstantWeights() = default;
 
 bool dnnl_conv2d_forward(const Conv2dParam&, const Tensor&, const Tensor&, Tensor&,
-                         const DnnlConvFusion&, const ConvEpilogue*) {
+                         const DnnlConvFusion&, const ConvEpilogue*, Workspace&) {
     return false;
+}
+
+size_t dnnl_conv2d_workspace(const Conv2dParam&, const TensorShape&, const TensorShape&,
+                             const DnnlConvFusion&) {
+    return 0;
 }
 
 std::string dnnl_conv2d_impl(const Conv2dParam&, const TensorShape&, const TensorShape&,
@@ -75,8 +80,13 @@ std::string dnnl_conv2d_impl(const Conv2dParam&, const TensorShape&, const Tenso
 }
 
 bool dnnl_conv_integer_forward(const Conv2dParam&, const Tensor&, const Tensor&, int32_t, Tensor&,
-                               DnnlConstantWeights*, bool) {
+                               DnnlConstantWeights*, Workspace&, bool) {
     return false;
+}
+
+size_t dnnl_conv_integer_workspace(const Conv2dParam&, const TensorShape&, DType,
+                                   const TensorShape&, bool) {
+    return 0;
 }
 
 #else
@@ -97,27 +107,6 @@ dnnl::stream& thread_stream() {
     thread_local dnnl::stream stream(cpu_engine());
     return stream;
 }
-
-//! A growable 64-byte-aligned buffer (of floats unless asked otherwise), kept per thread across
-//! runs so large scratch buffers are not faulted in again on every run.
-class AlignedBuffer {
-public:
-    template <typename T = float> T* get(size_t bytes) {
-        if (bytes > m_bytes) {
-            m_data.reset(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
-            if (!m_data) BRAID_THROW(Error, "oneDNN convolution: cannot allocate {} bytes", bytes);
-            m_bytes = bytes;
-        }
-        return static_cast<T*>(m_data.get());
-    }
-
-private:
-    struct Free {
-        void operator()(void* p) const { std::free(p); }
-    };
-    std::unique_ptr<void, Free> m_data;
-    size_t m_bytes = 0;
-};
 
 //! A std::allocator with 64-byte alignment, for oneDNN's packed weights.
 template <typename T> struct AlignedAllocator {
@@ -147,12 +136,11 @@ void execute_checked(const dnnl::primitive& prim, std::unordered_map<int, memory
 struct Reorder {
     dnnl::reorder prim;
     memory::desc scratch_md;
-    //! Copies `from` into `to` on the calling thread.
-    void run(const memory& from, const memory& to, const char* what) const {
-        thread_local AlignedBuffer scratch;
+    //! Copies `from` into `to` on the calling thread, with scratch_md's bytes at `scratch`.
+    void run(const memory& from, const memory& to, uint8_t* scratch, const char* what) const {
         std::unordered_map<int, memory> args{{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
-        if (size_t bytes = scratch_md.get_size())
-            args.emplace(DNNL_ARG_SCRATCHPAD, memory(scratch_md, cpu_engine(), scratch.get(bytes)));
+        if (scratch_md.get_size() > 0)
+            args.emplace(DNNL_ARG_SCRATCHPAD, memory(scratch_md, cpu_engine(), scratch));
         execute_checked(prim, std::move(args), what);
     }
 };
@@ -366,12 +354,13 @@ std::shared_ptr<ConvPlan> find_plan(const PlanKey& k) {
 
 using PackedBytes = std::vector<unsigned char, AlignedAllocator<unsigned char>>;
 
-//! `plain` (a task's OIHW weights) in `plan`'s weight layout.
-PackedBytes reorder_weights(const ConvPlan& plan, const void* plain) {
+//! `plain` (a task's OIHW weights) in `plan`'s weight layout; `scratch` holds the reorder's
+//! scratchpad.
+PackedBytes reorder_weights(const ConvPlan& plan, const void* plain, uint8_t* scratch) {
     PackedBytes packed(plan.wei_md.get_size());
     memory from(plan.wei_plain, cpu_engine(), const_cast<void*>(plain));
     memory to(plan.wei_md, cpu_engine(), packed.data());
-    plan.wei_reorder->run(from, to, "weight reorder");
+    plan.wei_reorder->run(from, to, scratch, "weight reorder");
     return packed;
 }
 
@@ -394,7 +383,8 @@ struct PackedWeights {
  * thread-safe; entries are immutable snapshots, replaced when the weights change.
  */
 std::shared_ptr<const PackedWeights> packed_weights(const ConvPlan& plan, const void* key_ptr,
-                                                    const void* plain, size_t bytes) {
+                                                    const void* plain, size_t bytes,
+                                                    uint8_t* scratch) {
     struct Key {
         const ConvPlan* plan;
         const void* weights;
@@ -420,7 +410,7 @@ std::shared_ptr<const PackedWeights> packed_weights(const ConvPlan& plan, const 
     auto fresh = std::make_shared<PackedWeights>();
     const auto* first = static_cast<const unsigned char*>(plain);
     fresh->plain.assign(first, first + bytes);
-    fresh->packed = reorder_weights(plan, plain);
+    fresh->packed = reorder_weights(plan, plain, scratch);
     std::lock_guard lock(mutex);
     size_t kept = fresh->plain.size() + fresh->packed.size();
     // Bounded: past 256 MiB of kept weights, start over.
@@ -501,27 +491,29 @@ bool braid_kernel_faster(const Conv2dParam& pr, const TensorShape& ws) {
 
 //! One operator's kept weights: per (primitive, first output channel of the block).
 struct DnnlConstantWeights::Impl {
+    //! Weights of output channels from o0 in one layout: plans whose weights share a layout
+    //! (the bands of one convolution, which differ in rows) share them.
     struct Entry {
-        std::shared_ptr<const void> plan; //!< kept alive: the plan cache may drop it
+        memory::desc layout;
         int64_t o0;
         std::shared_ptr<const void> weights;
     };
     std::mutex mutex;
     std::vector<Entry> entries;
 
-    //! The weights of (plan, o0), made by make() (outside the lock) when there are none yet.
+    //! The weights of `plan`'s block from output channel o0, made by make() (outside the lock)
+    //! when there are none in its layout yet.
     template <typename Make>
-    std::shared_ptr<const void> get(const std::shared_ptr<const void>& plan, int64_t o0,
-                                    Make&& make) {
+    std::shared_ptr<const void> get(const ConvPlan& plan, int64_t o0, Make&& make) {
         {
             std::lock_guard lock(mutex);
             for (const auto& e : entries)
-                if (e.plan == plan && e.o0 == o0) return e.weights;
+                if (e.o0 == o0 && e.layout == plan.wei_md) return e.weights;
         }
         auto buffer = std::make_shared<const PackedBytes>(make());
         std::shared_ptr<const void> weights(buffer, buffer->data());
         std::lock_guard lock(mutex);
-        entries.push_back({plan, o0, weights});
+        entries.push_back({plan.wei_md, o0, weights});
         return weights;
     }
 };
@@ -531,24 +523,68 @@ DnnlConstantWeights::~DnnlConstantWeights() = default;
 
 namespace {
 
-//! The tensors of one convolution: float32 x, w and y, or 8-bit x and w with int32 y (and the
-//! source's zero point).
-struct ConvOperands {
-    const Tensor &x, &w;
-    Tensor& y;
+//! Block b of a convolution's item: output channels [o0, o0 + oc) of output rows [r0, r1),
+//! from source rows [src_row, ...).
+struct Block {
+    int64_t o0, oc, r0, r1, src_row;
+};
+
+//! A slice of the workspace: the buffers of one task (see ConvSchedule).
+struct TaskBuffers {
+    uint8_t *dst, *scratch, *src, *scaled, *reorder;
+};
+
+/*!
+ * How one convolution runs: its tasks (batch items, each split into blocks), the plan of each
+ * block, and the layout of its workspace. The workspace holds, first, every item's source in
+ * the primitive's layout where the tasks of an item share it (`shared_bytes`), then one slice
+ * per task that may run at once (`slices`, the threads), each with the buffers of the largest
+ * block: its destination in the primitive's layout (before the reorder into y), the
+ * primitive's scratchpad, its part of the source (where each task reorders its own), weights
+ * scaled by a folded batch norm, and the reorders' scratchpads.
+ */
+struct ConvSchedule {
+    std::vector<Block> blocks;
+    std::vector<std::shared_ptr<ConvPlan>> plans;
+    int64_t cpg = 0, opg = 0;  //!< channels per group, in and out
+    bool src_per_task = false; //!< each task reorders its own part of the source
+    size_t src_item = 0;       //!< bytes of one item's shared source in the primitive's layout
+    size_t shared_bytes = 0;
+    size_t slices = 1;
+    size_t dst_bytes = 0, scratch_bytes = 0, src_bytes = 0, scaled_bytes = 0, reorder_bytes = 0;
+
+    size_t slice_bytes() const {
+        return dst_bytes + scratch_bytes + src_bytes + scaled_bytes + reorder_bytes;
+    }
+    size_t workspace_bytes() const { return shared_bytes + slices * slice_bytes(); }
+    //! Slice `i` of a workspace at `base`.
+    TaskBuffers slice(uint8_t* base, size_t i) const {
+        uint8_t* p = base + shared_bytes + i * slice_bytes();
+        return {p, p + dst_bytes, p + dst_bytes + scratch_bytes,
+                p + dst_bytes + scratch_bytes + src_bytes,
+                p + dst_bytes + scratch_bytes + src_bytes + scaled_bytes};
+    }
+};
+
+//! What decides a convolution's schedule besides its parameters: the shapes, the source's
+//! data type and what is fused.
+struct ConvCase {
+    const TensorShape &x, &w;
     memory::data_type src_dt = memory::data_type::f32;
-    int32_t src_zero_point = 0;
     bool narrow = false; //!< a u8 source below 128 (dnnl_conv_integer_forward())
 };
 
-//! dnnl_conv2d_forward() and dnnl_conv_integer_forward() on contiguous tensors.
-bool run_convolution(const Conv2dParam& pr, const ConvOperands& io, const DnnlConvFusion& fusion,
-                     const ConvEpilogue* epilogue) {
-    if (!dnnl_conv_enabled()) return false;
-    const auto &xs = io.x.shape(), &ws = io.w.shape(), &ys = io.y.shape();
+//! The schedule of a convolution at the calling thread's kernel threads, or nullopt where
+//! oneDNN does not run it (disabled, nothing to compute, or no JIT kernel for a block).
+std::optional<ConvSchedule> schedule_convolution(const Conv2dParam& pr, const ConvCase& cc,
+                                                 const DnnlConvFusion& fusion) {
+    const auto &xs = cc.x, &ws = cc.w;
+    // No work (an empty batch, no channels): braid's kernel writes what there is.
+    if (!dnnl_conv_enabled() || xs.total_nr_elems() == 0 || ws.total_nr_elems() == 0)
+        return std::nullopt;
+    PlanKey key = plan_key(pr, xs, ws, 0, fusion, cc.src_dt, cc.narrow);
     int64_t n = int64_t(xs[0]), o = int64_t(ws[0]);
     int64_t groups = pr.groups;
-    bool integer = io.src_dt != memory::data_type::f32;
     // Tasks: batch items, and blocks of each item when there are fewer items than threads (a
     // batch of one: the common inference case). An item splits into bands of output rows where
     // the output has rows enough: each band is the whole convolution on its rows, reordering
@@ -567,8 +603,9 @@ bool run_convolution(const Conv2dParam& pr, const ConvOperands& io, const DnnlCo
         threads = DETERMINISTIC_BLOCKS;
         items = 1;
     }
-    int64_t cpg = int64_t(xs[1]) / groups, opg = o / groups; // channels per group, in and out
-    int64_t oh = int64_t(ys[2]), ow = int64_t(ys[3]), ih = int64_t(xs[2]), iw = int64_t(xs[3]);
+    ConvSchedule sc;
+    int64_t cpg = sc.cpg = int64_t(xs[1]) / groups, opg = sc.opg = o / groups;
+    int64_t oh = key.oh, ow = key.ow, ih = int64_t(xs[2]);
     // The unit of a block: 8 output channels, or enough whole groups for 8 channels.
     int64_t unit = 8, units = o / 8;
     if (groups > 1) {
@@ -580,27 +617,21 @@ bool run_convolution(const Conv2dParam& pr, const ConvOperands& io, const DnnlCo
     // model's, a few hundred thousand multiply-adds) cost more than it saved, and the model ran
     // slower on 2 threads than on 1 (0.076 -> 0.161 ms).
     double macs =
-        double(ys[1]) * double(oh) * double(ow) * double(ws[1]) * double(ws[2]) * double(ws[3]);
+        double(o) * double(oh) * double(ow) * double(ws[1]) * double(ws[2]) * double(ws[3]);
     int64_t wanted = 1;
     if (items < threads)
         wanted = std::min((threads + items - 1) / items, int64_t(macs / PARALLEL_MIN_MACS));
     wanted = std::max<int64_t>(wanted, 1);
     bool bands = !deterministic && wanted > 1 && oh >= 2 * BAND_ROWS;
     bool split_groups = !bands && groups > 1 && items < threads;
-    int64_t nblocks = bands ? std::min(wanted, oh / BAND_ROWS) : std::min(wanted, units);
-    nblocks = std::max<int64_t>(nblocks, 1);
+    int64_t nblocks =
+        std::max<int64_t>(bands ? std::min(wanted, oh / BAND_ROWS) : std::min(wanted, units), 1);
 
-    // Block b: output channels [o0, o0 + oc) of output rows [r0, r1), from source rows
-    // [src_row, ...).
-    struct Block {
-        int64_t o0, oc, r0, r1, src_row;
-    };
-    std::vector<Block> blocks(static_cast<size_t>(nblocks));
-    std::vector<std::shared_ptr<ConvPlan>> plans(static_cast<size_t>(nblocks));
-    PlanKey key = plan_key(pr, xs, ws, 0, fusion, io.src_dt, io.narrow);
+    sc.blocks.resize(size_t(nblocks));
+    sc.plans.resize(size_t(nblocks));
     int64_t ekh = int64_t(pr.dilation_h) * (int64_t(ws[2]) - 1) + 1;
     for (int64_t b = 0; b < nblocks; ++b) {
-        Block& blk = blocks[size_t(b)];
+        Block& blk = sc.blocks[size_t(b)];
         if (bands) { // all channels of rows starting at multiples of BAND_ROWS
             auto bound = [&](int64_t i) {
                 if (i == nblocks) return oh;
@@ -615,8 +646,8 @@ bool run_convolution(const Conv2dParam& pr, const ConvOperands& io, const DnnlCo
             key.h = std::min(in1, ih) - blk.src_row;
             key.pt = blk.src_row - in0;
             key.pb = std::max<int64_t>(in1 - ih, 0);
-            if (key.h <= 0) return false; // a band inside the padding: braid's kernel runs it
-        } else {                          // channels in whole units, all rows
+            if (key.h <= 0) return std::nullopt; // a band inside the padding: braid's kernel
+        } else {                                 // channels in whole units, all rows
             auto bound = [&](int64_t i) { return i == nblocks ? o : units * i / nblocks * unit; };
             blk = {bound(b), bound(b + 1) - bound(b), 0, oh, 0};
             key.oc = blk.oc;
@@ -625,14 +656,93 @@ bool run_convolution(const Conv2dParam& pr, const ConvOperands& io, const DnnlCo
                 key.c = key.groups * cpg;
             }
         }
-        plans[size_t(b)] = find_plan(key);
-        if (!plans[size_t(b)]) return false;
+        sc.plans[size_t(b)] = find_plan(key);
+        if (!sc.plans[size_t(b)]) return std::nullopt;
         // Blocks of channels of an ungrouped convolution take the source in one layout (it is
         // reordered once per item).
-        if (!bands && !split_groups && plans[size_t(b)]->src_md != plans[0]->src_md) return false;
+        if (!bands && !split_groups && sc.plans[size_t(b)]->src_md != sc.plans[0]->src_md)
+            return std::nullopt;
     }
-    const ConvPlan& first = *plans[0];
-    bool src_per_task = bands || split_groups; // each task reorders its own part of the source
+
+    // The workspace's layout.
+    using W = Workspace;
+    const ConvPlan& first = *sc.plans[0];
+    sc.src_per_task = bands || split_groups;
+    if (first.src_reorder && !sc.src_per_task) {
+        sc.src_item = W::aligned(first.src_md.get_size());
+        sc.shared_bytes = sc.src_item * size_t(n);
+    }
+    bool integer = is_integer(key);
+    size_t w_per_oc = ws[1] * ws[2] * ws[3];
+    for (size_t b = 0; b < sc.plans.size(); ++b) {
+        const ConvPlan& plan = *sc.plans[b];
+        auto most = [](size_t& to, size_t bytes) { to = std::max(to, W::aligned(bytes)); };
+        if (plan.dst_reorder) most(sc.dst_bytes, plan.dst_md.get_size());
+        most(sc.scratch_bytes, plan.scratch_md.get_size());
+        if (sc.src_per_task && plan.src_reorder) most(sc.src_bytes, plan.src_md.get_size());
+        if (fusion.scale && !integer)
+            most(sc.scaled_bytes, size_t(sc.blocks[b].oc) * w_per_oc * sizeof(float));
+        for (const auto* r : {&plan.src_reorder, &plan.wei_reorder, &plan.dst_reorder})
+            if (*r) most(sc.reorder_bytes, (*r)->scratch_md.get_size());
+    }
+    sc.slices = size_t(std::min<int64_t>(int64_t(kernel_threads()), n * nblocks));
+    return sc;
+}
+
+//! Hands each running task a slice of the workspace: the schedule has a slice for every task
+//! that may run at once (parallel_for runs at most kernel_threads() chunks at a time).
+class SliceClaims {
+public:
+    explicit SliceClaims(size_t count) : m_busy(count) {}
+    //! A free slice's index, marked busy until release().
+    size_t claim() {
+        for (size_t i = 0; i < m_busy.size(); ++i)
+            if (!m_busy[i].exchange(true, std::memory_order_acquire)) return i;
+        BRAID_ASSERT(false, "oneDNN convolution: more tasks at once than workspace slices ({})",
+                     m_busy.size());
+        return 0;
+    }
+    void release(size_t i) { m_busy[i].store(false, std::memory_order_release); }
+
+    //! A claim for one chunk of a parallel_for, released when the chunk ends (or throws).
+    struct Held {
+        SliceClaims& claims;
+        size_t index;
+        explicit Held(SliceClaims& c) : claims(c), index(c.claim()) {}
+        ~Held() { claims.release(index); }
+        Held(const Held&) = delete;
+        Held& operator=(const Held&) = delete;
+    };
+
+private:
+    std::vector<std::atomic<bool>> m_busy;
+};
+
+//! The tensors of one convolution: float32 x, w and y, or 8-bit x and w with int32 y (and the
+//! source's zero point).
+struct ConvOperands {
+    const Tensor &x, &w;
+    Tensor& y;
+    memory::data_type src_dt = memory::data_type::f32;
+    int32_t src_zero_point = 0;
+    bool narrow = false; //!< a u8 source below 128 (dnnl_conv_integer_forward())
+};
+
+//! dnnl_conv2d_forward() and dnnl_conv_integer_forward() on contiguous tensors.
+bool run_convolution(const Conv2dParam& pr, const ConvOperands& io, const DnnlConvFusion& fusion,
+                     const ConvEpilogue* epilogue, Workspace& workspace) {
+    auto schedule =
+        schedule_convolution(pr, {io.x.shape(), io.w.shape(), io.src_dt, io.narrow}, fusion);
+    if (!schedule) return false;
+    const ConvSchedule& sc = *schedule;
+    const auto &xs = io.x.shape(), &ws = io.w.shape(), &ys = io.y.shape();
+    int64_t n = int64_t(xs[0]), o = int64_t(ws[0]);
+    int64_t cpg = sc.cpg, opg = sc.opg, nblocks = int64_t(sc.blocks.size());
+    int64_t oh = int64_t(ys[2]), ow = int64_t(ys[3]), ih = int64_t(xs[2]), iw = int64_t(xs[3]);
+    bool integer = io.src_dt != memory::data_type::f32;
+    const ConvPlan& first = *sc.plans[0];
+    uint8_t* base = workspace.get(sc.workspace_bytes());
+    SliceClaims claims(sc.slices);
 
     // Byte pointers and element sizes: float32, or 8-bit source and weights (the destination
     // is float32 or int32, 4 bytes either way).
@@ -643,41 +753,42 @@ bool run_convolution(const Conv2dParam& pr, const ConvOperands& io, const DnnlCo
     size_t in_plane = size_t(ih * iw), in_item = xs[1] * in_plane, out_plane = size_t(oh * ow);
     size_t w_per_oc = ws[1] * ws[2] * ws[3];
 
-    // Phase 1: the source of every batch item in the primitive's layout, in a buffer of the
-    // calling thread (the tasks of phase 2 read it), unless each task reorders its own part.
+    // Phase 1: the source of every batch item in the primitive's layout, in the workspace (the
+    // tasks of phase 2 read it), unless each task reorders its own part.
     const unsigned char* src = xp;
     size_t src_item = in_item * elem; // bytes
-    if (first.src_reorder && !src_per_task) {
-        thread_local AlignedBuffer src_buffer;
-        src_item = first.src_md.get_size();
-        auto* dst = src_buffer.get<unsigned char>(src_item * size_t(n));
+    if (sc.shared_bytes) {
+        src_item = sc.src_item;
         parallel_for(size_t(n), 1, [&](size_t begin, size_t end) {
             dnnl_single_thread();
+            SliceClaims::Held held(claims);
+            uint8_t* scratch = sc.slice(base, held.index).reorder;
             for (size_t i = begin; i < end; ++i) {
                 memory from(first.src_plain, cpu_engine(),
                             const_cast<unsigned char*>(xp + i * in_item * elem));
-                memory to(first.src_md, cpu_engine(), dst + i * src_item);
-                first.src_reorder->run(from, to, "source reorder");
+                memory to(first.src_md, cpu_engine(), base + i * src_item);
+                first.src_reorder->run(from, to, scratch, "source reorder");
             }
         });
-        src = dst;
+        src = base;
     }
 
     // Phase 2: one task per (batch item, block): weights of the block (scaled by the folded
     // batch norm) into the primitive's layout, the convolution, and its output into y.
     parallel_for(size_t(n * nblocks), 1, [&](size_t begin, size_t end) {
         dnnl_single_thread();
-        thread_local AlignedBuffer scaled_buf, dst_buf, scratch_buf, src_buf;
+        SliceClaims::Held held(claims);
+        TaskBuffers buf = sc.slice(base, held.index);
         for (size_t t = begin; t < end; ++t) {
             size_t item = t / size_t(nblocks), b = t % size_t(nblocks);
-            const ConvPlan& plan = *plans[b];
-            const Block& blk = blocks[b];
+            const ConvPlan& plan = *sc.plans[b];
+            const Block& blk = sc.blocks[b];
             size_t o0 = size_t(blk.o0), oc = size_t(blk.oc);
             // The block's weights, scaled by the folded batch norm (float32 only).
             auto scaled = [&]() -> const void* {
                 const void* wt = wp + o0 * w_per_oc * elem;
                 if (!fusion.scale) return wt;
-                float* s = scaled_buf.get(oc * w_per_oc * sizeof(float));
+                auto* s = reinterpret_cast<float*>(buf.scaled);
                 for (size_t r = 0; r < oc; ++r) {
                     float a = fusion.scale[o0 + r];
                     const float* in = static_cast<const float*>(wt) + r * w_per_oc;
@@ -691,14 +802,15 @@ bool run_convolution(const Conv2dParam& pr, const ConvOperands& io, const DnnlCo
             std::shared_ptr<const PackedWeights> packed;
             std::shared_ptr<const void> kept;
             if (fusion.constant_weights && (plan.wei_reorder || fusion.scale)) {
-                kept = fusion.constant_weights->impl().get(plans[b], blk.o0, [&] {
+                kept = fusion.constant_weights->impl().get(plan, blk.o0, [&] {
                     const auto* wt = static_cast<const unsigned char*>(scaled());
-                    return plan.wei_reorder ? reorder_weights(plan, wt)
+                    return plan.wei_reorder ? reorder_weights(plan, wt, buf.reorder)
                                             : PackedBytes(wt, wt + w_bytes);
                 });
                 wei_mem = memory(plan.wei_md, cpu_engine(), const_cast<void*>(kept.get()));
             } else if (plan.wei_reorder) {
-                packed = packed_weights(plan, wp + o0 * w_per_oc * elem, scaled(), w_bytes);
+                packed =
+                    packed_weights(plan, wp + o0 * w_per_oc * elem, scaled(), w_bytes, buf.reorder);
                 wei_mem = memory(plan.wei_md, cpu_engine(),
                                  const_cast<unsigned char*>(packed->packed.data()));
             } else {
@@ -706,19 +818,18 @@ bool run_convolution(const Conv2dParam& pr, const ConvOperands& io, const DnnlCo
             }
             auto* y_task = reinterpret_cast<float*>(yp) + (item * size_t(o) + o0) * out_plane +
                            size_t(blk.r0 * ow);
-            float* dst = plan.dst_reorder ? dst_buf.get(plan.dst_md.get_size()) : y_task;
+            void* dst = plan.dst_reorder ? static_cast<void*>(buf.dst) : y_task;
             memory dst_mem(plan.dst_md, cpu_engine(), dst);
             const unsigned char* task_src = src + item * src_item;
-            if (src_per_task) { // the block's channels and rows of the plain source
+            if (sc.src_per_task) { // the block's channels and rows of the plain source
                 task_src = xp + (item * in_item + o0 / size_t(opg) * size_t(cpg) * in_plane +
                                  size_t(blk.src_row * iw)) *
                                     elem;
                 if (plan.src_reorder) {
-                    auto* buf = src_buf.get<unsigned char>(plan.src_md.get_size());
                     memory from(plan.src_plain, cpu_engine(), const_cast<unsigned char*>(task_src));
-                    memory to(plan.src_md, cpu_engine(), buf);
-                    plan.src_reorder->run(from, to, "source reorder");
-                    task_src = buf;
+                    memory to(plan.src_md, cpu_engine(), buf.src);
+                    plan.src_reorder->run(from, to, buf.reorder, "source reorder");
+                    task_src = buf.src;
                 }
             }
             std::unordered_map<int, memory> args{
@@ -737,12 +848,11 @@ bool run_convolution(const Conv2dParam& pr, const ConvOperands& io, const DnnlCo
                                     cpu_engine(), const_cast<float*>(fusion.shift + o0)));
             if (plan.scratch_md.get_size() > 0)
                 args.emplace(DNNL_ARG_SCRATCHPAD,
-                             memory(plan.scratch_md, cpu_engine(),
-                                    scratch_buf.get(plan.scratch_md.get_size())));
+                             memory(plan.scratch_md, cpu_engine(), buf.scratch));
             execute_checked(plan.conv, std::move(args), "convolution");
             if (plan.dst_reorder) {
                 memory to(plan.dst_strided, cpu_engine(), y_task);
-                plan.dst_reorder->run(dst_mem, to, "destination reorder");
+                plan.dst_reorder->run(dst_mem, to, buf.reorder, "destination reorder");
             }
             if (epilogue) (*epilogue)(y_task, o0, oc, size_t((blk.r1 - blk.r0) * ow), out_plane);
         }
@@ -753,19 +863,42 @@ bool run_convolution(const Conv2dParam& pr, const ConvOperands& io, const DnnlCo
 } // namespace
 
 bool dnnl_conv2d_forward(const Conv2dParam& pr, const Tensor& x, const Tensor& w, Tensor& y,
-                         const DnnlConvFusion& fusion, const ConvEpilogue* epilogue) {
+                         const DnnlConvFusion& fusion, const ConvEpilogue* epilogue,
+                         Workspace& workspace) {
     if (braid_kernel_faster(pr, w.shape())) return false;
-    return run_convolution(pr, {x, w, y}, fusion, epilogue);
+    return run_convolution(pr, {x, w, y}, fusion, epilogue, workspace);
 }
+
+size_t dnnl_conv2d_workspace(const Conv2dParam& pr, const TensorShape& x, const TensorShape& w,
+                             const DnnlConvFusion& fusion) {
+    if (braid_kernel_faster(pr, w)) return 0;
+    auto sc = schedule_convolution(pr, {x, w}, fusion);
+    return sc ? sc->workspace_bytes() : 0;
+}
+
+namespace {
+memory::data_type integer_source(DType x) {
+    return x == dtype::Uint8() ? memory::data_type::u8 : memory::data_type::s8;
+}
+} // namespace
 
 bool dnnl_conv_integer_forward(const Conv2dParam& pr, const Tensor& x, const Tensor& w,
                                int32_t x_zero_point, Tensor& y,
-                               DnnlConstantWeights* constant_weights, bool source_below_128) {
-    auto src_dt = x.dtype() == dtype::Uint8() ? memory::data_type::u8 : memory::data_type::s8;
+                               DnnlConstantWeights* constant_weights, Workspace& workspace,
+                               bool source_below_128) {
+    auto src_dt = integer_source(x.dtype());
     DnnlConvFusion fusion;
     fusion.constant_weights = constant_weights;
     bool narrow = source_below_128 && src_dt == memory::data_type::u8;
-    return run_convolution(pr, {x, w, y, src_dt, x_zero_point, narrow}, fusion, nullptr);
+    return run_convolution(pr, {x, w, y, src_dt, x_zero_point, narrow}, fusion, nullptr, workspace);
+}
+
+size_t dnnl_conv_integer_workspace(const Conv2dParam& pr, const TensorShape& x, DType x_dtype,
+                                   const TensorShape& w, bool source_below_128) {
+    auto src_dt = integer_source(x_dtype);
+    bool narrow = source_below_128 && src_dt == memory::data_type::u8;
+    auto sc = schedule_convolution(pr, {x, w, src_dt, narrow}, {});
+    return sc ? sc->workspace_bytes() : 0;
 }
 
 std::string dnnl_conv2d_impl(const Conv2dParam& param, const TensorShape& x, const TensorShape& w,

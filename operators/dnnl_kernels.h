@@ -11,6 +11,11 @@
 // of output channels where there are few rows), each its own primitive execution, run by
 // parallel_for.
 //
+// A convolution's buffers (the source and destination in the primitive's layouts, scratchpads)
+// live in a Workspace (memory/workspace.h): the memory plan places it in the arena for the
+// operator's step, sized by dnnl_conv2d_workspace() or dnnl_conv_integer_workspace() on the
+// static shapes, so they share the arena instead of staying with each thread between runs.
+//
 // Primitives are created once per geometry and cached (process-wide, thread-safe). Weights in
 // the primitive's layout are kept per (primitive, weight buffer) with a copy of the plain
 // weights they came from; every run compares the current weights with that copy (a memcmp) and
@@ -24,6 +29,7 @@
 #pragma once
 
 #include "memory/tensor.h"
+#include "memory/workspace.h"
 #include "operators/conv.h"
 
 #include <initializer_list>
@@ -81,10 +87,17 @@ struct DnnlConvFusion {
  * each finished block of y, as conv2d_forward() calls it. Returns false, having written
  * nothing, when oneDNN is disabled, has no JIT kernel for the case, or braid's kernel runs it
  * faster (pointwise convolutions, and ungrouped ones of one input channel); the caller then
- * runs braid's own kernel.
+ * runs braid's own kernel. Its buffers come from `workspace`.
  */
 bool dnnl_conv2d_forward(const Conv2dParam& param, const Tensor& x, const Tensor& w, Tensor& y,
-                         const DnnlConvFusion& fusion, const ConvEpilogue* epilogue);
+                         const DnnlConvFusion& fusion, const ConvEpilogue* epilogue,
+                         Workspace& workspace);
+
+//! The workspace bytes dnnl_conv2d_forward() asks for on x and w of these shapes (which of
+//! `fusion`'s pointers are set matters, not their values) at the calling thread's kernel
+//! threads; 0 where it runs braid's kernel. Creates and caches the primitives.
+size_t dnnl_conv2d_workspace(const Conv2dParam& param, const TensorShape& x, const TensorShape& w,
+                             const DnnlConvFusion& fusion);
 
 /*!
  * Runs an integer convolution with oneDNN on contiguous NCHW x (uint8 or int8), OIHW w (int8)
@@ -99,8 +112,12 @@ bool dnnl_conv2d_forward(const Conv2dParam& param, const Tensor& x, const Tensor
  */
 bool dnnl_conv_integer_forward(const Conv2dParam& param, const Tensor& x, const Tensor& w,
                                int32_t x_zero_point, Tensor& y,
-                               DnnlConstantWeights* constant_weights,
+                               DnnlConstantWeights* constant_weights, Workspace& workspace,
                                bool source_below_128 = false);
+
+//! The workspace bytes dnnl_conv_integer_forward() asks for, as dnnl_conv2d_workspace().
+size_t dnnl_conv_integer_workspace(const Conv2dParam& param, const TensorShape& x, DType x_dtype,
+                                   const TensorShape& w, bool source_below_128 = false);
 
 /*!
  * The oneDNN implementation dnnl_conv2d_forward() runs for one batch item of x [N, C, H, W]

@@ -97,6 +97,15 @@ bool FusedConv2d::infer_output_shapes(const InferCtx& ctx, TensorShape* out) con
     return true;
 }
 
+size_t FusedConv2d::workspace_bytes() const {
+    // What execute() fuses into oneDNN's convolution: the pointers say only what is set.
+    static const float set = 0;
+    kern::DnnlConvFusion fusion;
+    if (m_param.has_batch_norm) fusion.scale = fusion.shift = &set;
+    if (m_param.has_bias) fusion.shift = &set;
+    return kern::dnnl_conv2d_workspace(m_param.conv, input(0)->shape(), input(1)->shape(), fusion);
+}
+
 void FusedConv2d::execute(ExecCtx& ctx) {
     const Tensor x = ctx.input(0).contiguous(), w = ctx.input(1).contiguous();
     Tensor& y = ctx.output(0);
@@ -205,7 +214,7 @@ void FusedConv2d::execute(ExecCtx& ctx) {
     };
     auto dnnl_after = leftover(act != nullptr);
     if (kern::dnnl_conv2d_forward(m_param.conv, x, w, y, fusion,
-                                  dnnl_after ? &*dnnl_after : nullptr))
+                                  dnnl_after ? &*dnnl_after : nullptr, ctx.workspace()))
         return;
     // The direct kernel: bias, batch norm and relu in registers, the rest after.
     DirectOutputOps ops{bias, bn ? mul.data() : nullptr, bn ? add.data() : nullptr, relu};

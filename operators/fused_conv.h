@@ -68,6 +68,7 @@ public:
     const char* type_name() const override { return "FusedConv2d"; }
     void init_output_dtypes() override;
     bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
+    size_t workspace_bytes() const override;
     void execute(ExecCtx& ctx) override;
 
 private:

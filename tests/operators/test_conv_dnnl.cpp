@@ -211,8 +211,48 @@ TEST(Conv2dDnnl, ABatchOfOneDepthwiseConvolutionRunsOneDnnOnEveryThreadCount) {
     for (size_t threads : {size_t(1), size_t(2), size_t(3)}) {
         set_kernel_threads(threads);
         Tensor y(TensorShape{1, 48, 10, 10}, dtype::Float32());
-        EXPECT_TRUE(opr::kern::dnnl_conv2d_forward(geometry(1, 2, 1, 48), x, w, y, {}, nullptr))
+        Workspace ws;
+        EXPECT_TRUE(opr::kern::dnnl_conv2d_forward(geometry(1, 2, 1, 48), x, w, y, {}, nullptr, ws))
             << "threads=" << threads;
     }
     set_kernel_threads(saved);
+}
+
+TEST(Conv2dDnnl, RunsInTheWorkspaceItsOperatorPlans) {
+    // What dnnl_conv2d_workspace() says (what the memory plan places for the operator) is what
+    // the kernel asks for: it never allocates beside the planned workspace, over bands, channel
+    // and group blocks, batches, Winograd and a folded batch norm's scaled weights.
+    if (!opr::kern::dnnl_conv_enabled()) GTEST_SKIP() << "braid was built without oneDNN";
+    size_t saved = kernel_threads();
+    size_t with_bytes = 0;
+    for (size_t threads : {size_t(1), size_t(2), size_t(3)}) {
+        set_kernel_threads(threads);
+        for (const auto& c : cases()) {
+            std::mt19937 rng(9);
+            Tensor x = random_tensor(c.x, dtype::Float32(), rng, -1, 1);
+            Tensor w = random_tensor(c.w, dtype::Float32(), rng, -.3, .3);
+            std::vector<float> scale(c.w[0], 0.75f), shift(c.w[0], 0.25f);
+            opr::kern::DnnlConvFusion fusion;
+            if (c.batch_norm) fusion.scale = scale.data();
+            if (c.batch_norm || c.bias) fusion.shift = shift.data();
+            std::string what = describe(c) + fmt::format(" threads={}", threads);
+            size_t bytes = opr::kern::dnnl_conv2d_workspace(c.p, c.x, c.w, fusion);
+            TensorShape ys = opr::conv2d_output_shape(c.p, c.x, c.w, "test");
+            for (size_t planned : {bytes, bytes - std::min<size_t>(bytes, 64)}) {
+                Workspace ws;
+                if (planned) ws.assign(Tensor(TensorShape{planned}, dtype::Uint8()));
+                Tensor y(ys, dtype::Float32());
+                bool ran = opr::kern::dnnl_conv2d_forward(c.p, x, w, y, fusion, nullptr, ws);
+                if (planned == bytes) {
+                    EXPECT_EQ(ws.own_bytes(), 0u) << what << ": " << bytes << " bytes planned";
+                } else if (bytes > 0) { // one cache line short: the kernel needs every byte
+                    EXPECT_TRUE(ran) << what;
+                    EXPECT_GT(ws.own_bytes(), 0u) << what;
+                }
+            }
+            with_bytes += bytes > 0;
+        }
+    }
+    set_kernel_threads(saved);
+    EXPECT_GT(with_bytes, cases().size()) << "most cases reorder, so most need a workspace";
 }

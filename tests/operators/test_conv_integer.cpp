@@ -150,7 +150,8 @@ TEST(ConvInteger, OneDnnRunsItWhereItsInt8KernelsSumExactly) {
     Tensor x = random_8bit({1, 64, 20, 20}, dtype::Uint8(), rng);
     Tensor w = random_8bit({32, 64, 3, 3}, dtype::Int8(), rng);
     Tensor y(TensorShape{1, 32, 20, 20}, dtype::Int32());
-    bool ran = opr::kern::dnnl_conv_integer_forward(geometry(1, 1), x, w, 7, y, nullptr);
+    Workspace ws;
+    bool ran = opr::kern::dnnl_conv_integer_forward(geometry(1, 1), x, w, 7, y, nullptr, ws);
     if (vnni) EXPECT_TRUE(ran) << "an AVX-512 VNNI CPU runs integer convolutions in oneDNN";
     if (cpu_isa() < CpuIsa::AVX512 && !std::getenv("ONEDNN_MAX_CPU_ISA"))
         EXPECT_FALSE(ran) << "without VNNI oneDNN's int8 sums saturate";
@@ -169,7 +170,8 @@ TEST(ConvInteger, OneDnnSumsSevenBitSourcesExactlyWithoutVnniToo) {
     xz.ptr<uint8_t>()[0] = 77;
     wz.ptr<int8_t>()[0] = 0;
     Tensor y(TensorShape{1, 32, 20, 20}, dtype::Int32());
-    ASSERT_TRUE(opr::kern::dnnl_conv_integer_forward(c.p, x, w, 77, y, nullptr, true))
+    Workspace ws;
+    ASSERT_TRUE(opr::kern::dnnl_conv_integer_forward(c.p, x, w, 77, y, nullptr, ws, true))
         << "oneDNN declined a 7-bit source";
     expect_equal(y, reference(c, x, w, xz, wz), "7-bit source");
 }

@@ -105,10 +105,10 @@ inline VarNode* storage_root(VarNode* var) {
 
 /*!
  * Checks a plan against the executable, independently of how the plan was made: offsets
- * aligned and inside the arena; placements alive together share no byte unless one took
- * over the other in place; each placement covers its var's lifetime as the sequences
- * define it (local readers through views; a reader on another comp node up to the first
- * local step after it in the global order).
+ * aligned and inside the arena; placements alive together (operators' workspaces included)
+ * share no byte unless one took over the other in place; each placement covers its var's lifetime
+ * as the sequences define it (local readers through views; a reader on another comp node up to the
+ * first local step after it in the global order).
  */
 inline void check_plan(const Executable& exec) {
     const auto& report = exec.memory_report();
@@ -153,6 +153,11 @@ inline void check_plan(const Executable& exec) {
             chain[i] = pl[i].inplace_of >= 0 ? chain[size_t(pl[i].inplace_of)] : i;
             EXPECT_EQ(pl[i].offset % node.alignment, 0u) << pl[i].name;
             EXPECT_LE(pl[i].offset + pl[i].bytes, node.arena_bytes) << pl[i].name;
+            if (pl[i].workspace) { // an operator's scratch memory: alive during its step alone
+                EXPECT_EQ(pl[i].lifetime_end, pl[i].lifetime_begin + 1) << pl[i].name;
+                EXPECT_EQ(pl[i].inplace_of, -1) << pl[i].name;
+                continue;
+            }
             VarNode* var = by_name.at(pl[i].name);
             EXPECT_EQ(pl[i].lifetime_begin, producer.at(var).second) << pl[i].name;
             EXPECT_GE(pl[i].lifetime_end, need_end[var]) << pl[i].name;
