@@ -516,8 +516,10 @@ void Importer::convert_nodes(const onnx::GraphProto& g) {
                                         node.domain(), version));
         }
         if (node.op_type() == "Constant") {
-            // A known value: later nodes may read it as an attribute-like input.
-            constants[node.output(0)] = constant_value(ctx, dir);
+            // A known value: later nodes may read it as an attribute-like input. An import of a
+            // kept model finds it among the initializers, without its attribute.
+            auto [it, fresh] = constants.try_emplace(node.output(0));
+            if (fresh) it->second = constant_value(ctx, dir);
             continue;
         }
         const Converter* conv =
@@ -854,8 +856,31 @@ int64_t prepare(onnx::ModelProto& model, const ImportOptions& options, const std
     return opset;
 }
 
+//! Keeps `model` in `options.prepared` for later imports, where that is set and still empty,
+//! without tensor data: its Constant nodes' values already imported (`constants`) join the
+//! shared initializers, and it is moved, not copied (a copy held them twice: a text
+//! recognizer's 9 MB of weights are Constant nodes).
+void keep_prepared(onnx::ModelProto& model, const std::map<std::string, Tensor>& constants,
+                   const ImportOptions& options, int64_t opset) {
+    if (!options.prepared || !options.initializers) return;
+    std::lock_guard lk(options.prepared->mutex);
+    if (options.prepared->model) return;
+    for (auto& t : *model.mutable_graph()->mutable_initializer()) t.clear_raw_data();
+    for (auto& node : *model.mutable_graph()->mutable_node()) {
+        auto it = node.op_type() == "Constant" && node.output_size() == 1
+                      ? constants.find(node.output(0))
+                      : constants.end();
+        if (it == constants.end()) continue;
+        (*options.initializers)[it->first] = it->second;
+        node.clear_attribute();
+    }
+    options.prepared->model = std::make_shared<onnx::ModelProto>(std::move(model));
+    options.prepared->opset = opset;
+}
+
 //! Imports a model `prepare` checked and upgraded to `opset`. Where `options.prepared` is set
-//! and still empty, it keeps the model (without its initializers' data) for later imports.
+//! and still empty, the model moves into it when the import returns or throws
+//! (keep_prepared()), leaving `model` empty.
 LoadedModel import_prepared(onnx::ModelProto& model, int64_t opset, const ImportOptions& options,
                             const std::string& source, const std::string& dir) {
     register_all_operators();
@@ -869,6 +894,22 @@ LoadedModel import_prepared(onnx::ModelProto& model, int64_t opset, const Import
     if (!options.comp_node.empty()) gopt.default_comp_node = options.comp_node;
     res.graph = ComputingGraph::make(gopt);
     Importer imp;
+    // However the import ends (a failed one too: a later import at other shapes starts from
+    // the kept model), the model is kept with keep_prepared().
+    struct Keep {
+        onnx::ModelProto& model;
+        const Importer& imp;
+        const ImportOptions& options;
+        int64_t opset;
+        ~Keep() {
+            try {
+                keep_prepared(model, imp.constants, options, opset);
+            } catch (const std::exception& e) {
+                logger()->warn("{}: the model is not kept for later imports: {}", imp.source,
+                               e.what());
+            }
+        }
+    } keep{model, imp, options, opset};
     imp.graph = res.graph.get();
     imp.dir = dir;
     imp.source = source;
@@ -884,16 +925,6 @@ LoadedModel import_prepared(onnx::ModelProto& model, int64_t opset, const Import
         }
         if (options.initializers) *options.initializers = imp.constants;
     }
-    if (options.prepared && options.initializers) {
-        std::lock_guard lk(options.prepared->mutex);
-        if (!options.prepared->model) {
-            auto kept = std::make_shared<onnx::ModelProto>(model);
-            for (auto& t : *kept->mutable_graph()->mutable_initializer()) t.clear_raw_data();
-            options.prepared->model = std::move(kept);
-            options.prepared->opset = opset;
-        }
-    }
-
     for (auto& [name, value] : options.input_values) {
         const onnx::ValueInfoProto* in = nullptr;
         for (auto& i : g.input())

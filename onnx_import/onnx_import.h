@@ -31,8 +31,9 @@ class ModelProto;
 namespace braid::onnx_import {
 
 //! A file's model as its first import checked and upgraded it, without its initializers' data
-//! (those are in ImportOptions::initializers). Later imports of the file start from it: no
-//! parsing, checking or version conversion again (the converter runs in a child process).
+//! or its top-level Constant nodes' values (those are in ImportOptions::initializers). Later
+//! imports of the file start from it: no parsing, checking or version conversion again (the
+//! converter runs in a child process).
 struct PreparedModel {
     std::mutex mutex;
     std::shared_ptr<const onnx::ModelProto> model; //!< null until an import fills it
@@ -93,7 +94,8 @@ struct ImportOptions {
     //! error of that file). The ONNX fuzzer turns it off, to find such crashes (and to fork
     //! less), so that the importer's own checks steer around them.
     bool isolate_version_converter = true;
-    //! The decoded initializers of one file, shared by its imports: the first import fills it,
+    //! The decoded initializers (and top-level Constant nodes' values, where `prepared` is set)
+    //! of one file, shared by its imports: the first import fills it,
     //! later ones take their weights from it instead of decoding them again, so that imports of
     //! one model at several shapes or shape-input values hold one copy of the weights.
     std::shared_ptr<std::map<std::string, Tensor>> initializers;

@@ -893,6 +893,48 @@ TEST(OnnxRunTimeShapes, ANewShapeIsImportedFromTheFirstImportsUpgradedModel) {
     check(x, run_embedded(*ctx, x));
 }
 
+TEST(OnnxRunTimeShapes, TheKeptModelHoldsNoConstantValuesAndAFailedImportKeepsItToo) {
+    // The weights are a Constant node's value. The first import fails (x {2,4} does not
+    // broadcast with w {3}), yet keeps the model for later imports: without the Constant's
+    // tensor, whose value joins the shared initializers. An import at a shape that fits then
+    // starts from it, the file removed.
+    TempDir dir;
+    ModelBuilder m;
+    m.symbolic_input("x", onnx::TensorProto::FLOAT, {-1, -1});
+    auto* c = m.node("Constant", {}, {"w"});
+    auto* v = c->add_attribute();
+    v->set_name("value");
+    v->set_type(onnx::AttributeProto::TENSOR);
+    v->mutable_t()->set_data_type(onnx::TensorProto::FLOAT);
+    v->mutable_t()->add_dims(3);
+    for (float f : {0.5f, -1.f, 2.f}) v->mutable_t()->add_float_data(f);
+    m.node("Mul", {"x", "w"}, {"y"});
+    m.output("y", onnx::TensorProto::FLOAT, 2);
+    std::string path = (dir.path / "constant.onnx").string();
+    m.save(path);
+    onnx_import::ImportOptions opt;
+    opt.initializers = std::make_shared<std::map<std::string, Tensor>>();
+    opt.prepared = std::make_shared<onnx_import::PreparedModel>();
+    opt.input_shapes["x"] = TensorShape{2, 4};
+    EXPECT_THROW(onnx_import::import_file(path, opt), onnx_import::NodeError);
+    ASSERT_TRUE(opt.prepared->model) << "a failed import keeps the model too";
+    const auto& kept = opt.prepared->model->graph().node(0);
+    EXPECT_EQ(kept.op_type(), "Constant");
+    EXPECT_EQ(kept.attribute_size(), 0) << "the kept model holds no tensor data";
+    ASSERT_EQ(opt.initializers->count("w"), 1u);
+    EXPECT_EQ(opt.initializers->at("w").shape(), TensorShape{3});
+
+    fs::remove(path);
+    opt.input_shapes["x"] = TensorShape{2, 3};
+    auto exec = onnx_import::import_file(path, opt).compile();
+    Tensor x = iota({2, 3}, -2.f);
+    exec->feed("x", x);
+    exec->run();
+    const float w[] = {0.5f, -1.f, 2.f};
+    for (size_t i = 0; i < 6; ++i)
+        EXPECT_EQ(exec->output(0).ptr<float>()[i], x.ptr<float>()[i] * w[i % 3]) << i;
+}
+
 TEST(OnnxRunTimeShapes, AShapeInputIsReadWhenTheModelRuns) {
     // The Reshape target is an ordinary input: fed at run time, each distinct value gives its
     // graph, nothing is bound at load.
