@@ -24,4 +24,12 @@ uint8_t* Workspace::get(size_t bytes) {
     return m_own.ptr();
 }
 
+WorkspaceSlices::Claim::Claim(WorkspaceSlices& slices) : m_slices(slices), m_index(0) {
+    auto& busy = slices.m_busy;
+    while (m_index < busy.size() && busy[m_index].exchange(true, std::memory_order_acquire))
+        ++m_index;
+    BRAID_ASSERT(m_index < busy.size(), "more chunks at once than workspace slices ({})",
+                 busy.size());
+}
+
 } // namespace braid

@@ -14,8 +14,10 @@
 
 #include "memory/tensor.h"
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace braid {
 
@@ -45,6 +47,35 @@ public:
 private:
     Tensor m_planned;
     Storage m_own;
+};
+
+/*!
+ * Slices of a workspace for the chunks of one parallel_for: each chunk claims a free slice for
+ * as long as it runs. parallel_for runs at most kernel_threads() chunks at once, so a kernel
+ * that sizes its workspace with that many slices (or with as many as it has tasks, if fewer)
+ * always finds one free. Thread-safe.
+ */
+class WorkspaceSlices {
+public:
+    explicit WorkspaceSlices(size_t count) : m_busy(count) {}
+
+    //! One chunk's slice, released when the claim ends (the chunk returned or threw).
+    class Claim {
+    public:
+        explicit Claim(WorkspaceSlices& slices);
+        ~Claim() { m_slices.m_busy[m_index].store(false, std::memory_order_release); }
+        Claim(const Claim&) = delete;
+        Claim& operator=(const Claim&) = delete;
+        //! The slice's index, below the count.
+        size_t index() const { return m_index; }
+
+    private:
+        WorkspaceSlices& m_slices;
+        size_t m_index;
+    };
+
+private:
+    std::vector<std::atomic<bool>> m_busy;
 };
 
 } // namespace braid

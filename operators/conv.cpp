@@ -169,7 +169,7 @@ void Conv2d::execute(ExecCtx& ctx) {
 }
 
 size_t Conv2d::workspace_bytes() const {
-    return kern::dnnl_conv2d_workspace(m_param, input(0)->shape(), input(1)->shape(), {});
+    return conv2d_workspace(m_param, input(0)->shape(), input(1)->shape(), {});
 }
 
 void conv2d_float32(const Conv2dParam& param, const Tensor& x, const Tensor& w, Tensor& y,
@@ -177,58 +177,97 @@ void conv2d_float32(const Conv2dParam& param, const Tensor& x, const Tensor& w, 
     kern::DnnlConvFusion fusion;
     fusion.constant_weights = constant_weights;
     if (!kern::dnnl_conv2d_forward(param, x, w, y, fusion, nullptr, workspace))
-        conv2d_forward(param, x, w, y, nullptr);
+        conv2d_forward(param, x, w, y, nullptr, workspace);
+}
+
+namespace {
+
+//! How conv2d_forward()'s im2col path splits a convolution: tasks of (batch item, group, block
+//! of output pixels), each with `cols` floats of columns in its slice of the workspace.
+struct Im2colSchedule {
+    ConvGeometry g;
+    bool pointwise = false; //!< 1x1, stride 1, no padding: one GEMM on x itself, no columns
+    size_t items = 0, block = 0, nblocks = 0;
+    size_t cols = 0;   //!< floats of one task's columns (0: pointwise)
+    size_t slices = 0; //!< tasks that may run at once
+    size_t workspace_bytes() const { return slices * Workspace::aligned(cols * sizeof(float)); }
+};
+
+Im2colSchedule im2col_schedule(const Conv2dParam& pr, const TensorShape& xs, const TensorShape& ws,
+                               const TensorShape& ys) {
+    Im2colSchedule sc;
+    ConvGeometry& g = sc.g;
+    g = {xs[0],
+         xs[1],
+         xs[2],
+         xs[3],
+         ws[0],
+         ws[2],
+         ws[3],
+         ys[2],
+         ys[3],
+         size_t(pr.groups),
+         ws[1],
+         ws[0] / size_t(pr.groups),
+         0,
+         0,
+         pr.stride_h,
+         pr.stride_w,
+         pr.pad_h,
+         pr.pad_w,
+         pr.dilation_h,
+         pr.dilation_w};
+    g.k = g.cg * g.kh * g.kw;
+    g.p = g.oh * g.ow;
+    sc.pointwise = g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 && g.pw == 0;
+    // The block is as wide as fits the scratch budget, and narrower when needed to give every
+    // thread work, as long as each block stays worth its dispatch (PARALLEL_MIN_MACS).
+    size_t threads = kernel_threads();
+    size_t block = g.k ? std::max<size_t>(64, COLS_BLOCK_FLOATS / g.k) : g.p;
+    sc.items = g.n * g.groups;
+    size_t worth = size_t(PARALLEL_MIN_MACS / double(std::max<size_t>(g.og * g.k, 1)));
+    if (sc.items < threads)
+        block = std::min(block, std::max({size_t(64), g.p * sc.items / threads, worth}));
+    sc.block = std::min(block, g.p);
+    sc.nblocks = sc.block ? (g.p + sc.block - 1) / sc.block : 0;
+    sc.cols = sc.pointwise ? 0 : g.k * sc.block;
+    sc.slices = std::min(threads, sc.items * sc.nblocks);
+    return sc;
+}
+
+} // namespace
+
+size_t conv2d_forward_workspace(const Conv2dParam& param, const TensorShape& x,
+                                const TensorShape& w) {
+    TensorShape y = conv2d_output_shape(param, x, w, "conv2d_forward_workspace");
+    if (y.is_empty() || conv_direct_applies(param, x, w)) return 0;
+    return im2col_schedule(param, x, w, y).workspace_bytes();
+}
+
+size_t conv2d_workspace(const Conv2dParam& param, const TensorShape& x, const TensorShape& w,
+                        const kern::DnnlConvFusion& fusion) {
+    if (auto dnnl = kern::dnnl_conv2d_workspace(param, x, w, fusion)) return *dnnl;
+    return conv2d_forward_workspace(param, x, w);
 }
 
 void conv2d_forward(const Conv2dParam& pr, const Tensor& x, const Tensor& w, Tensor& yf,
-                    const ConvEpilogue* epilogue) {
-    const auto &xs = x.shape(), &ws = w.shape(), &ys = yf.shape();
-    ConvGeometry g{xs[0],
-                   xs[1],
-                   xs[2],
-                   xs[3],
-                   ws[0],
-                   ws[2],
-                   ws[3],
-                   ys[2],
-                   ys[3],
-                   size_t(pr.groups),
-                   ws[1],
-                   ws[0] / size_t(pr.groups),
-                   0,
-                   0,
-                   pr.stride_h,
-                   pr.stride_w,
-                   pr.pad_h,
-                   pr.pad_w,
-                   pr.dilation_h,
-                   pr.dilation_w};
-    g.k = g.cg * g.kh * g.kw;
-    g.p = g.oh * g.ow;
-    if (ys.is_empty()) return;
+                    const ConvEpilogue* epilogue, Workspace& workspace) {
+    if (yf.shape().is_empty()) return;
     if (conv_direct_forward(pr, x, w, yf, epilogue)) return;
-    bool direct = g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 && g.pw == 0;
-
-    // Tasks: (batch item, group, block of output pixels). The block is as wide as fits the
-    // scratch budget, and narrower when needed to give every thread work, as long as each
-    // block stays worth its dispatch (PARALLEL_MIN_MACS).
-    size_t threads = kernel_threads();
-    size_t block = g.k ? std::max<size_t>(64, COLS_BLOCK_FLOATS / g.k) : g.p;
-    size_t items = g.n * g.groups;
-    size_t worth = size_t(PARALLEL_MIN_MACS / double(std::max<size_t>(g.og * g.k, 1)));
-    if (items < threads)
-        block = std::min(block, std::max({size_t(64), g.p * items / threads, worth}));
-    block = std::min(block, g.p);
-    size_t nblocks = (g.p + block - 1) / block;
+    const Im2colSchedule sc = im2col_schedule(pr, x.shape(), w.shape(), yf.shape());
+    const ConvGeometry& g = sc.g;
+    const size_t block = sc.block, nblocks = sc.nblocks;
+    uint8_t* base = workspace.get(sc.workspace_bytes());
+    WorkspaceSlices slices(sc.slices);
 
     const float* xp = x.ptr<float>();
     const float* wp = w.ptr<float>();
     float* yp = yf.ptr<float>();
     kern::blas_single_thread();
-    parallel_for(items * nblocks, 1, [&](size_t begin, size_t end) {
-        // Scratch kept per thread across runs: no page faults from fresh large allocations.
-        thread_local std::vector<float> cols;
-        if (!direct && cols.size() < g.k * block) cols.resize(g.k * block);
+    parallel_for(sc.items * nblocks, 1, [&](size_t begin, size_t end) {
+        WorkspaceSlices::Claim slice(slices);
+        auto* cols = reinterpret_cast<float*>(
+            base + slice.index() * Workspace::aligned(sc.cols * sizeof(float)));
         for (size_t t = begin; t < end; ++t) {
             size_t item = t / nblocks, p0 = (t % nblocks) * block;
             size_t p1 = std::min(g.p, p0 + block);
@@ -236,13 +275,13 @@ void conv2d_forward(const Conv2dParam& pr, const Tensor& x, const Tensor& w, Ten
             const float* xg = xp + (n * g.c + grp * g.cg) * g.h * g.w;
             float* yb = yp + (n * g.o + grp * g.og) * g.p + p0;
             const float* wg = wp + grp * g.og * g.k;
-            if (direct) {
+            if (sc.pointwise) {
                 kern::sgemm(false, false, g.og, p1 - p0, g.k, 1.f, wg, g.k, xg + p0, g.p, 0.f, yb,
                             g.p);
             } else {
-                im2col_block(g, xg, p0, p1, cols.data());
-                kern::sgemm(false, false, g.og, p1 - p0, g.k, 1.f, wg, g.k, cols.data(), p1 - p0,
-                            0.f, yb, g.p);
+                im2col_block(g, xg, p0, p1, cols);
+                kern::sgemm(false, false, g.og, p1 - p0, g.k, 1.f, wg, g.k, cols, p1 - p0, 0.f, yb,
+                            g.p);
             }
             if (epilogue) (*epilogue)(yb, grp * g.og, g.og, p1 - p0, g.p);
         }

@@ -26,7 +26,8 @@ namespace braid::opr {
 
 namespace kern {
 class DnnlConstantWeights; // operators/dnnl_kernels.h
-}
+struct DnnlConvFusion;
+} // namespace kern
 
 //! Geometry of Conv2d. Strides and dilations must be >= 1, paddings >= 0 (zero padding),
 //! groups >= 1 and must divide both the input and the output channels.
@@ -79,9 +80,19 @@ private:
  */
 using ConvEpilogue = std::function<void(float* y, size_t o0, size_t rows, size_t cols, size_t ld)>;
 //! Conv2d's CPU kernel on float32 tensors (y allocated with the output shape), with an optional
-//! epilogue per block (fused bias, batch norm and activation; operators/fused_conv.h).
+//! epilogue per block (fused bias, batch norm and activation; operators/fused_conv.h); the
+//! direct kernel where it applies, else im2col and a GEMM with the columns in `workspace`.
 void conv2d_forward(const Conv2dParam& param, const Tensor& x, const Tensor& w, Tensor& y,
-                    const ConvEpilogue* epilogue);
+                    const ConvEpilogue* epilogue, Workspace& workspace);
+//! The workspace bytes conv2d_forward() asks for on x and w of these shapes: im2col's columns,
+//! a block per task that may run at once (0 for the direct kernel and pointwise GEMMs).
+size_t conv2d_forward_workspace(const Conv2dParam& param, const TensorShape& x,
+                                const TensorShape& w);
+//! The workspace the CPU convolution asks for with `fusion` (see kern::DnnlConvFusion):
+//! oneDNN's where it runs the case, else conv2d_forward()'s. What the convolution operators'
+//! workspace_bytes() return.
+size_t conv2d_workspace(const Conv2dParam& param, const TensorShape& x, const TensorShape& w,
+                        const kern::DnnlConvFusion& fusion);
 
 //! Conv2d's CPU kernel on float32 tensors: oneDNN's where it runs the case (its buffers in
 //! `workspace`), else conv2d_forward(). `constant_weights` as DnnlConvFusion::constant_weights

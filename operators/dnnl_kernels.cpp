@@ -69,9 +69,9 @@ bool dnnl_conv2d_forward(const Conv2dParam&, const Tensor&, const Tensor&, Tenso
     return false;
 }
 
-size_t dnnl_conv2d_workspace(const Conv2dParam&, const TensorShape&, const TensorShape&,
-                             const DnnlConvFusion&) {
-    return 0;
+std::optional<size_t> dnnl_conv2d_workspace(const Conv2dParam&, const TensorShape&,
+                                            const TensorShape&, const DnnlConvFusion&) {
+    return std::nullopt;
 }
 
 std::string dnnl_conv2d_impl(const Conv2dParam&, const TensorShape&, const TensorShape&,
@@ -689,35 +689,6 @@ std::optional<ConvSchedule> schedule_convolution(const Conv2dParam& pr, const Co
     return sc;
 }
 
-//! Hands each running task a slice of the workspace: the schedule has a slice for every task
-//! that may run at once (parallel_for runs at most kernel_threads() chunks at a time).
-class SliceClaims {
-public:
-    explicit SliceClaims(size_t count) : m_busy(count) {}
-    //! A free slice's index, marked busy until release().
-    size_t claim() {
-        for (size_t i = 0; i < m_busy.size(); ++i)
-            if (!m_busy[i].exchange(true, std::memory_order_acquire)) return i;
-        BRAID_ASSERT(false, "oneDNN convolution: more tasks at once than workspace slices ({})",
-                     m_busy.size());
-        return 0;
-    }
-    void release(size_t i) { m_busy[i].store(false, std::memory_order_release); }
-
-    //! A claim for one chunk of a parallel_for, released when the chunk ends (or throws).
-    struct Held {
-        SliceClaims& claims;
-        size_t index;
-        explicit Held(SliceClaims& c) : claims(c), index(c.claim()) {}
-        ~Held() { claims.release(index); }
-        Held(const Held&) = delete;
-        Held& operator=(const Held&) = delete;
-    };
-
-private:
-    std::vector<std::atomic<bool>> m_busy;
-};
-
 //! The tensors of one convolution: float32 x, w and y, or 8-bit x and w with int32 y (and the
 //! source's zero point).
 struct ConvOperands {
@@ -742,7 +713,7 @@ bool run_convolution(const Conv2dParam& pr, const ConvOperands& io, const DnnlCo
     bool integer = io.src_dt != memory::data_type::f32;
     const ConvPlan& first = *sc.plans[0];
     uint8_t* base = workspace.get(sc.workspace_bytes());
-    SliceClaims claims(sc.slices);
+    WorkspaceSlices slices(sc.slices);
 
     // Byte pointers and element sizes: float32, or 8-bit source and weights (the destination
     // is float32 or int32, 4 bytes either way).
@@ -761,8 +732,8 @@ bool run_convolution(const Conv2dParam& pr, const ConvOperands& io, const DnnlCo
         src_item = sc.src_item;
         parallel_for(size_t(n), 1, [&](size_t begin, size_t end) {
             dnnl_single_thread();
-            SliceClaims::Held held(claims);
-            uint8_t* scratch = sc.slice(base, held.index).reorder;
+            WorkspaceSlices::Claim slice(slices);
+            uint8_t* scratch = sc.slice(base, slice.index()).reorder;
             for (size_t i = begin; i < end; ++i) {
                 memory from(first.src_plain, cpu_engine(),
                             const_cast<unsigned char*>(xp + i * in_item * elem));
@@ -777,8 +748,8 @@ bool run_convolution(const Conv2dParam& pr, const ConvOperands& io, const DnnlCo
     // batch norm) into the primitive's layout, the convolution, and its output into y.
     parallel_for(size_t(n * nblocks), 1, [&](size_t begin, size_t end) {
         dnnl_single_thread();
-        SliceClaims::Held held(claims);
-        TaskBuffers buf = sc.slice(base, held.index);
+        WorkspaceSlices::Claim slice(slices);
+        TaskBuffers buf = sc.slice(base, slice.index());
         for (size_t t = begin; t < end; ++t) {
             size_t item = t / size_t(nblocks), b = t % size_t(nblocks);
             const ConvPlan& plan = *sc.plans[b];
@@ -869,11 +840,12 @@ bool dnnl_conv2d_forward(const Conv2dParam& pr, const Tensor& x, const Tensor& w
     return run_convolution(pr, {x, w, y}, fusion, epilogue, workspace);
 }
 
-size_t dnnl_conv2d_workspace(const Conv2dParam& pr, const TensorShape& x, const TensorShape& w,
-                             const DnnlConvFusion& fusion) {
-    if (braid_kernel_faster(pr, w)) return 0;
+std::optional<size_t> dnnl_conv2d_workspace(const Conv2dParam& pr, const TensorShape& x,
+                                            const TensorShape& w, const DnnlConvFusion& fusion) {
+    if (braid_kernel_faster(pr, w)) return std::nullopt;
     auto sc = schedule_convolution(pr, {x, w}, fusion);
-    return sc ? sc->workspace_bytes() : 0;
+    if (!sc) return std::nullopt;
+    return sc->workspace_bytes();
 }
 
 namespace {

@@ -34,6 +34,7 @@
 
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace braid::opr::kern {
@@ -95,9 +96,10 @@ bool dnnl_conv2d_forward(const Conv2dParam& param, const Tensor& x, const Tensor
 
 //! The workspace bytes dnnl_conv2d_forward() asks for on x and w of these shapes (which of
 //! `fusion`'s pointers are set matters, not their values) at the calling thread's kernel
-//! threads; 0 where it runs braid's kernel. Creates and caches the primitives.
-size_t dnnl_conv2d_workspace(const Conv2dParam& param, const TensorShape& x, const TensorShape& w,
-                             const DnnlConvFusion& fusion);
+//! threads; nullopt where it declines the case (braid's kernel runs it). Creates and caches
+//! the primitives.
+std::optional<size_t> dnnl_conv2d_workspace(const Conv2dParam& param, const TensorShape& x,
+                                            const TensorShape& w, const DnnlConvFusion& fusion);
 
 /*!
  * Runs an integer convolution with oneDNN on contiguous NCHW x (uint8 or int8), OIHW w (int8)

@@ -103,7 +103,7 @@ size_t FusedConv2d::workspace_bytes() const {
     kern::DnnlConvFusion fusion;
     if (m_param.has_batch_norm) fusion.scale = fusion.shift = &set;
     if (m_param.has_bias) fusion.shift = &set;
-    return kern::dnnl_conv2d_workspace(m_param.conv, input(0)->shape(), input(1)->shape(), fusion);
+    return conv2d_workspace(m_param.conv, input(0)->shape(), input(1)->shape(), fusion);
 }
 
 void FusedConv2d::execute(ExecCtx& ctx) {
@@ -221,7 +221,7 @@ void FusedConv2d::execute(ExecCtx& ctx) {
     auto direct_after = leftover(act && !relu);
     if (conv_direct_forward(m_param.conv, x, w, y, direct_after ? &*direct_after : nullptr, &ops))
         return;
-    conv2d_forward(m_param.conv, x, w, y, &epilogue);
+    conv2d_forward(m_param.conv, x, w, y, &epilogue, ctx.workspace());
 }
 
 // ---- the fusion pass ----

@@ -3,6 +3,11 @@
 // each error message.
 #include "dense_helpers.h"
 
+#include "base/thread_pool.h"
+#include "memory/workspace.h"
+
+#include <random>
+
 using namespace braid;
 using namespace braid::test;
 
@@ -130,4 +135,51 @@ TEST(Conv2dOpr, ErrorsNameTheOperatorAndValues) {
             opr::conv2d(x, in("wh", {6, 4, 3, 3}, dtype::Float16()));
         },
         {"float32", "float16"});
+}
+
+TEST(Conv2dOpr, Im2colRunsInTheWorkspaceItsOperatorPlans) {
+    // conv2d_forward_workspace() (what the memory plan places for the operator where oneDNN
+    // declines) is what the im2col kernel asks for, over blocks, groups, batches and threads;
+    // a workspace a cache line short makes it allocate its own, and the results agree.
+    struct Case {
+        TensorShape x, w;
+        opr::Conv2dParam p;
+    };
+    std::vector<Case> cases = {
+        {{1, 8, 40, 40}, {16, 8, 3, 3}, conv_param(2, 1)},      // stride 2
+        {{2, 3, 30, 30}, {6, 1, 5, 5}, conv_param(1, 2, 1, 3)}, // groups, batch
+        {{1, 24, 74, 32}, {24, 24, 1, 3}, conv_param(1, 1)},    // 1x3
+        {{1, 1, 200, 64}, {32, 1, 3, 3}, conv_param(1, 1, 2)},  // one channel, dilation
+        {{1, 64, 9, 9}, {64, 64, 3, 3}, conv_param(2, 0)},      // more columns than a block
+    };
+    size_t saved = kernel_threads(), with_bytes = 0;
+    std::mt19937 rng(4);
+    for (size_t threads : {size_t(1), size_t(2), size_t(3)}) {
+        set_kernel_threads(threads);
+        for (const auto& c : cases) {
+            std::string what =
+                fmt::format("x{} w{} threads={}", c.x.to_string(), c.w.to_string(), threads);
+            Tensor x = random_tensor(c.x, dtype::Float32(), rng, -1, 1);
+            Tensor w = random_tensor(c.w, dtype::Float32(), rng, -1, 1);
+            TensorShape ys = opr::conv2d_output_shape(c.p, c.x, c.w, "test");
+            size_t bytes = opr::conv2d_forward_workspace(c.p, c.x, c.w);
+            with_bytes += bytes > 0;
+            Tensor first;
+            for (size_t planned : {bytes, bytes - std::min<size_t>(bytes, 64)}) {
+                Workspace ws;
+                if (planned) ws.assign(Tensor(TensorShape{planned}, dtype::Uint8()));
+                Tensor y(ys, dtype::Float32());
+                opr::conv2d_forward(c.p, x, w, y, nullptr, ws);
+                if (planned == bytes) {
+                    EXPECT_EQ(ws.own_bytes(), 0u) << what;
+                    first = y;
+                } else {
+                    EXPECT_GT(ws.own_bytes(), 0u) << what;
+                    expect_tensor_near(y, first, 0, 0, what);
+                }
+            }
+        }
+    }
+    set_kernel_threads(saved);
+    EXPECT_GE(with_bytes, 3 * (cases.size() - 1)) << "im2col runs most of these cases";
 }
