@@ -76,6 +76,38 @@ struct Geometry {
     size_t block() const { return std::min(p, k ? std::max<size_t>(64, (256 * 1024) / k) : p); }
 };
 
+/*!
+ * How Conv2dBackwardData splits its work: tasks of (item, block of input channels). Items
+ * (batch item, group) write disjoint slices of dx, and so do an item's blocks of channels:
+ * their rows of the columns fold back onto their own channels alone. An item splits into as
+ * many blocks as give every thread a task (a batch of one: a detector's upsampling ran its
+ * col2im on one thread), each at least PARALLEL_MIN_MACS of work. Where that leaves fewer tasks
+ * than threads, they run one at a time with each GEMM split across the pool. Each task that
+ * may run at once has a slice of the workspace for its columns.
+ */
+struct BackwardDataSchedule {
+    size_t per_item = 1, tasks = 0;
+    bool parallel_tasks = false;
+    size_t cols = 0;   //!< floats of one task's columns (0: a 1x1 GEMM straight into dx)
+    size_t slices = 1; //!< tasks that may run at once
+
+    explicit BackwardDataSchedule(const Geometry& g) {
+        size_t threads = kernel_threads(), items = g.n * g.groups;
+        double item_macs = double(g.og) * double(g.k) * double(g.p);
+        if (items < threads)
+            per_item = std::min({(threads + items - 1) / items, g.cg,
+                                 std::max<size_t>(1, size_t(item_macs / PARALLEL_MIN_MACS))});
+        per_item = std::max<size_t>(per_item, 1);
+        tasks = items * per_item;
+        parallel_tasks = tasks >= threads;
+        size_t most_channels = (g.cg + per_item - 1) / per_item;
+        cols = g.direct() ? 0 : most_channels * g.kh * g.kw * g.block();
+        slices = parallel_tasks ? std::min(threads, tasks) : 1;
+    }
+    size_t slice_bytes() const { return Workspace::aligned(cols * sizeof(float)); }
+    size_t workspace_bytes() const { return slices * slice_bytes(); }
+};
+
 //! Calls fn(row, c, p, ih, iw) for every column element of input channels [c0, c1) and
 //! pixels [p0, p1) whose input position lies inside the image (row = ((c - c0)·kh + i)·kw + j).
 //! The output position advances without a division per element (two per element made the
@@ -196,6 +228,13 @@ bool Conv2dBackwardData::infer_output_shapes(const InferCtx& ctx, TensorShape* o
     return true;
 }
 
+size_t Conv2dBackwardData::workspace_bytes() const {
+    const TensorShape& dx = output(0)->shape();
+    if (dx.is_empty()) return 0;
+    return BackwardDataSchedule(Geometry(dx, input(0)->shape(), input(1)->shape(), m_param.conv))
+        .workspace_bytes();
+}
+
 void Conv2dBackwardData::execute(ExecCtx& ctx) {
     Tensor w = kern::as_float32(ctx.input(0)), dy = kern::as_float32(ctx.input(1));
     Tensor& dx = ctx.output(0);
@@ -206,24 +245,13 @@ void Conv2dBackwardData::execute(ExecCtx& ctx) {
     std::memset(dxp, 0, dxf.shape().total_nr_elems() * sizeof(float));
     const float* wp = w.ptr<float>();
     const float* dyp = dy.ptr<float>();
-    size_t items = g.n * g.groups, block = g.block();
+    const BackwardDataSchedule sc(g);
+    const size_t block = g.block(), per_item = sc.per_item;
+    uint8_t* base = ctx.workspace().get(sc.workspace_bytes());
+    WorkspaceSlices slices(sc.slices);
     kern::blas_single_thread();
-    // Tasks: (item, block of input channels). Items (batch item, group) write disjoint slices
-    // of dx, and so do an item's blocks of channels: their rows of the columns fold back onto
-    // their own channels alone. An item splits into as many blocks as give every thread a task
-    // (a batch of one: a detector's upsampling ran its col2im on one thread), each at least
-    // PARALLEL_MIN_MACS of work. Where that leaves fewer tasks than threads, they run one at a
-    // time with each GEMM split across the pool.
-    size_t threads = kernel_threads(), per_item = 1;
-    double item_macs = double(g.og) * double(g.k) * double(g.p);
-    if (items < threads)
-        per_item = std::min({(threads + items - 1) / items, g.cg,
-                             std::max<size_t>(1, size_t(item_macs / PARALLEL_MIN_MACS))});
-    size_t tasks = items * per_item;
-    bool parallel_tasks = tasks >= threads;
-    Gemm gemm = parallel_tasks ? &kern::sgemm : &kern::sgemm_parallel;
-    auto run_task = [&](size_t task) {
-        thread_local std::vector<float> cols;
+    Gemm gemm = sc.parallel_tasks ? &kern::sgemm : &kern::sgemm_parallel;
+    auto run_task = [&](size_t task, float* cols) {
         size_t item = task / per_item, part = task % per_item;
         size_t c0 = g.cg * part / per_item, c1 = g.cg * (part + 1) / per_item;
         size_t n = item / g.groups, grp = item % g.groups, rows = (c1 - c0) * g.kh * g.kw;
@@ -234,20 +262,24 @@ void Conv2dBackwardData::execute(ExecCtx& ctx) {
             gemm(true, false, rows, g.p, g.og, 1.f, wg, g.k, dyg, g.p, 0.f, dxg + c0 * g.p, g.p);
             return;
         }
-        if (cols.size() < rows * block) cols.resize(rows * block);
         for (size_t p0 = 0; p0 < g.p; p0 += block) {
             size_t p1 = std::min(g.p, p0 + block), width = p1 - p0;
-            gemm(true, false, rows, width, g.og, 1.f, wg, g.k, dyg + p0, g.p, 0.f, cols.data(),
-                 width);
-            col2im(g, cols.data(), c0, c1, p0, p1, dxg);
+            gemm(true, false, rows, width, g.og, 1.f, wg, g.k, dyg + p0, g.p, 0.f, cols, width);
+            col2im(g, cols, c0, c1, p0, p1, dxg);
         }
     };
-    if (parallel_tasks)
-        parallel_for(tasks, 1, [&](size_t b, size_t e) {
-            for (size_t task = b; task < e; ++task) run_task(task);
+    auto slice_of = [&](const WorkspaceSlices::Claim& claim) {
+        return reinterpret_cast<float*>(base + claim.index() * sc.slice_bytes());
+    };
+    if (sc.parallel_tasks) {
+        parallel_for(sc.tasks, 1, [&](size_t b, size_t e) {
+            WorkspaceSlices::Claim claim(slices);
+            for (size_t task = b; task < e; ++task) run_task(task, slice_of(claim));
         });
-    else
-        for (size_t task = 0; task < tasks; ++task) run_task(task);
+    } else {
+        WorkspaceSlices::Claim claim(slices);
+        for (size_t task = 0; task < sc.tasks; ++task) run_task(task, slice_of(claim));
+    }
     kern::store_float32(dxf, dx);
 }
 

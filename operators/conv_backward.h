@@ -43,6 +43,7 @@ public:
     static VarNode* grad_rule(OperatorNode& opr, size_t wrt, const VarNodeArray& out_grads);
     void init_output_dtypes() override;
     bool infer_output_shapes(const InferCtx& ctx, TensorShape* out) const override;
+    size_t workspace_bytes() const override;
     void execute(ExecCtx& ctx) override;
 };
 
