@@ -116,30 +116,24 @@ expect_status 400 POST /v2/models/mlp/infer \
     -d '{"inputs":[{"name":"y","shape":[1,784],"datatype":"FP32","data":[1]}]}' &&
     expect_body_has 'no input named \"y\" (inputs: x)'
 expect_status 400 POST /v2/models/mlp/infer -d '{"inputs":[]}' && expect_body_has 'input \"x\" is missing'
-expect_status 400 POST /v2/models/mlp/infer \
-    -d '{"inputs":[{"name":"x","shape":[1,784],"datatype":"FP32","data":['"${X1%,*}"']}]}' &&
-    expect_body_has '784 elements), its data has 783'
+# expect_x_data STATUS DATA TEXT: the mlp's input x [1,784] with DATA between the brackets
+# of its data gets STATUS, with TEXT in the body.
+expect_x_data() {
+  expect_status "$1" POST /v2/models/mlp/infer \
+      -d '{"inputs":[{"name":"x","shape":[1,784],"datatype":"FP32","data":['"$2"']}]}' &&
+      expect_body_has "$3"
+}
+expect_x_data 400 "${X1%,*}" '784 elements), its data has 783'
 # A tensor's data: spaces and line breaks between the numbers, a "NaN" among them, and
 # elements missing or not separated by commas (the error names where).
 X1_SPACED=$(printf '%s' "$X1" | sed 's/,/ ,\n /g')
-expect_status 200 POST /v2/models/mlp/infer \
-    -d '{"inputs":[{"name":"x","shape":[1,784],"datatype":"FP32","data":[ '"$X1_SPACED"'
- ]}]}' && expect_body_has '"shape":[1,10]'
-expect_status 200 POST /v2/models/mlp/infer \
-    -d '{"inputs":[{"name":"x","shape":[1,784],"datatype":"FP32","data":["NaN",'"${X1#*,}"']}]}' &&
-    expect_body_has '"shape":[1,10]'
-expect_status 400 POST /v2/models/mlp/infer \
-    -d '{"inputs":[{"name":"x","shape":[1,784],"datatype":"FP32","data":[1,,'"${X1#*,}"']}]}' &&
-    expect_body_has 'invalid JSON in an array at element 1 '
-expect_status 400 POST /v2/models/mlp/infer \
-    -d '{"inputs":[{"name":"x","shape":[1,784],"datatype":"FP32","data":[1 2,'"${X1#*,}"']}]}' &&
-    expect_body_has 'invalid JSON in an array at element 1 '
-expect_status 400 POST /v2/models/mlp/infer \
-    -d '{"inputs":[{"name":"x","shape":[1,784],"datatype":"FP32","data":['"$X1"',]}]}' &&
-    expect_body_has 'invalid JSON in an array at element 784 '
-expect_status 400 POST /v2/models/mlp/infer \
-    -d '{"inputs":[{"name":"x","shape":[1,784],"datatype":"FP32","data":[1.5x,'"${X1#*,}"']}]}' &&
-    expect_body_has 'data[0] = 1.5x is not a FP32 value'
+expect_x_data 200 " $X1_SPACED
+ " '"shape":[1,10]'
+expect_x_data 200 '"NaN",'"${X1#*,}" '"shape":[1,10]'
+expect_x_data 400 "1,,${X1#*,}" 'invalid JSON in an array at element 1 '
+expect_x_data 400 "1 2,${X1#*,}" 'invalid JSON in an array at element 1 '
+expect_x_data 400 "$X1," 'invalid JSON in an array at element 784 '
+expect_x_data 400 "1.5x,${X1#*,}" 'data[0] = 1.5x is not a FP32 value'
 expect_status 400 POST /v2/models/mlp/infer \
     -d '{"inputs":[{"name":"x","shape":[1,784],"datatype":"FP32","data":[1,2,3]}]}' &&
     expect_body_has 'more than its 74 bytes of JSON can hold'
