@@ -856,6 +856,12 @@ int64_t prepare(onnx::ModelProto& model, const ImportOptions& options, const std
     return opset;
 }
 
+//! Frees a tensor's bytes in a parsed model: protobuf's clear_raw_data() keeps the buffer.
+void release_raw_data(onnx::TensorProto& t) {
+    t.clear_raw_data();
+    t.mutable_raw_data()->shrink_to_fit();
+}
+
 //! Keeps `model` in `options.prepared` for later imports, where that is set and still empty,
 //! without tensor data: its Constant nodes' values already imported (`constants`) join the
 //! shared initializers, and it is moved, not copied (a copy held them twice: a text
@@ -865,14 +871,16 @@ void keep_prepared(onnx::ModelProto& model, const std::map<std::string, Tensor>&
     if (!options.prepared || !options.initializers) return;
     std::lock_guard lk(options.prepared->mutex);
     if (options.prepared->model) return;
-    for (auto& t : *model.mutable_graph()->mutable_initializer()) t.clear_raw_data();
+    for (auto& t : *model.mutable_graph()->mutable_initializer()) release_raw_data(t);
     for (auto& node : *model.mutable_graph()->mutable_node()) {
         auto it = node.op_type() == "Constant" && node.output_size() == 1
                       ? constants.find(node.output(0))
                       : constants.end();
         if (it == constants.end()) continue;
         (*options.initializers)[it->first] = it->second;
-        node.clear_attribute();
+        // Deleted, not cleared: protobuf's clear_*() keeps a field's objects and buffers for
+        // reuse, which held the text recognizer's 9 MB of Constant weights.
+        node.mutable_attribute()->DeleteSubrange(0, node.attribute_size());
     }
     options.prepared->model = std::make_shared<onnx::ModelProto>(std::move(model));
     options.prepared->opset = opset;
@@ -920,8 +928,7 @@ LoadedModel import_prepared(onnx::ModelProto& model, int64_t opset, const Import
     } else {
         for (auto& t : *model.mutable_graph()->mutable_initializer()) {
             imp.constants[t.name()] = tensor_of(t, dir, source + ": initializer", &imp.external);
-            t.clear_raw_data();
-            t.mutable_raw_data()->shrink_to_fit();
+            release_raw_data(t);
         }
         if (options.initializers) *options.initializers = imp.constants;
     }

@@ -908,6 +908,14 @@ TEST(OnnxRunTimeShapes, TheKeptModelHoldsNoConstantValuesAndAFailedImportKeepsIt
     v->mutable_t()->set_data_type(onnx::TensorProto::FLOAT);
     v->mutable_t()->add_dims(3);
     for (float f : {0.5f, -1.f, 2.f}) v->mutable_t()->add_float_data(f);
+    // A larger Constant in raw bytes, as exporters write weights: the kept model must free
+    // its buffer, not only clear it (protobuf keeps a cleared field's buffers for reuse).
+    auto* big = m.node("Constant", {}, {"big"})->add_attribute();
+    big->set_name("value");
+    big->set_type(onnx::AttributeProto::TENSOR);
+    big->mutable_t()->set_data_type(onnx::TensorProto::FLOAT);
+    big->mutable_t()->add_dims(16384);
+    big->mutable_t()->set_raw_data(std::string(16384 * sizeof(float), '\0'));
     m.node("Mul", {"x", "w"}, {"y"});
     m.output("y", onnx::TensorProto::FLOAT, 2);
     std::string path = (dir.path / "constant.onnx").string();
@@ -921,6 +929,8 @@ TEST(OnnxRunTimeShapes, TheKeptModelHoldsNoConstantValuesAndAFailedImportKeepsIt
     const auto& kept = opt.prepared->model->graph().node(0);
     EXPECT_EQ(kept.op_type(), "Constant");
     EXPECT_EQ(kept.attribute_size(), 0) << "the kept model holds no tensor data";
+    EXPECT_LT(opt.prepared->model->SpaceUsedLong(), 16384u)
+        << "the kept model's memory, cleared objects and buffers included";
     ASSERT_EQ(opt.initializers->count("w"), 1u);
     EXPECT_EQ(opt.initializers->at("w").shape(), TensorShape{3});
 
