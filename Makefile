@@ -119,11 +119,12 @@ bench-real-models: build
 bench-memory: build
 	bash bench/memory_overhead.sh $(BUILD_DIR)
 
-# braid-serve under wrk: the example mlp, batch-1 requests, concurrency 1/8/64, batching off/on
-# (docs/performance.md). Builds only what it runs.
+# braid-serve under wrk: the example mlp and mlp_wide, batch-1 requests, concurrency 1/8/64,
+# batching off/on (docs/performance.md). Builds only what it runs.
 bench-serve: configure
 	@cmake --build $(BUILD_DIR) -j$(JOBS) --target braid-serve braid-run example_models
-	bash bench/bench_serve.sh $(BUILD_DIR) 5
+	bash bench/bench_serve.sh $(BUILD_DIR) 5 json mlp
+	bash bench/bench_serve.sh $(BUILD_DIR) 5 json mlp_wide
 
 format:
 	@git ls-files '*.h' '*.cpp' | xargs clang-format -i

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # bench_serve: braid-serve under load from wrk (a Lua script sets the POST body), on the
-# example mlp with batch-1 requests ({1,784} float32), at concurrency 1, 8 and 64, with
+# example mlp (or mlp_wide, whose run is most of a request's cost) with batch-1 requests
+# ({1,784} float32), at concurrency 1, 8 and 64, with
 # dynamic batching off and on. Prints one JSON object per case: requests/s, p50 and p99
 # latency, wrk's failed responses and socket errors, and whether every request wrk completed
 # was counted by the server (none lost). Batching off runs with one instance (the default) and
@@ -8,7 +9,7 @@
 # in-process run of the same model on the same input shape (braid-run, the anchor): the
 # server's overhead per request is the p50 latency minus the in-process median.
 #
-#   bench/bench_serve.sh BUILD_DIR [SECONDS_PER_CASE] [json|binary]
+#   bench/bench_serve.sh BUILD_DIR [SECONDS_PER_CASE] [json|binary] [mlp|mlp_wide]
 #
 # Targets (docs/performance.md): batching >= 2x the requests/s at concurrency 64; overhead at
 # concurrency 1 <= 100 us; no failed or lost requests.
@@ -16,9 +17,11 @@ set -uo pipefail
 BUILD=$(cd "${1:-build}" && pwd)
 SECONDS_PER_CASE=${2:-5}
 ENCODING=${3:-json}
+MODEL=${4:-mlp}
+case "$MODEL" in mlp | mlp_wide) ;; *) echo "bench_serve: the model is mlp or mlp_wide, not \"$MODEL\"" >&2; exit 2 ;; esac
 SERVE=$BUILD/serve/braid-serve
 RUN=$BUILD/tools/braid-run
-MLP=$BUILD/examples/models/mlp.braid
+MLP=$BUILD/examples/models/$MODEL.braid
 for f in "$SERVE" "$RUN" "$MLP"; do
     [ -e "$f" ] || { echo "bench_serve: $f is missing; build braid-serve, braid-run and example_models" >&2; exit 2; }
 done
@@ -31,12 +34,12 @@ trap 'kill ${SERVER_PID:-} 2>/dev/null; rm -rf "$WORK"' EXIT
 # Batching off with one instance (the default config), off with two (one run per core: the best
 # without batching on two cores), and on with one instance.
 for mode in off off2 on; do
-    mkdir -p "$WORK/$mode/mlp"
-    ln -s "$MLP" "$WORK/$mode/mlp/model.braid"
+    mkdir -p "$WORK/$mode/$MODEL"
+    ln -s "$MLP" "$WORK/$mode/$MODEL/model.braid"
 done
-echo '{"instances": 1}' >"$WORK/off/mlp/config.json"
-echo '{"instances": 2}' >"$WORK/off2/mlp/config.json"
-echo '{"max_batch_size": 64, "max_queue_delay_us": 0, "instances": 1}' >"$WORK/on/mlp/config.json"
+echo '{"instances": 1}' >"$WORK/off/$MODEL/config.json"
+echo '{"instances": 2}' >"$WORK/off2/$MODEL/config.json"
+echo '{"max_batch_size": 64, "max_queue_delay_us": 0, "instances": 1}' >"$WORK/on/$MODEL/config.json"
 
 # The request: 784 values in [-1, 1) as JSON, or as binary tensor data.
 if [ "$ENCODING" = binary ]; then
@@ -71,7 +74,7 @@ start_server() {
 
 served() { # requests the server answered with 200
     curl -s "http://127.0.0.1:$PORT/metrics" |
-        awk '/^braid_serve_requests_total\{model="mlp",status="200"\}/ { n += $2 } END { print n + 0 }'
+        awk -v m="$MODEL" 'index($0, "braid_serve_requests_total{model=\"" m "\",status=\"200\"}") == 1 { n += $2 } END { print n + 0 }'
 }
 
 to_ms() { # "123.45us" / "1.2ms" / "1.5s" -> milliseconds
@@ -82,7 +85,7 @@ to_ms() { # "123.45us" / "1.2ms" / "1.5s" -> milliseconds
 declare -A RPS P50
 for batching in off off2 on; do
     start_server "$WORK/$batching"
-    URL=http://127.0.0.1:$PORT/v2/models/mlp/infer
+    URL=http://127.0.0.1:$PORT/v2/models/$MODEL/infer
     # Warm up: the first runs plan memory and start the connection threads.
     wrk -t1 -c64 -d1s -s "$WORK/post.lua" "$URL" >/dev/null
     for c in 1 8 64; do
@@ -101,8 +104,8 @@ for batching in off off2 on; do
         [ "$lost" -lt 0 ] && lost=0
         RPS[$batching$c]=$rps
         P50[$batching$c]=$p50
-        printf '{"case":"mlp_batch1","encoding":"%s","batching":"%s","instances":%d,"concurrency":%d,"seconds":%d,"requests":%d,"requests_per_s":%s,"p50_ms":%s,"p99_ms":%s,"non_2xx":%d,"socket_errors":%d,"server_counted":%d,"lost":%d,"cores":%d}\n' \
-            "$ENCODING" "${batching%2}" "$([ "$batching" = off2 ] && echo 2 || echo 1)" "$c" "$SECONDS_PER_CASE" "$completed" "$rps" "$p50" "$p99" \
+        printf '{"case":"%s_batch1","encoding":"%s","batching":"%s","instances":%d,"concurrency":%d,"seconds":%d,"requests":%d,"requests_per_s":%s,"p50_ms":%s,"p99_ms":%s,"non_2xx":%d,"socket_errors":%d,"server_counted":%d,"lost":%d,"cores":%d}\n' \
+            "$MODEL" "$ENCODING" "${batching%2}" "$([ "$batching" = off2 ] && echo 2 || echo 1)" "$c" "$SECONDS_PER_CASE" "$completed" "$rps" "$p50" "$p99" \
             "${non2xx:-0}" "${socket_errors:-0}" "$counted" "$lost" "$(nproc)"
     done
     kill -TERM "$SERVER_PID"
@@ -120,6 +123,6 @@ anchor=$(for _ in 1 2 3; do
         sed -n 's/.*"latency_ms":{"min":[^,]*,"median":\([^,]*\),.*/\1/p'
 done | sort -g | head -1)
 awk -v rps_off="${RPS[off64]}" -v rps_off2="${RPS[off264]}" -v rps_on="${RPS[on64]}" \
-    -v p50="${P50[off1]}" -v anchor="$anchor" -v rps1="${RPS[off1]}" -v enc="$ENCODING" 'BEGIN {
-    printf "{\"case\":\"summary\",\"encoding\":\"%s\",\"batching_speedup_c64\":%.2f,\"batching_speedup_c64_vs_2_instances\":%.2f,\"in_process_median_us\":%.1f,\"c1_p50_us\":%.1f,\"overhead_c1_us\":%.1f,\"c1_us_per_request\":%.1f}\n",
-        enc, rps_on / rps_off, rps_on / rps_off2, anchor * 1000, p50 * 1000, p50 * 1000 - anchor * 1000, 1e6 / rps1 }'
+    -v p50="${P50[off1]}" -v anchor="$anchor" -v rps1="${RPS[off1]}" -v enc="$ENCODING" -v model="$MODEL" 'BEGIN {
+    printf "{\"case\":\"summary\",\"model\":\"%s\",\"encoding\":\"%s\",\"batching_speedup_c64\":%.2f,\"batching_speedup_c64_vs_2_instances\":%.2f,\"in_process_median_us\":%.1f,\"c1_p50_us\":%.1f,\"overhead_c1_us\":%.1f,\"c1_us_per_request\":%.1f}\n",
+        model, enc, rps_on / rps_off, rps_on / rps_off2, anchor * 1000, p50 * 1000, p50 * 1000 - anchor * 1000, 1e6 / rps1 }'

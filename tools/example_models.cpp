@@ -349,6 +349,19 @@ std::vector<ExampleModel> example_models() {
         models.push_back(std::move(m));
     }
     {
+        // The mlp with a wider hidden layer: a batch-1 run reads 12.4 MiB of weights and takes
+        // about as long as a served request's HTTP and protocol work, where the mlp's run is a
+        // tenth of it (bench/bench_serve.sh's second model: what batching gains on each).
+        ExampleModel m;
+        m.name = "mlp_wide";
+        m.description = "2-layer MLP, batch 64, 784 -> 4096 -> 10, relu";
+        m.build = [](ComputingGraph& g) { return build_mlp(g, 64, 784, 4096); };
+        m.dump_options.input_shapes["x"] = {-1, 784};
+        m.dump_options.metadata = {{"example", "mlp_wide"},
+                                   {"weights", "uniform(-0.05, 0.05), seed 42"}};
+        models.push_back(std::move(m));
+    }
+    {
         ExampleModel m;
         m.name = "transformer_block";
         m.description = "one pre-norm transformer block: sequence 128, d_model 256, 4 causal "

@@ -27,6 +27,8 @@ opr::Group solo_group() {
 std::vector<std::pair<std::string, SizedBuilder>> sized_builders() {
     return {
         {"mlp", [](ComputingGraph& g, size_t n) { return examples::build_mlp(g, n); }},
+        {"mlp_wide",
+         [](ComputingGraph& g, size_t n) { return examples::build_mlp(g, n, 784, 4096); }},
         {"transformer_block",
          [](ComputingGraph& g, size_t n) { return examples::build_transformer_block(g, n); }},
         {"dp_allreduce", [](ComputingGraph& g,
