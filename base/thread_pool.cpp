@@ -37,6 +37,8 @@ public:
     size_t threads() const { return m_workers.size() + 1; }
     //! Workers polling for the next region now (awake: one joins without a wake-up).
     size_t polling() const { return m_polling.load(std::memory_order_relaxed); }
+    //! The CPU a worker last ran a region on; -1 before any did.
+    int worker_cpu() const { return m_worker_cpu.load(std::memory_order_relaxed); }
 
     void resize(size_t nthreads) {
         std::lock_guard region(m_region);
@@ -214,6 +216,10 @@ void set_kernel_threads(size_t n) {
 
 bool pool_workers_awake() {
     return pool().polling() > 0;
+}
+
+bool on_pool_worker_cpu() {
+    return pool().threads() > 1 && pool().worker_cpu() == current_cpu();
 }
 
 void parallel_for(size_t n, size_t grain, RangeFn fn) {

@@ -46,6 +46,10 @@ void set_kernel_threads(size_t n);
 //! when they all sleep, and waking one costs microseconds.
 bool pool_workers_awake();
 
+//! Whether the calling thread runs on the CPU where a worker of the pool last ran a region:
+//! a thread about to wait there would wait behind that worker's poll for the next region.
+bool on_pool_worker_cpu();
+
 //! Runs fn(begin, end) over [0, n) in chunks of at least `grain` iterations, in parallel
 //! when n > grain and the pool is free. Exceptions from fn are rethrown in the caller.
 void parallel_for(size_t n, size_t grain, RangeFn fn);

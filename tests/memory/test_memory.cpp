@@ -15,6 +15,7 @@
 #include <dirent.h>
 #include <fstream>
 #include <limits>
+#include <sched.h>
 #include <set>
 #include <string>
 #include <thread>
@@ -209,6 +210,48 @@ TEST(ThreadPool, IdleWorkersSleep) {
     double used = pool_cpu_ms() - before;
     set_kernel_threads(saved);
     EXPECT_LT(used, 30.0) << "the pool used " << used << " ms of CPU during 300 ms of idling";
+}
+
+TEST(ThreadPool, KnowsTheCpuItsWorkerLastRanARegionOn) {
+    // A thread about to wait for a run on a comp node's thread moves off the CPU where the
+    // pool's worker polls for the next region (Executable::wait): on_pool_worker_cpu() holds on
+    // that one CPU alone, and on none without workers.
+    cpu_set_t allowed;
+    ASSERT_EQ(sched_getaffinity(0, sizeof allowed, &allowed), 0);
+    std::vector<int> cpus;
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+        if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+    if (cpus.size() < 2) GTEST_SKIP() << "needs two CPUs, this process may use " << cpus.size();
+    // The CPUs on which the calling thread, moved there, finds on_pool_worker_cpu().
+    auto cpus_found = [&] {
+        std::vector<int> found;
+        for (int c : cpus) {
+            cpu_set_t one;
+            CPU_ZERO(&one);
+            CPU_SET(c, &one);
+            EXPECT_EQ(sched_setaffinity(0, sizeof one, &one), 0);
+            if (on_pool_worker_cpu()) found.push_back(c);
+        }
+        EXPECT_EQ(sched_setaffinity(0, sizeof allowed, &allowed), 0);
+        return found;
+    };
+    size_t saved = kernel_threads();
+    set_kernel_threads(1);
+    EXPECT_THAT(cpus_found(), ::testing::IsEmpty()) << "one thread: no worker";
+    set_kernel_threads(2);
+    // Regions of two chunks whose first chunk waits (at most 2 ms) for the worker's.
+    auto caller = std::this_thread::get_id();
+    std::atomic<bool> joined{false};
+    for (int attempt = 0; attempt < 200 && !joined; ++attempt)
+        parallel_for(2, 1, [&](size_t, size_t) {
+            if (std::this_thread::get_id() != caller) joined = true;
+            auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(2);
+            while (!joined && std::chrono::steady_clock::now() < until) {
+            }
+        });
+    ASSERT_TRUE(joined) << "the worker joined none of 200 regions";
+    EXPECT_EQ(cpus_found().size(), 1u);
+    set_kernel_threads(saved);
 }
 
 TEST(TensorShape, SizesAreOverflowCheckedInOnePlace) {
